@@ -1,0 +1,1 @@
+//! The Skyhook and DeploymentPolicy custom resources.

@@ -1,0 +1,7 @@
+//! Skyhook: a Rust re-implementation of the NVIDIA Skyhook operator and its kubectl plugin.
+//!
+//! The library is shared by both binaries. `schema` is the single home of every key of the
+//! compatibility contract (labels, annotations, taints, name formats, the node-state JSON).
+
+pub mod crd;
+pub mod schema;

@@ -1,0 +1,1 @@
+//! Single home of every key of the compatibility contract.
