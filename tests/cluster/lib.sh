@@ -1,10 +1,84 @@
 # Shared settings of the tests/cluster scripts. Every value can be overridden from the environment.
+# shellcheck shell=bash
 KUBE_VERSION=${KUBE_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KT_CACHE=${KT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/skyhook-test-cluster}
 KT_BIN=${KT_BIN:-$KT_CACHE/bin-k$KUBE_VERSION-e$ETCD_VERSION-kwok$KWOK_VERSION}
 KT_DIR=${KT_DIR:-${TMPDIR:-/tmp}/skyhook-test-cluster}
+KT_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ETCD_PORT=${ETCD_PORT:-23790}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
+API_PORT=${API_PORT:-16443}
+KCM_PORT=${KCM_PORT:-20257}
+KWOK_PORT=${KWOK_PORT:-20247}
+SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/16}
+PKI=$KT_DIR/pki
 KUBECONFIG_FILE=$KT_DIR/kubeconfig
+# Components in start order; `down` stops them in reverse.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok log-agent)
 
 log() { printf '[test-cluster] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+kc() { "$KT_BIN/kubectl" --kubeconfig="$KUBECONFIG_FILE" "$@"; }
+
+# wait_for <description> <timeout-seconds> <command...>
+wait_for() {
+  local desc=$1 timeout=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      log "timed out after ${timeout}s waiting for $desc; last lines of the logs in $KT_DIR/logs:"
+      tail -n 20 "$KT_DIR"/logs/*.log >&2 2>/dev/null || true
+      return 1
+    fi
+    sleep 0.3
+  done
+}
+
+pid_alive() { # <component>
+  local f=$KT_DIR/pids/$1.pid
+  [[ -f $f ]] && kill -0 "$(<"$f")" 2>/dev/null
+}
+
+api_ready() {
+  curl -fsS --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$API_PORT/readyz" >/dev/null
+}
+
+# Fake node manifests: node-<first> .. node-<last>, in one List so thousands apply in one request.
+node_manifests() { # <first> <last>
+  local i
+  printf 'apiVersion: v1\nkind: List\nitems:\n'
+  for ((i = $1; i <= $2; i++)); do
+    cat <<NODE
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: node-$i
+    annotations:
+      kwok.x-k8s.io/node: fake
+      node.alpha.kubernetes.io/ttl: "0"
+    labels:
+      type: kwok
+      kubernetes.io/hostname: node-$i
+      kubernetes.io/os: linux
+      kubernetes.io/arch: amd64
+NODE
+  done
+}
+
+# Highest N among existing node-N nodes (0 when none).
+last_node_index() {
+  kc get nodes -o name 2>/dev/null | sed -n 's#^node/node-\([0-9][0-9]*\)$#\1#p' | sort -n | tail -n 1 | grep . || echo 0
+}
+
+add_nodes() { # <count>
+  local first last
+  first=$(($(last_node_index) + 1))
+  last=$((first + $1 - 1))
+  node_manifests "$first" "$last" | kc create -f - >/dev/null
+  wait_for "nodes node-$first..node-$last to be Ready" $((60 + $1 / 20)) \
+    kc wait --for=condition=Ready node -l type=kwok --timeout=5s
+  for ((i = first; i <= last; i++)); do echo "node-$i"; done
+}

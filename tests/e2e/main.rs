@@ -1,1 +1,2 @@
+mod cluster;
 mod support;

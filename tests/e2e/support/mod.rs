@@ -1,1 +1,330 @@
+//! Test-support layer shared by every e2e test.
+//!
+//! The local cluster (`tests/cluster/up`) is brought up once per test run, or reused when it is
+//! already running, and shared by all tests, which run in parallel. Each test gets a [`TestCtx`]
+//! with unique object names, its own namespace and, where it needs them, its own nodes. Waits
+//! fail with a clear message, and a failing test prints the relevant objects and the tail of each
+//! component's log.
 
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Where the cluster scripts live.
+pub fn cluster_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster")
+}
+
+/// What `tests/cluster/env` exports: the kubeconfig and the directory of the control-plane binaries.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub kubeconfig: PathBuf,
+    pub bin_dir: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+/// The shared cluster, started on first use (blocking: other tests wait for the first).
+pub fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(|| {
+        let up = cluster_dir().join("up");
+        let out = Command::new(&up)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", up.display()));
+        if !out.status.success() {
+            panic!(
+                "{} failed ({}):\n{}",
+                up.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        read_env()
+    })
+}
+
+fn read_env() -> Cluster {
+    let env = cluster_dir().join("env");
+    let out = run(&mut Command::new(&env));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut kubeconfig = None;
+    let mut bin_dir = None;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("export KUBECONFIG=") {
+            kubeconfig = Some(PathBuf::from(v));
+        } else if let Some(v) = line.strip_prefix("export PATH=") {
+            bin_dir = v.split(':').next().map(PathBuf::from);
+        }
+    }
+    let kubeconfig = kubeconfig.expect("tests/cluster/env printed no KUBECONFIG");
+    let state_dir = kubeconfig
+        .parent()
+        .expect("kubeconfig has a parent directory")
+        .to_path_buf();
+    Cluster {
+        kubeconfig,
+        bin_dir: bin_dir.expect("tests/cluster/env printed no PATH"),
+        state_dir,
+    }
+}
+
+/// Run a command to completion, panicking with its stderr when it fails.
+pub fn run(cmd: &mut Command) -> Output {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{shown} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+impl Cluster {
+    /// A client for the cluster; make one per test, since it is bound to the test's runtime.
+    pub async fn client(&self) -> Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig is valid");
+        Client::try_from(config).expect("client")
+    }
+
+    /// `kubectl` of the control plane's version, pointed at this cluster.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join("kubectl"));
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
+    }
+
+    /// The last `lines` lines of every component's log.
+    pub fn component_logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let Ok(dir) = std::fs::read_dir(self.state_dir.join("logs")) else {
+            return out;
+        };
+        let mut files: Vec<_> = dir.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+            out.push_str(&format!("==> {} <==\n", f.display()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A short suffix unique to this process and call, so reruns against a reused cluster never
+/// collide with leftovers.
+fn unique_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mixed = (nanos as u64) ^ ((std::process::id() as u64) << 20) ^ ((n as u64) << 48);
+    format!("{:06x}", mixed % 0xff_ffff)
+}
+
+/// Per-test context: unique names, a namespace, nodes, and a failure report.
+pub struct TestCtx {
+    pub cluster: &'static Cluster,
+    pub client: Client,
+    /// Unique, DNS-safe prefix for every object this test creates.
+    pub prefix: String,
+    /// The test's own namespace.
+    pub ns: String,
+    nodes: Vec<String>,
+    /// Extra commands whose output the failure report includes (e.g. `get jobs -o yaml`).
+    report: Vec<Vec<String>>,
+}
+
+impl TestCtx {
+    /// `test` becomes part of every name: keep it short, lowercase, dash-separated.
+    pub async fn new(test: &str) -> TestCtx {
+        let cluster = cluster();
+        let client = cluster.client().await;
+        let prefix = format!("{test}-{}", unique_suffix());
+        let ns = prefix.clone();
+        let nss: Api<Namespace> = Api::all(client.clone());
+        let mut obj = Namespace::default();
+        obj.metadata.name = Some(ns.clone());
+        obj.metadata.labels = Some([("skyhook-e2e".to_string(), "true".to_string())].into());
+        nss.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {ns}: {e}"));
+        let ctx = TestCtx {
+            cluster,
+            client,
+            prefix,
+            ns,
+            nodes: Vec::new(),
+            report: Vec::new(),
+        };
+        // The ServiceAccount admission plugin rejects pods until the default account exists.
+        let sas: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+        ctx.wait_for(
+            "the default ServiceAccount",
+            Duration::from_secs(60),
+            || {
+                let sas = sas.clone();
+                async move { sas.get_opt("default").await.ok().flatten() }
+            },
+        )
+        .await;
+        ctx
+    }
+
+    /// A unique object name: `<prefix>-<suffix>`.
+    pub fn name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.prefix)
+    }
+
+    /// Fresh nodes for this test alone, removed when the test ends.
+    pub fn add_nodes(&mut self, n: usize) -> Vec<String> {
+        let out = run(Command::new(cluster_dir().join("nodes"))
+            .args(["add", &n.to_string()])
+            .env("KUBECONFIG", &self.cluster.kubeconfig));
+        let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            names.len(),
+            n,
+            "tests/cluster/nodes add {n} printed {names:?}"
+        );
+        self.nodes.extend(names.iter().cloned());
+        names
+    }
+
+    /// Include `kubectl <args>` output in the failure report.
+    pub fn report_on_failure(&mut self, args: &[&str]) {
+        self.report
+            .push(args.iter().map(|s| s.to_string()).collect());
+    }
+
+    /// Run kubectl against the cluster; returns the raw output (does not panic on failure).
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.cluster
+            .kubectl()
+            .args(args)
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// Poll `probe` every 200 ms until it returns `Some`, or panic after `timeout` naming `what`.
+    pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            if start.elapsed() >= timeout {
+                panic!(
+                    "timed out after {:.0?} waiting for {what} (test {})",
+                    timeout, self.prefix
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Assert that `probe` holds at every sample for `duration` (sampled every 500 ms).
+    pub async fn holds_for<F, Fut>(&self, what: &str, duration: Duration, mut probe: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            if let Err(why) = probe().await {
+                panic!(
+                    "{what} stopped holding after {:.1?}: {why} (test {})",
+                    start.elapsed(),
+                    self.prefix
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    fn failure_report(&self) -> String {
+        let mut out = format!("\n===== failure report for test {} =====\n", self.prefix);
+        let mut cmds: Vec<Vec<String>> = vec![
+            vec!["get", "all,events", "-n", &self.ns, "-o", "wide"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            vec!["get", "nodes", "-o", "wide"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        ];
+        cmds.extend(self.report.iter().cloned());
+        for args in cmds {
+            let o = self.cluster.kubectl().args(&args).output();
+            out.push_str(&format!("--- kubectl {} ---\n", args.join(" ")));
+            if let Ok(o) = o {
+                out.push_str(&String::from_utf8_lossy(&o.stdout));
+                out.push_str(&String::from_utf8_lossy(&o.stderr));
+            }
+        }
+        out.push_str("--- component logs (tail) ---\n");
+        out.push_str(&self.cluster.component_logs(15));
+        out
+    }
+}
+
+impl Drop for TestCtx {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.failure_report());
+            // Keep the namespace and nodes for inspection when the cluster is reused.
+            return;
+        }
+        let _ = self
+            .cluster
+            .kubectl()
+            .args(["delete", "namespace", &self.ns, "--wait=false"])
+            .output();
+        if !self.nodes.is_empty() {
+            let _ = Command::new(cluster_dir().join("nodes"))
+                .arg("remove")
+                .args(&self.nodes)
+                .env("KUBECONFIG", &self.cluster.kubeconfig)
+                .output();
+        }
+    }
+}
+
+/// Delete with foreground propagation (the garbage collector removes dependents first).
+pub fn foreground() -> DeleteParams {
+    DeleteParams::foreground()
+}
