@@ -1,1 +1,57 @@
 //! Single home of every key of the compatibility contract.
+//!
+//! Everything the reference Skyhook operator, its kubectl plugin and its agent read or write is
+//! spelled here and nowhere else: label/annotation/finalizer/taint keys ([`keys`]), condition
+//! and event vocabulary ([`conditions`], [`events`]), the wire enums ([`Status`], [`State`],
+//! [`Stage`], [`InterruptType`]), the JSON documents stored on nodes, pods and ConfigMaps
+//! (byte-identical to Go's `encoding/json`), object names, and the small Go-compatible
+//! algorithms both binaries need (semver, `filepath.Match`, taint specs, node patterns).
+//!
+//! The modules are re-exported flat, so callers write `schema::node_state_annotation(..)`.
+
+pub mod agent;
+pub mod conditions;
+mod error;
+pub mod events;
+pub mod glob;
+pub mod go_json;
+pub mod interrupt;
+pub mod keys;
+pub mod labels;
+pub mod names;
+pub mod node_metadata;
+pub mod node_pattern;
+pub mod node_state;
+pub mod package_annotation;
+pub mod semver;
+pub mod stage;
+pub mod status;
+pub mod taint;
+pub mod validation;
+
+pub use agent::*;
+pub use conditions::*;
+pub use error::SchemaError;
+pub use events::*;
+pub use glob::glob_match;
+pub use interrupt::{Interrupt, InterruptType, interrupt_arg, merge_interrupts};
+pub use keys::*;
+pub use labels::{label_value, package_label, resource_id_label};
+pub use names::{
+    MAX_JOB_ATTEMPT, agent_resource_id, copy_dir, interrupt_job_name, interrupt_pod_name, job_name,
+    metadata_volume_name, node_metadata_configmap_name, package_configmap_name,
+    package_configmap_volume_name, parse_agent_resource_id, resource_id, safe_name, stage_pod_name,
+};
+pub use node_metadata::{
+    NodeMetadataPackage, NodeMetadataPackages, agent_version, string_map_json,
+};
+pub use node_pattern::NodePattern;
+pub use node_state::{NodeState, PackageStatus, is_legacy_key, package_key, split_package_key};
+pub use package_annotation::PackageAnnotation;
+pub use semver::{is_valid_semver, major_minor, semver_compare};
+pub use stage::Stage;
+pub use status::{State, Status};
+pub use taint::{TaintEffect, TaintSpec};
+pub use validation::{
+    is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
+};

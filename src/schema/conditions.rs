@@ -1,0 +1,162 @@
+//! Condition types, reasons and messages on Nodes and Skyhooks.
+
+use super::Status;
+
+// ----- Node conditions (one pair per Skyhook) -----
+
+/// Node condition type `skyhook.nvidia.com/<sh>/NotReady`: `True` while the node is incomplete.
+pub fn node_not_ready_condition(skyhook: &str) -> String {
+    format!("{}NotReady", node_condition_prefix(skyhook))
+}
+
+/// Node condition type `skyhook.nvidia.com/<sh>/Erroring`: `True` while any package is
+/// `erroring` or `unknown`.
+pub fn node_erroring_condition(skyhook: &str) -> String {
+    format!("{}Erroring", node_condition_prefix(skyhook))
+}
+
+/// Prefix of every node condition type of a Skyhook; migration removes those other than
+/// NotReady and Erroring (older versions wrote more kinds).
+pub fn node_condition_prefix(skyhook: &str) -> String {
+    format!("skyhook.nvidia.com/{skyhook}/")
+}
+
+/// Reason of NotReady when `True`.
+pub const NOT_READY_REASON_INCOMPLETE: &str = "Incomplete";
+/// Reason of NotReady when `False`.
+pub const NOT_READY_REASON_COMPLETE: &str = "Complete";
+/// Reason of Erroring when `True`.
+pub const ERRORING_REASON_ERRORING: &str = "Package(s) Erroring or Unknown";
+/// Reason of Erroring when `False`.
+pub const ERRORING_REASON_NOT_ERRORING: &str = "Not Erroring";
+
+/// Message of the NotReady condition (same for both statuses).
+pub fn node_not_ready_message(skyhook: &str) -> String {
+    format!("Skyhook {skyhook} Ready")
+}
+
+/// Message of the Erroring condition (same for both statuses).
+pub fn node_erroring_message(skyhook: &str) -> String {
+    format!("Package Erroring or Unknown for {skyhook}")
+}
+
+// ----- Skyhook conditions -----
+
+/// Aggregate status changed; reason is the new status string.
+pub const TRANSITION_CONDITION: &str = "skyhook.nvidia.com/Transition";
+/// A package pod/Job was created.
+pub const APPLY_PACKAGE_CONDITION: &str = "skyhook.nvidia.com/ApplyPackage";
+/// Some targeted nodes have taints the Skyhook does not tolerate.
+pub const TAINT_NOT_TOLERABLE_CONDITION: &str = "skyhook.nvidia.com/TaintNotTolerable";
+/// Some targeted nodes carry the ignore label.
+pub const NODES_IGNORED_CONDITION: &str = "skyhook.nvidia.com/NodesIgnored";
+/// The referenced DeploymentPolicy does not exist.
+pub const DEPLOYMENT_POLICY_NOT_FOUND_CONDITION: &str =
+    "skyhook.nvidia.com/DeploymentPolicyNotFound";
+/// Ours: `False` while the spec fails validation (the reference only errors the reconcile).
+pub const VALID_CONDITION: &str = "skyhook.nvidia.com/Valid";
+/// Ours: `True` while some package is erroring on some node.
+pub const PACKAGE_ERRORING_CONDITION: &str = "skyhook.nvidia.com/PackageErroring";
+/// Ours: `True` while a drain is blocked by a protected pod or a PodDisruptionBudget.
+pub const NODE_BLOCKED_CONDITION: &str = "skyhook.nvidia.com/NodeBlocked";
+
+pub const APPLY_PACKAGE_REASON: &str = "ApplyPackage";
+pub const TAINT_NOT_TOLERABLE_REASON: &str = "TaintNotTolerable";
+pub const NODES_IGNORED_REASON: &str = "NodesIgnored";
+pub const DEPLOYMENT_POLICY_NOT_FOUND_REASON: &str = "DeploymentPolicyNotFound";
+/// Reasons of our own conditions (CamelCase as `metav1.Condition` requires).
+pub const VALID_REASON: &str = "Valid";
+pub const INVALID_SPEC_REASON: &str = "InvalidSpec";
+pub const PACKAGE_ERRORING_REASON: &str = "PackageErroring";
+pub const NO_PACKAGE_ERRORING_REASON: &str = "NoPackageErroring";
+pub const DRAIN_BLOCKED_REASON: &str = "DrainBlocked";
+pub const NOT_BLOCKED_REASON: &str = "NotBlocked";
+
+pub fn transition_message(prior: Status, current: Status) -> String {
+    format!("Transitioned [{prior}] -> [{current}]")
+}
+
+pub fn apply_package_message(package: &str, version: &str, node: &str) -> String {
+    format!("Applying package [{package}:{version}] to node [{node}]")
+}
+
+pub fn taint_not_tolerable_message(nodes: &[&str]) -> String {
+    if nodes.is_empty() {
+        "All nodes have tolerable taints.".to_owned()
+    } else {
+        format!(
+            "Node [{}] has taints that are not tolerable. Skipping.",
+            nodes.join(", ")
+        )
+    }
+}
+
+pub fn nodes_ignored_message(nodes: &[&str]) -> String {
+    if nodes.is_empty() {
+        "No nodes have ignore label set.".to_owned()
+    } else {
+        format!(
+            "Node [{}] has ignore label set. Skipping.",
+            nodes.join(", ")
+        )
+    }
+}
+
+pub fn deployment_policy_not_found_message(policy: &str) -> String {
+    format!("DeploymentPolicy {policy:?} not found")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_conditions() {
+        assert_eq!(
+            node_not_ready_condition("sh"),
+            "skyhook.nvidia.com/sh/NotReady"
+        );
+        assert_eq!(
+            node_erroring_condition("sh"),
+            "skyhook.nvidia.com/sh/Erroring"
+        );
+        assert!(node_erroring_condition("sh").starts_with(&node_condition_prefix("sh")));
+        assert_eq!(node_not_ready_message("sh"), "Skyhook sh Ready");
+        assert_eq!(
+            node_erroring_message("sh"),
+            "Package Erroring or Unknown for sh"
+        );
+    }
+
+    #[test]
+    fn skyhook_messages() {
+        assert_eq!(
+            transition_message(Status::InProgress, Status::Complete),
+            "Transitioned [in_progress] -> [complete]"
+        );
+        assert_eq!(
+            apply_package_message("dexter", "1.2.3", "kind-worker"),
+            "Applying package [dexter:1.2.3] to node [kind-worker]"
+        );
+        assert_eq!(
+            taint_not_tolerable_message(&["a", "b"]),
+            "Node [a, b] has taints that are not tolerable. Skipping."
+        );
+        assert_eq!(
+            taint_not_tolerable_message(&[]),
+            "All nodes have tolerable taints."
+        );
+        assert_eq!(
+            nodes_ignored_message(&["a"]),
+            "Node [a] has ignore label set. Skipping."
+        );
+        assert_eq!(
+            nodes_ignored_message(&[]),
+            "No nodes have ignore label set."
+        );
+        assert_eq!(
+            deployment_policy_not_found_message("p1"),
+            "DeploymentPolicy \"p1\" not found"
+        );
+    }
+}

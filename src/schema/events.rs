@@ -1,0 +1,108 @@
+//! Kubernetes Event reasons and messages (all events are type `Normal`).
+
+use super::{Stage, State, Status};
+
+/// Reporting component of every event.
+pub const EVENT_COMPONENT: &str = "skyhook-controller";
+
+pub const APPLY_REASON: &str = "Apply";
+pub const INTERRUPT_REASON: &str = "Interrupt";
+pub const STATE_REASON: &str = "State";
+pub const REBOOT_REASON: &str = "Reboot";
+
+/// On the Node when a stage starts.
+pub fn node_apply_message(package: &str, version: &str, skyhook: &str, stage: Stage) -> String {
+    format!("Applying package [{package}:{version}] from [skyhook:{skyhook}] stage [{stage}]")
+}
+
+/// On the Skyhook when a stage starts.
+pub fn skyhook_apply_message(package: &str, version: &str, node: &str, stage: Stage) -> String {
+    format!("Applying package [{package}:{version}] to node [{node}] stage [{stage}]")
+}
+
+/// On the Node when a stage finished (`state` is `complete` or `erroring`).
+pub fn node_package_state_message(
+    package: &str,
+    version: &str,
+    state: State,
+    skyhook: &str,
+) -> String {
+    format!("Package [{package}:{version}] state {state} on [skyhook:{skyhook}]")
+}
+
+/// On the Node when it is drained.
+pub fn node_drain_message(node: &str, package: &str, version: &str, skyhook: &str) -> String {
+    format!("draining node [{node}] package [{package}:{version}] from [skyhook:{skyhook}]")
+}
+
+/// On the Skyhook when the interrupt starts.
+pub fn skyhook_interrupt_message(
+    node: &str,
+    package: &str,
+    version: &str,
+    skyhook: &str,
+) -> String {
+    format!("Interrupting node [{node}] package [{package}:{version}] from [skyhook:{skyhook}]")
+}
+
+/// On the Node when the Skyhook completed there.
+pub fn node_complete_message(skyhook: &str) -> String {
+    format!("Skyhook [{skyhook}] complete.")
+}
+
+/// On the Skyhook when its aggregate status changed.
+pub fn skyhook_transition_message(old: Status, new: Status) -> String {
+    format!("Skyhook transitioned [{old}] -> [{new}]")
+}
+
+/// On the Skyhook when a node reboot resets it.
+pub fn skyhook_reboot_message(node: &str) -> String {
+    format!("detected reboot, resetting node [{node}] to be reapplied")
+}
+
+/// On the Node when a reboot resets it.
+pub fn node_reboot_message(skyhook: &str) -> String {
+    format!("detected reboot, resetting node for [{skyhook}] to be reapplied")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages() {
+        assert_eq!(
+            node_apply_message("p", "1", "sh", Stage::Apply),
+            "Applying package [p:1] from [skyhook:sh] stage [apply]"
+        );
+        assert_eq!(
+            skyhook_apply_message("p", "1", "n", Stage::Config),
+            "Applying package [p:1] to node [n] stage [config]"
+        );
+        assert_eq!(
+            node_package_state_message("p", "1", State::Complete, "sh"),
+            "Package [p:1] state complete on [skyhook:sh]"
+        );
+        assert_eq!(
+            node_drain_message("n", "p", "1", "sh"),
+            "draining node [n] package [p:1] from [skyhook:sh]"
+        );
+        assert_eq!(
+            skyhook_interrupt_message("n", "p", "1", "sh"),
+            "Interrupting node [n] package [p:1] from [skyhook:sh]"
+        );
+        assert_eq!(node_complete_message("sh"), "Skyhook [sh] complete.");
+        assert_eq!(
+            skyhook_transition_message(Status::InProgress, Status::Complete),
+            "Skyhook transitioned [in_progress] -> [complete]"
+        );
+        assert_eq!(
+            skyhook_reboot_message("n"),
+            "detected reboot, resetting node [n] to be reapplied"
+        );
+        assert_eq!(
+            node_reboot_message("sh"),
+            "detected reboot, resetting node for [sh] to be reapplied"
+        );
+    }
+}

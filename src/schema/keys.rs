@@ -1,0 +1,222 @@
+//! Label, annotation, finalizer and taint keys shared with the reference operator and plugin.
+//!
+//! Fixed keys are constants; keys that embed a Skyhook name (or a taint key) are functions so
+//! the format lives in exactly one place.
+
+/// Prefix of every Skyhook-owned key (Go `METADATA_PREFIX`).
+pub const PREFIX: &str = "skyhook.nvidia.com";
+
+/// The value written for boolean-ish annotations and labels (`pause`, `disable`, `ignore`,
+/// `cordon_<sh>`, `autoTaint_<key>`). Readers compare against it exactly: any other value is
+/// "not set".
+pub const TRUE_VALUE: &str = "true";
+
+// ----- Node annotations and labels (per Skyhook) -----
+
+const NODE_STATE_PREFIX: &str = "skyhook.nvidia.com/nodeState_";
+const STATUS_PREFIX: &str = "skyhook.nvidia.com/status_";
+const CORDON_PREFIX: &str = "skyhook.nvidia.com/cordon_";
+const NODE_VERSION_PREFIX: &str = "skyhook.nvidia.com/version_";
+const AUTO_TAINT_PREFIX: &str = "skyhook.nvidia.com/autoTaint_";
+
+/// Node annotation holding the authoritative per-package progress (JSON, see `NodeState`).
+pub fn node_state_annotation(skyhook: &str) -> String {
+    format!("{NODE_STATE_PREFIX}{skyhook}")
+}
+
+/// The Skyhook a `nodeState_<sh>` annotation key belongs to; `None` for any other key. The
+/// plugin finds every Skyhook that touched a node by scanning its annotations this way.
+pub fn skyhook_of_node_state_annotation(key: &str) -> Option<&str> {
+    key.strip_prefix(NODE_STATE_PREFIX)
+        .filter(|sh| !sh.is_empty())
+}
+
+/// Node annotation with the node's `Status` for one Skyhook.
+pub fn status_annotation(skyhook: &str) -> String {
+    format!("{STATUS_PREFIX}{skyhook}")
+}
+
+/// Node label mirroring `status_annotation` (same key, same value).
+pub fn status_label(skyhook: &str) -> String {
+    status_annotation(skyhook)
+}
+
+/// Node annotation meaning "this Skyhook holds the cordon"; uncordon only happens when present.
+pub fn cordon_annotation(skyhook: &str) -> String {
+    format!("{CORDON_PREFIX}{skyhook}")
+}
+
+/// Node annotation with the operator version that last migrated this node for the Skyhook.
+pub fn node_version_annotation(skyhook: &str) -> String {
+    format!("{NODE_VERSION_PREFIX}{skyhook}")
+}
+
+/// Node annotation recording that the operator auto-tainted a new node. Keyed by the **taint
+/// key**, not the Skyhook name.
+pub fn auto_taint_annotation(taint_key: &str) -> String {
+    format!("{AUTO_TAINT_PREFIX}{taint_key}")
+}
+
+/// Whether an annotation (or label) key is Skyhook-owned; a node carrying any such annotation is
+/// not "new" for auto-tainting.
+pub fn is_skyhook_key(key: &str) -> bool {
+    key.strip_prefix(PREFIX)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Node label: `"true"` makes the operator skip the node (status `blocked`).
+pub const IGNORE_LABEL: &str = "skyhook.nvidia.com/ignore";
+
+// ----- Skyhook object metadata -----
+
+/// Skyhook annotation: `"true"` pauses the rollout.
+pub const PAUSE_ANNOTATION: &str = "skyhook.nvidia.com/pause";
+/// Skyhook annotation: `"true"` disables the Skyhook.
+pub const DISABLE_ANNOTATION: &str = "skyhook.nvidia.com/disable";
+/// Skyhook annotation with the operator version that last migrated it; the plugin refuses
+/// lifecycle commands when it is below `MIN_OPERATOR_VERSION_FOR_ANNOTATIONS`.
+pub const VERSION_ANNOTATION: &str = "skyhook.nvidia.com/version";
+/// Finalizer on Skyhook objects.
+pub const FINALIZER: &str = "skyhook.nvidia.com/skyhook";
+/// Oldest operator version that understands the pause/disable annotations.
+pub const MIN_OPERATOR_VERSION_FOR_ANNOTATIONS: &str = "v0.8.0";
+
+// ----- Pod / Job metadata -----
+
+/// Label (and annotation) with the Skyhook name. The reference operator treats every pod with
+/// this label, in any namespace, as one of its package pods.
+pub const NAME_LABEL: &str = "skyhook.nvidia.com/name";
+/// Annotation twin of `NAME_LABEL` (on ConfigMaps).
+pub const NAME_ANNOTATION: &str = NAME_LABEL;
+/// Label `<pkg>-<ver>`; build the value with `package_label`.
+pub const PACKAGE_LABEL: &str = "skyhook.nvidia.com/package";
+/// Annotation with the `PackageAnnotation` JSON.
+pub const PACKAGE_ANNOTATION: &str = PACKAGE_LABEL;
+/// Label present only on interrupt pods/Jobs.
+pub const INTERRUPT_LABEL: &str = "skyhook.nvidia.com/interrupt";
+/// Value of `INTERRUPT_LABEL` (capital T, unlike `TRUE_VALUE`).
+pub const INTERRUPT_LABEL_VALUE: &str = "True";
+/// Job label with the label-safe node name (`label_value(node)`).
+pub const NODE_LABEL: &str = "skyhook.nvidia.com/node";
+/// Job annotation with the full node name.
+pub const NODE_ANNOTATION: &str = NODE_LABEL;
+/// Job label with the `Stage` wire string.
+pub const STAGE_LABEL: &str = "skyhook.nvidia.com/stage";
+/// Job label with `resource_id_label(<resource id>)`.
+pub const RESOURCE_ID_LABEL: &str = "skyhook.nvidia.com/resource-id";
+/// Job annotation with the full resource id.
+pub const RESOURCE_ID_ANNOTATION: &str = RESOURCE_ID_LABEL;
+/// Job annotation with the attempt index that is also the Job name suffix.
+pub const ATTEMPT_ANNOTATION: &str = "skyhook.nvidia.com/attempt";
+/// Standard Kubernetes label marking objects we manage.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of `MANAGED_BY_LABEL`.
+pub const MANAGED_BY_VALUE: &str = "skyhook-operator";
+/// Set by the API server's LimitRanger; pod validation keys on its presence.
+pub const LIMIT_RANGER_ANNOTATION: &str = "kubernetes.io/limit-ranger";
+
+// ----- ConfigMaps -----
+
+/// Package ConfigMap annotation with the package name.
+pub const PACKAGE_NAME_ANNOTATION: &str = "skyhook.nvidia.com/Package.Name";
+/// Package ConfigMap annotation with the package version.
+pub const PACKAGE_VERSION_ANNOTATION: &str = "skyhook.nvidia.com/Package.Version";
+/// Node metadata ConfigMap label; value is the Skyhook name.
+pub const NODE_META_LABEL: &str = "skyhook.nvidia.com/skyhook-node-meta";
+/// Node metadata ConfigMap annotation with the node name.
+pub const NODE_NAME_ANNOTATION: &str = "skyhook.nvidia.com/Node.name";
+/// Node metadata ConfigMap data key: all node annotations as JSON.
+pub const METADATA_ANNOTATIONS_KEY: &str = "annotations.json";
+/// Node metadata ConfigMap data key: all node labels as JSON.
+pub const METADATA_LABELS_KEY: &str = "labels.json";
+/// Node metadata ConfigMap data key: `NodeMetadataPackages` JSON.
+pub const METADATA_PACKAGES_KEY: &str = "packages.json";
+
+// ----- Webhook Secret -----
+
+/// Webhook Secret annotation: certificate NotAfter (RFC 3339).
+pub const WEBHOOK_EXPIRATION_ANNOTATION: &str = "skyhook.nvidia.com/expiration";
+/// Webhook Secret annotation: the service the certificate is for.
+pub const WEBHOOK_SERVICE_ANNOTATION: &str = "skyhook.nvidia.com/service";
+
+// ----- Taints -----
+
+/// Default of `RUNTIME_REQUIRED_TAINT` (kubectl taint syntax; parse with `TaintSpec`).
+pub const DEFAULT_RUNTIME_REQUIRED_TAINT: &str = "skyhook.nvidia.com=runtime-required:NoSchedule";
+/// Taint the node lifecycle adds to cordoned nodes; our pods tolerate it (operator `Exists`).
+pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
+
+// ----- Rollout -----
+
+/// Compartment name of the default / legacy compartment.
+pub const DEFAULT_COMPARTMENT: &str = "__default__";
+/// `policy_name` metric label value for Skyhooks without a DeploymentPolicy.
+pub const LEGACY_POLICY_NAME: &str = "legacy";
+
+// ---- Job bookkeeping (new in this implementation; Jobs replace the reference's bare pods) ----
+
+/// Set on a Job once its outcome is folded into the node state, so a later re-run of the same
+/// stage (e.g. `package rerun`) is never mistaken for the old run.
+pub const RECORDED_ANNOTATION: &str = "skyhook.nvidia.com/recorded";
+/// Hash of everything a Job's template was built from; a Job whose hash differs from the current
+/// spec's is stale.
+pub const SPEC_HASH_ANNOTATION: &str = "skyhook.nvidia.com/spec-hash";
+/// Why the operator failed a Job itself (an image that cannot be pulled, a pod that cannot start).
+pub const FAILURE_REASON_ANNOTATION: &str = "skyhook.nvidia.com/failure-reason";
+/// The waiting message behind [`FAILURE_REASON_ANNOTATION`].
+pub const FAILURE_MESSAGE_ANNOTATION: &str = "skyhook.nvidia.com/failure-message";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_skyhook_keys() {
+        assert_eq!(
+            node_state_annotation("sh"),
+            "skyhook.nvidia.com/nodeState_sh"
+        );
+        assert_eq!(status_annotation("sh"), "skyhook.nvidia.com/status_sh");
+        assert_eq!(status_label("sh"), "skyhook.nvidia.com/status_sh");
+        assert_eq!(cordon_annotation("sh"), "skyhook.nvidia.com/cordon_sh");
+        assert_eq!(
+            node_version_annotation("sh"),
+            "skyhook.nvidia.com/version_sh"
+        );
+        assert_eq!(
+            auto_taint_annotation("skyhook.nvidia.com"),
+            "skyhook.nvidia.com/autoTaint_skyhook.nvidia.com"
+        );
+    }
+
+    #[test]
+    fn node_state_key_scan() {
+        assert_eq!(
+            skyhook_of_node_state_annotation("skyhook.nvidia.com/nodeState_simple-skyhook"),
+            Some("simple-skyhook")
+        );
+        assert_eq!(
+            skyhook_of_node_state_annotation("skyhook.nvidia.com/nodeState_"),
+            None
+        );
+        assert_eq!(
+            skyhook_of_node_state_annotation("skyhook.nvidia.com/status_x"),
+            None
+        );
+        assert_eq!(
+            skyhook_of_node_state_annotation("other.io/nodeState_x"),
+            None
+        );
+        let key = node_state_annotation("abc");
+        assert_eq!(skyhook_of_node_state_annotation(&key), Some("abc"));
+    }
+
+    #[test]
+    fn skyhook_keys() {
+        assert!(is_skyhook_key("skyhook.nvidia.com/anything"));
+        assert!(is_skyhook_key(IGNORE_LABEL));
+        assert!(!is_skyhook_key("skyhook.nvidia.comx/a"));
+        assert!(!is_skyhook_key("skyhook.nvidia.com"));
+        assert!(!is_skyhook_key("kubernetes.io/hostname"));
+    }
+}

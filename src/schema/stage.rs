@@ -1,0 +1,157 @@
+//! Package `Stage`s with their wire strings, display rank and successor function.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use super::SchemaError;
+
+/// A stage of a package on a node. The wire string is also the agent mode the stage runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Stage {
+    #[serde(rename = "uninstall")]
+    Uninstall,
+    #[serde(rename = "upgrade")]
+    Upgrade,
+    #[serde(rename = "apply")]
+    Apply,
+    #[serde(rename = "interrupt")]
+    Interrupt,
+    #[serde(rename = "post-interrupt")]
+    PostInterrupt,
+    #[serde(rename = "config")]
+    Config,
+}
+
+impl Stage {
+    /// Every stage, in the order the reference emits its metrics.
+    pub const ALL: [Stage; 6] = [
+        Stage::Uninstall,
+        Stage::Upgrade,
+        Stage::Apply,
+        Stage::Interrupt,
+        Stage::PostInterrupt,
+        Stage::Config,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Uninstall => "uninstall",
+            Stage::Upgrade => "upgrade",
+            Stage::Apply => "apply",
+            Stage::Interrupt => "interrupt",
+            Stage::PostInterrupt => "post-interrupt",
+            Stage::Config => "config",
+        }
+    }
+
+    /// Rank in a package's life for sorting displays: uninstall < apply = upgrade < config <
+    /// interrupt < post-interrupt.
+    pub const fn run_order(self) -> u8 {
+        match self {
+            Stage::Uninstall => 0,
+            Stage::Apply | Stage::Upgrade => 1,
+            Stage::Config => 2,
+            Stage::Interrupt => 3,
+            Stage::PostInterrupt => 4,
+        }
+    }
+
+    /// The reference's `NextStage` for an entry whose state is `complete`; `None` when the
+    /// stage is terminal for this package.
+    pub const fn next(self, has_interrupt: bool) -> Option<Stage> {
+        match (self, has_interrupt) {
+            (Stage::Uninstall, _) => Some(Stage::Apply),
+            (Stage::Upgrade | Stage::Apply, _) => Some(Stage::Config),
+            (Stage::Config, true) => Some(Stage::Interrupt),
+            (Stage::Interrupt, true) => Some(Stage::PostInterrupt),
+            (Stage::Config | Stage::Interrupt | Stage::PostInterrupt, _) => None,
+        }
+    }
+
+    /// The stage a package is complete at: `post-interrupt` with an interrupt, else `config`.
+    pub const fn terminal(has_interrupt: bool) -> Stage {
+        if has_interrupt {
+            Stage::PostInterrupt
+        } else {
+            Stage::Config
+        }
+    }
+}
+
+impl FromStr for Stage {
+    type Err = SchemaError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Stage::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| SchemaError::UnknownValue {
+                kind: "stage",
+                value: s.to_owned(),
+            })
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_strings_roundtrip() {
+        let wire: Vec<_> = Stage::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            wire,
+            [
+                "uninstall",
+                "upgrade",
+                "apply",
+                "interrupt",
+                "post-interrupt",
+                "config"
+            ]
+        );
+        for s in Stage::ALL {
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(json, format!("\"{s}\""));
+            assert_eq!(serde_json::from_str::<Stage>(&json).unwrap(), s);
+            assert_eq!(s.as_str().parse::<Stage>().unwrap(), s);
+        }
+        assert!("post_interrupt".parse::<Stage>().is_err());
+        assert!(serde_json::from_str::<Stage>("\"bogus\"").is_err());
+    }
+
+    #[test]
+    fn run_order() {
+        let mut all = Stage::ALL;
+        all.sort_by_key(|s| s.run_order());
+        assert_eq!(all[0], Stage::Uninstall);
+        assert_eq!(Stage::Apply.run_order(), Stage::Upgrade.run_order());
+        assert!(Stage::Apply.run_order() < Stage::Config.run_order());
+        assert!(Stage::Config.run_order() < Stage::Interrupt.run_order());
+        assert!(Stage::Interrupt.run_order() < Stage::PostInterrupt.run_order());
+    }
+
+    #[test]
+    fn next_stage_table() {
+        for hi in [false, true] {
+            assert_eq!(Stage::Uninstall.next(hi), Some(Stage::Apply));
+            assert_eq!(Stage::Upgrade.next(hi), Some(Stage::Config));
+            assert_eq!(Stage::Apply.next(hi), Some(Stage::Config));
+            assert_eq!(Stage::PostInterrupt.next(hi), None);
+        }
+        assert_eq!(Stage::Config.next(false), None);
+        assert_eq!(Stage::Config.next(true), Some(Stage::Interrupt));
+        assert_eq!(Stage::Interrupt.next(false), None);
+        assert_eq!(Stage::Interrupt.next(true), Some(Stage::PostInterrupt));
+        assert_eq!(Stage::terminal(true), Stage::PostInterrupt);
+        assert_eq!(Stage::terminal(false), Stage::Config);
+    }
+}

@@ -1,0 +1,201 @@
+//! Taint specs in kubectl syntax (`key[=value]:Effect`), as used by `RUNTIME_REQUIRED_TAINT`.
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use std::fmt;
+use std::str::FromStr;
+
+use super::SchemaError;
+use super::validation::{is_qualified_name, is_valid_label_value};
+
+/// Taint effects accepted when adding a taint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl TaintEffect {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+impl FromStr for TaintEffect {
+    type Err = SchemaError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "NoSchedule" => Ok(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Ok(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Ok(TaintEffect::NoExecute),
+            other => Err(SchemaError::InvalidTaintEffect(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for TaintEffect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A taint to add, parsed like `kubectl taint` (removal specs `key-` / `key:Effect-` are
+/// rejected, and the effect is mandatory).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TaintSpec {
+    pub key: String,
+    /// `""` when the spec has no `=value`.
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+impl TaintSpec {
+    pub fn parse(spec: &str) -> Result<TaintSpec, SchemaError> {
+        let invalid = |reason: Option<String>| SchemaError::InvalidTaint {
+            spec: spec.to_owned(),
+            reason,
+        };
+        if spec.ends_with('-') {
+            return Err(invalid(Some("removal form is not allowed here".into())));
+        }
+        let parts: Vec<&str> = spec.split(':').collect();
+        let [key_value, effect] = parts[..] else {
+            // No effect (or several colons): kubectl refuses to add such a taint.
+            return Err(invalid(None));
+        };
+        let effect: TaintEffect = effect.parse()?;
+        let kv: Vec<&str> = key_value.split('=').collect();
+        let (key, value) = match kv[..] {
+            [key] => (key, ""),
+            [key, value] => (key, value),
+            _ => return Err(invalid(None)),
+        };
+        if !is_valid_label_value(value) {
+            return Err(invalid(Some(format!("invalid taint value {value:?}"))));
+        }
+        if !is_qualified_name(key) {
+            return Err(invalid(Some(format!("invalid taint key {key:?}"))));
+        }
+        Ok(TaintSpec {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            effect,
+        })
+    }
+
+    /// The node taint (no `timeAdded`; the API server sets it for `NoExecute`).
+    pub fn to_taint(&self) -> Taint {
+        Taint {
+            key: self.key.clone(),
+            value: (!self.value.is_empty()).then(|| self.value.clone()),
+            effect: self.effect.as_str().to_owned(),
+            time_added: None,
+        }
+    }
+
+    /// The toleration our pods carry for it: `Equal`, same value and effect.
+    pub fn to_toleration(&self) -> Toleration {
+        Toleration {
+            key: Some(self.key.clone()),
+            operator: Some("Equal".to_owned()),
+            value: Some(self.value.clone()),
+            effect: Some(self.effect.as_str().to_owned()),
+            toleration_seconds: None,
+        }
+    }
+
+    /// Whether a node taint is this one. Like Kubernetes' `Taint.MatchTaint` (and kubectl's
+    /// removal), identity is key + effect; the value is not compared.
+    pub fn matches(&self, taint: &Taint) -> bool {
+        taint.key == self.key && taint.effect == self.effect.as_str()
+    }
+}
+
+impl FromStr for TaintSpec {
+    type Err = SchemaError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaintSpec::parse(s)
+    }
+}
+
+impl fmt::Display for TaintSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{}", self.key, self.effect)
+        } else {
+            write!(f, "{}={}:{}", self.key, self.value, self.effect)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::DEFAULT_RUNTIME_REQUIRED_TAINT;
+
+    #[test]
+    fn default_runtime_required_taint() {
+        let t = TaintSpec::parse(DEFAULT_RUNTIME_REQUIRED_TAINT).unwrap();
+        assert_eq!(t.key, "skyhook.nvidia.com");
+        assert_eq!(t.value, "runtime-required");
+        assert_eq!(t.effect, TaintEffect::NoSchedule);
+        assert_eq!(t.to_string(), DEFAULT_RUNTIME_REQUIRED_TAINT);
+        let taint = t.to_taint();
+        assert_eq!(taint.value.as_deref(), Some("runtime-required"));
+        assert_eq!(taint.effect, "NoSchedule");
+        assert!(t.matches(&taint));
+        let tol = t.to_toleration();
+        assert_eq!(tol.operator.as_deref(), Some("Equal"));
+        assert_eq!(tol.key.as_deref(), Some("skyhook.nvidia.com"));
+        assert_eq!(tol.value.as_deref(), Some("runtime-required"));
+        assert_eq!(tol.effect.as_deref(), Some("NoSchedule"));
+    }
+
+    #[test]
+    fn forms() {
+        let t = TaintSpec::parse("example.com/gpu:NoExecute").unwrap();
+        assert_eq!((t.key.as_str(), t.value.as_str()), ("example.com/gpu", ""));
+        assert_eq!(t.to_taint().value, None);
+        assert_eq!(t.to_string(), "example.com/gpu:NoExecute");
+        assert!(TaintSpec::parse("k=v:PreferNoSchedule").is_ok());
+        assert!(TaintSpec::parse("k=:NoSchedule").is_ok());
+
+        let mut other = t.to_taint();
+        other.value = Some("x".into());
+        assert!(t.matches(&other));
+        other.effect = "NoSchedule".into();
+        assert!(!t.matches(&other));
+    }
+
+    #[test]
+    fn rejections() {
+        for bad in [
+            "key-",
+            "key:NoSchedule-",
+            "key",
+            "key=value",
+            "a:b:NoSchedule",
+            "k=v=w:NoSchedule",
+            "k=-bad-:NoSchedule",
+            "bad key:NoSchedule",
+            ":NoSchedule",
+            "",
+        ] {
+            assert!(TaintSpec::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            TaintSpec::parse("k=v:Sometimes").unwrap_err().to_string(),
+            "invalid taint effect: Sometimes, unsupported taint effect"
+        );
+        assert_eq!(
+            TaintSpec::parse("key").unwrap_err().to_string(),
+            "invalid taint spec: key"
+        );
+    }
+}
