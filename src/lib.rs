@@ -3,5 +3,10 @@
 //! The library is shared by both binaries. `schema` is the single home of every key of the
 //! compatibility contract (labels, annotations, taints, name formats, the node-state JSON).
 
+pub mod controller;
 pub mod crd;
+pub mod jobs;
+pub mod metrics;
+pub mod plan;
 pub mod schema;
+pub mod settings;

@@ -1,1 +1,69 @@
 //! The Skyhook and DeploymentPolicy custom resources.
+//!
+//! * [`skyhook`], [`status`], [`policy`]: the Rust types (wire-compatible with the Go operator).
+//! * [`generate`]: the served CRDs (derived schema, post-processed to match upstream, plus the
+//!   admission rules of [`admission`]).
+//! * [`validate`]: operator-side validation (everything admission checks, plus what CEL cannot).
+//! * [`normalize`]: in-memory normalisation the Go webhook used to persist.
+
+pub mod admission;
+pub mod generate;
+pub mod normalize;
+pub mod policy;
+mod quantity;
+pub mod skyhook;
+pub mod status;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+pub use generate::{
+    GenerateError, REGENERATE_COMMAND, all_crds, crd_files, crd_yaml, crds_yaml,
+    deployment_policy_crd, skyhook_crd, write_crds,
+};
+pub use normalize::{normalize, normalize_image};
+pub use policy::{
+    Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentPolicySpec,
+    DeploymentStrategy, EffectiveStrategy, ExponentialStrategy, FixedStrategy, LinearStrategy,
+    PolicyDefault, StrategyKind, StrategyParams,
+};
+pub use skyhook::{
+    DeploymentPolicyOptions, InterruptionBudget, Package, PackageResources, Skyhook, SkyhookSpec,
+};
+pub use status::{BatchState, CompartmentStatus, SkyhookStatus};
+
+// The wire enums and node-state shapes live in `crate::schema` (shared with the node
+// annotations); re-exported because the CRD types use them.
+pub use crate::schema::{Interrupt, InterruptType, NodeState, PackageStatus, Stage, State, Status};
+pub use validate::{
+    ValidationError, dependency_cycles, format_errors, validate_deployment_policy,
+    validate_skyhook,
+};
+
+/// API group of both resources.
+pub const GROUP: &str = "skyhook.nvidia.com";
+/// The only served (and storage) version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Schema stand-in for Go's `int`: a bare `integer` without a `format`, as controller-gen emits
+/// it (Rust's `i64` would add `format: int64`, which upstream does not have).
+pub(crate) struct GoInt;
+
+impl JsonSchema for GoInt {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "GoInt".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer" })
+    }
+}

@@ -1,2 +1,3 @@
 mod cluster;
+mod operator;
 mod support;

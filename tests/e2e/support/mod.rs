@@ -328,3 +328,125 @@ impl Drop for TestCtx {
 pub fn foreground() -> DeleteParams {
     DeleteParams::foreground()
 }
+
+static CRDS: OnceLock<()> = OnceLock::new();
+
+/// Install the project's CRDs once per test run and wait until they are served.
+pub fn install_crds() {
+    CRDS.get_or_init(|| {
+        let c = cluster();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
+        run(c.kubectl().arg("apply").arg("--server-side").arg("--force-conflicts").arg("-f").arg(&dir));
+        run(c.kubectl().args([
+            "wait",
+            "--for=condition=Established",
+            "crd/skyhooks.skyhook.nvidia.com",
+            "crd/deploymentpolicies.skyhook.nvidia.com",
+            "--timeout=60s",
+        ]));
+    });
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A `skyhook-operator run` process owned by one test: it reconciles only Skyhooks labelled
+/// `skyhook-e2e=<test prefix>` and runs their Jobs in the test's namespace.
+pub struct Operator {
+    child: Option<std::process::Child>,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+    pub probe_port: u16,
+    env: Vec<(String, String)>,
+}
+
+impl Operator {
+    pub fn start(ctx: &TestCtx, env: &[(&str, &str)]) -> Operator {
+        let log = std::env::temp_dir().join(format!("skyhook-operator-{}.log", ctx.prefix));
+        let mut op = Operator {
+            child: None,
+            log,
+            metrics_port: free_port(),
+            probe_port: free_port(),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        op.spawn(ctx);
+        op
+    }
+
+    fn spawn(&mut self, ctx: &TestCtx) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("operator log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skyhook-operator"));
+        cmd.arg("run")
+            .env("KUBECONFIG", &ctx.cluster.kubeconfig)
+            .env("NAMESPACE", &ctx.ns)
+            .env("SKYHOOK_SELECTOR", format!("skyhook-e2e={}", ctx.prefix))
+            .env("METRICS_PORT", format!("127.0.0.1:{}", self.metrics_port))
+            .env("PROBE_PORT", format!("127.0.0.1:{}", self.probe_port))
+            .env("RETRY_BASE", "2s")
+            .env("RETRY_MAX", "10s")
+            .env("LOG_ENCODER", "console")
+            .env("LOG_LEVEL", "info,skyhook=debug")
+            .stdout(file.try_clone().expect("log fd"))
+            .stderr(file);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = Some(cmd.spawn().expect("start skyhook-operator"));
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self, ctx: &TestCtx) {
+        self.kill();
+        self.spawn(ctx);
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- operator log {} (tail) ---\n{}", self.log.display(), self.log_tail(60));
+        }
+        self.kill();
+    }
+}
+
+impl TestCtx {
+    /// `n` fresh nodes labelled `skyhook-e2e=<prefix>`, so a Skyhook can select exactly them.
+    pub fn add_test_nodes(&mut self, n: usize) -> Vec<String> {
+        let names = self.add_nodes(n);
+        let label = format!("skyhook-e2e={}", self.prefix);
+        let mut args = vec!["label", "node"];
+        args.extend(names.iter().map(String::as_str));
+        args.push(&label);
+        run(self.cluster.kubectl().args(&args));
+        names
+    }
+
+    /// The label that ties Skyhooks and nodes to this test.
+    pub fn test_label(&self) -> (String, String) {
+        ("skyhook-e2e".to_string(), self.prefix.clone())
+    }
+}

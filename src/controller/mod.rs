@@ -1,0 +1,282 @@
+//! The operator's imperative shell: scoped watches feeding reflector caches, one queue keyed by
+//! Skyhook, and a reconcile that snapshots the caches, asks the planner what to do and hands the
+//! plan to the executor.
+
+pub mod exec;
+pub mod server;
+pub mod start;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use thiserror::Error;
+use tracing::{error, info, warn};
+
+use crate::crd::{self, DeploymentPolicy, Skyhook};
+use crate::jobs::JobView;
+use crate::metrics::Metrics;
+use crate::plan::{self, Inputs};
+use crate::schema;
+use crate::settings::Config;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot encode an object: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the watch caches did not fill within {0:?}; is the API server reachable?")]
+    NotReady(Duration),
+    #[error("cannot load kubeconfig {0}: {1}")]
+    Kubeconfig(String, String),
+    #[error("SKYHOOK_SELECTOR {0:?} was refused by the API server: {1}")]
+    Selector(String, kube::Error),
+    #[error("cannot serve {what} on {addr}: {source}")]
+    Serve {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// Shared by every reconcile.
+pub struct Ctx {
+    pub client: Client,
+    pub config: Config,
+    pub version: String,
+    pub recorder: Recorder,
+    pub skyhooks: Store<Skyhook>,
+    pub nodes: Store<Node>,
+    pub jobs: Store<Job>,
+    pub pods: Store<Pod>,
+    pub policies: Store<DeploymentPolicy>,
+    pub ready: AtomicBool,
+    pub metrics: Metrics,
+}
+
+impl Ctx {
+    async fn wait_ready(&self) -> Result<(), Error> {
+        if self.ready.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let limit = Duration::from_secs(60);
+        let all = async {
+            let _ = self.nodes.wait_until_ready().await;
+            let _ = self.jobs.wait_until_ready().await;
+            let _ = self.pods.wait_until_ready().await;
+            let _ = self.policies.wait_until_ready().await;
+        };
+        tokio::time::timeout(limit, all)
+            .await
+            .map_err(|_| Error::NotReady(limit))?;
+        self.ready.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
+/// conditions, boot id); images and volume lists are most of a Node's bytes and are dropped.
+fn prune_node(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+        s.config = None;
+    }
+}
+
+fn prune_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+fn owner_of<K: Resource>(o: &K) -> Option<ObjectRef<Skyhook>> {
+    o.meta()
+        .labels
+        .as_ref()?
+        .get(schema::NAME_LABEL)
+        .map(|n| ObjectRef::new(n))
+}
+
+/// Run until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    version: String,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    let ns = config.namespace.clone();
+    let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
+    let owned_pods = schema::NAME_LABEL.to_string();
+    let wc = || watcher::Config::default().any_semantic();
+
+    let (nodes, node_w) = reflector::store();
+    let node_stream = watcher(Api::<Node>::all(client.clone()), wc())
+        .default_backoff()
+        .modify(prune_node)
+        .reflect(node_w)
+        .applied_objects();
+    let (jobs, job_w) = reflector::store();
+    let job_stream = watcher(Api::<Job>::namespaced(client.clone(), &ns), wc().labels(&managed))
+        .default_backoff()
+        .modify(prune_meta)
+        .reflect(job_w)
+        .touched_objects();
+    let (pods, pod_w) = reflector::store();
+    let pod_stream = watcher(Api::<Pod>::namespaced(client.clone(), &ns), wc().labels(&owned_pods))
+        .default_backoff()
+        .modify(prune_meta)
+        .reflect(pod_w)
+        .applied_objects();
+    let (policies, policy_w) = reflector::store();
+    let policy_stream = watcher(Api::<DeploymentPolicy>::all(client.clone()), wc())
+        .default_backoff()
+        .reflect(policy_w)
+        .touched_objects();
+
+    if let Some(sel) = &config.skyhook_selector {
+        // The API server is the judge of selector syntax; ask it once so a typo fails start-up.
+        let lp = kube::api::ListParams::default().labels(sel).limit(1);
+        Api::<Skyhook>::all(client.clone())
+            .list(&lp)
+            .await
+            .map_err(|e| Error::Selector(sel.clone(), e))?;
+    }
+    let sk_cfg = match &config.skyhook_selector {
+        Some(sel) => wc().labels(sel),
+        None => wc(),
+    };
+    let controller = Controller::new(Api::<Skyhook>::all(client.clone()), sk_cfg);
+    let skyhooks = controller.store();
+    let metrics = Metrics::default();
+    let reporter = Reporter {
+        controller: schema::EVENT_COMPONENT.to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        config,
+        version,
+        skyhooks: skyhooks.clone(),
+        nodes,
+        jobs,
+        pods,
+        policies,
+        ready: AtomicBool::new(false),
+        metrics,
+    });
+    server::spawn(ctx.clone()).await?;
+
+    let for_nodes = skyhooks.clone();
+    let for_policies = skyhooks.clone();
+    info!(namespace = %ns, "skyhook operator starting");
+    controller
+        .watches_stream(node_stream, move |node: Node| {
+            // A node event concerns every Skyhook that selects the node.
+            for_nodes
+                .state()
+                .iter()
+                .filter(|sk| {
+                    Selector::try_from(sk.spec.node_selectors.clone())
+                        .is_ok_and(|s| s.matches(node.labels()))
+                })
+                .map(|sk| ObjectRef::from(sk.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .watches_stream(job_stream, |job: Job| owner_of(&job))
+        .watches_stream(pod_stream, |pod: Pod| owner_of(&pod))
+        .watches_stream(policy_stream, move |p: DeploymentPolicy| {
+            let name = p.name_any();
+            for_policies
+                .state()
+                .iter()
+                .filter(|sk| sk.spec.deployment_policy.as_deref() == Some(name.as_str()))
+                .map(|sk| ObjectRef::from(sk.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .with_config(
+            controller::Config::default()
+                .concurrency(1)
+                .debounce(Duration::from_millis(300)),
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                warn!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    info!("skyhook operator stopped");
+    Ok(())
+}
+
+fn error_policy(sk: Arc<Skyhook>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    error!(skyhook = %sk.name_any(), error = %err, "reconcile error; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    ctx.wait_ready().await?;
+    let name = sk.name_any();
+    let nodes = ctx.nodes.state();
+    if sk.meta().deletion_timestamp.is_some() {
+        ctx.metrics.forget(&name);
+        let plan = plan::plan_delete(&sk, &nodes);
+        exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
+        return Ok(Action::await_change());
+    }
+    let mut pod_by_job: HashMap<String, Arc<Pod>> = HashMap::new();
+    for p in ctx.pods.state() {
+        if let Some(j) = p.labels().get("batch.kubernetes.io/job-name") {
+            pod_by_job.insert(j.clone(), p.clone());
+        }
+    }
+    let views: Vec<JobView> = ctx
+        .jobs
+        .state()
+        .iter()
+        .filter(|j| j.labels().get(schema::NAME_LABEL) == Some(&name))
+        .filter_map(|j| JobView::from_job(j, pod_by_job.get(&j.name_any()).map(|p| p.as_ref())))
+        .collect();
+    let mut normalized = (*sk).clone();
+    crd::normalize(&mut normalized);
+    let invalid: Vec<String> = match crd::validate_skyhook(&normalized) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
+    };
+    let skyhooks = ctx.skyhooks.state();
+    let policies = ctx.policies.state();
+    let plan = plan::plan(&Inputs {
+        skyhook: &normalized,
+        skyhooks: &skyhooks,
+        policies: &policies,
+        nodes: &nodes,
+        jobs: &views,
+        invalid: &invalid,
+        config: &ctx.config,
+        operator_version: &ctx.version,
+        now: jiff::Timestamp::now(),
+    });
+    let requeue = plan.requeue_after;
+    if let Some(status) = &plan.status {
+        ctx.metrics.observe(&normalized, status);
+    } else if let Some(status) = &sk.status {
+        ctx.metrics.observe(&normalized, status);
+    }
+    exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}

@@ -1,0 +1,55 @@
+//! Start-up of `skyhook-operator run`: logging, the API client, signals.
+
+use std::path::PathBuf;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config as KubeConfig};
+use tracing_subscriber::EnvFilter;
+
+use super::Error;
+use crate::settings::Config;
+
+/// Where the operator finds its cluster: `--kubeconfig`/`KUBECONFIG` out of a cluster, the
+/// ServiceAccount in one.
+pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Result<Client, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(&path).map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?;
+            let opts = KubeConfigOptions { context, ..Default::default() };
+            KubeConfig::from_custom_kubeconfig(kc, &opts)
+                .await
+                .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?
+        }
+        None => KubeConfig::infer()
+            .await
+            .map_err(|e| Error::Kubeconfig("(inferred)".to_string(), e.to_string()))?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// JSON or console logs at the configured level (`LOG_LEVEL` accepts a tracing filter too).
+pub fn init_tracing(cfg: &Config) {
+    let filter = EnvFilter::try_new(&cfg.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let _ = if cfg.log_json {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,204 @@
+//! Operator-side validation and defaulting details not covered by the fixture corpora.
+
+use std::collections::BTreeMap;
+
+use crate::crd::policy::{
+    DEFAULT_BATCH_THRESHOLD, DEFAULT_GROWTH_FACTOR, DEFAULT_INITIAL_BATCH, DEFAULT_SAFETY_LIMIT,
+};
+use crate::crd::{
+    DeploymentBudget, DeploymentPolicy, DeploymentStrategy, EffectiveStrategy,
+    ExponentialStrategy, FixedStrategy, LinearStrategy, Package, Skyhook, SkyhookSpec,
+    StrategyParams, dependency_cycles, validate_skyhook,
+};
+
+fn package(version: &str, deps: &[(&str, &str)]) -> Package {
+    Package {
+        version: version.to_owned(),
+        image: "ghcr.io/nvidia/skyhook/agentless".to_owned(),
+        depends_on: deps
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        ..Package::default()
+    }
+}
+
+fn packages(list: &[(&str, Package)]) -> BTreeMap<String, Package> {
+    list.iter()
+        .map(|(k, p)| ((*k).to_owned(), p.clone()))
+        .collect()
+}
+
+#[test]
+fn cycles_are_named_once_from_their_smallest_member() {
+    let p = packages(&[
+        ("gamma", package("1.0.0", &[("alpha", "1.0.0")])),
+        ("alpha", package("1.0.0", &[("beta", "1.0.0")])),
+        ("beta", package("1.0.0", &[("gamma", "1.0.0")])),
+        ("delta", package("1.0.0", &[("delta", "1.0.0")])),
+        ("root", package("1.0.0", &[])),
+        ("leaf", package("1.0.0", &[("root", "1.0.0")])),
+    ]);
+    assert_eq!(
+        dependency_cycles(&p),
+        vec![
+            vec!["alpha", "beta", "gamma", "alpha"],
+            vec!["delta", "delta"],
+        ]
+    );
+}
+
+#[test]
+fn dependencies_on_other_versions_are_not_edges() {
+    // beta depends on alpha 2.0.0, which does not exist: reported as missing, not as a cycle.
+    let p = packages(&[
+        ("alpha", package("1.0.0", &[("beta", "1.0.0")])),
+        ("beta", package("1.0.0", &[("alpha", "2.0.0")])),
+    ]);
+    assert!(dependency_cycles(&p).is_empty());
+    let sh = Skyhook::new(
+        "x",
+        SkyhookSpec {
+            packages: p,
+            ..SkyhookSpec::default()
+        },
+    );
+    let errors = validate_skyhook(&sh).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "spec.packages[beta].dependsOn[alpha]");
+    assert!(errors[0].message.contains("missing: [alpha|2.0.0]"));
+}
+
+#[test]
+fn accepted_versions_follow_go_semver() {
+    for ok in ["1", "1.2", "1.2.3", "v1.2.3", "1.2.3-rc.1", "1.2.3+meta", "2024.7.6", "0.0.0"] {
+        let sh = Skyhook::new(
+            "x",
+            SkyhookSpec {
+                packages: packages(&[("alpha", package(ok, &[]))]),
+                ..SkyhookSpec::default()
+            },
+        );
+        assert_eq!(validate_skyhook(&sh), Ok(()), "{ok}");
+    }
+}
+
+#[test]
+fn cel_semver_pattern_agrees_with_the_operator() {
+    let re = regex::Regex::new(crate::crd::admission::SEMVER_PATTERN).unwrap();
+    for v in [
+        "1", "1.2", "1.2.3", "v1.2.3", "1.2.3-rc.1", "1.2.3+meta", "2024.7.6", "0.0.0",
+        "1.2.3-0.a-b", "1.2.3-rc.1+b.2", "2024/07/06", "1.02.3", "1.2-rc.1", "01", "vv1",
+        "1.2.3-", "1.2.3-01", "1.2.3+", "1.2.3+a..b", "", "v", "1.2.3.4", "1.2.3-rc..1",
+    ] {
+        assert_eq!(
+            re.is_match(v),
+            crate::schema::is_valid_semver(v),
+            "CEL pattern and operator disagree on {v:?}"
+        );
+    }
+}
+
+#[test]
+fn registry_ports_are_detected() {
+    use crate::crd::validate::has_registry_port;
+    assert!(has_registry_port("myreg:5000/ns/img"));
+    assert!(has_registry_port("localhost:5000/img:1.0"));
+    assert!(!has_registry_port("alpine:3.21"));
+    assert!(!has_registry_port("ghcr.io/nvidia/skyhook/agentless:latest"));
+    assert!(!has_registry_port("ghcr.io/a/b@sha256:abcd"));
+    assert!(!has_registry_port("alpine"));
+}
+
+#[test]
+fn strategy_defaults_at_read_time() {
+    let params = |initial| StrategyParams {
+        initial_batch: initial,
+        batch_threshold: DEFAULT_BATCH_THRESHOLD,
+        failure_threshold: None,
+        safety_limit: DEFAULT_SAFETY_LIMIT,
+    };
+    let fixed = DeploymentStrategy {
+        fixed: Some(FixedStrategy::default()),
+        ..DeploymentStrategy::default()
+    };
+    assert_eq!(
+        fixed.effective(),
+        Some(EffectiveStrategy::Fixed(params(DEFAULT_INITIAL_BATCH)))
+    );
+    let linear = DeploymentStrategy {
+        linear: Some(LinearStrategy {
+            initial_batch: Some(3),
+            ..LinearStrategy::default()
+        }),
+        ..DeploymentStrategy::default()
+    };
+    assert_eq!(
+        linear.effective(),
+        Some(EffectiveStrategy::Linear {
+            params: params(3),
+            delta: 1
+        })
+    );
+    let exponential = DeploymentStrategy {
+        exponential: Some(ExponentialStrategy {
+            failure_threshold: Some(2),
+            ..ExponentialStrategy::default()
+        }),
+        ..DeploymentStrategy::default()
+    };
+    assert_eq!(
+        exponential.effective(),
+        Some(EffectiveStrategy::Exponential {
+            params: StrategyParams {
+                failure_threshold: Some(2),
+                ..params(1)
+            },
+            growth_factor: DEFAULT_GROWTH_FACTOR
+        })
+    );
+    assert_eq!(DeploymentStrategy::default().effective(), None);
+
+    // In-place defaulting gives the same values as the Go mutating webhook.
+    let mut policy: DeploymentPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1",
+        "kind": "DeploymentPolicy",
+        "metadata": { "name": "p" },
+        "spec": {
+            "default": { "budget": { "count": 1 }, "strategy": { "linear": {} } },
+            "compartments": [{
+                "name": "c", "selector": {}, "budget": { "percent": 10 },
+                "strategy": { "exponential": { "initialBatch": 4 } }
+            }]
+        }
+    }))
+    .unwrap();
+    policy.spec.apply_defaults();
+    let spec = serde_json::to_value(&policy.spec).unwrap();
+    assert_eq!(
+        spec["default"]["strategy"]["linear"],
+        serde_json::json!({ "initialBatch": 1, "delta": 1, "batchThreshold": 100, "safetyLimit": 50 })
+    );
+    assert_eq!(
+        spec["compartments"][0]["strategy"]["exponential"],
+        serde_json::json!({ "initialBatch": 4, "growthFactor": 2, "batchThreshold": 100, "safetyLimit": 50 })
+    );
+}
+
+#[test]
+fn ceiling_uses_go_float_arithmetic() {
+    let percent = |p| DeploymentBudget {
+        percent: Some(p),
+        count: None,
+    };
+    assert_eq!(percent(29).ceiling(100), 28);
+    assert_eq!(percent(20).ceiling(2), 1);
+    assert_eq!(percent(20).ceiling(15), 3);
+    assert_eq!(percent(50).ceiling(0), 0);
+    let count = DeploymentBudget {
+        percent: None,
+        count: Some(3),
+    };
+    assert_eq!(count.ceiling(1), 3);
+    assert_eq!(DeploymentBudget::default().ceiling(10), 0);
+}

@@ -1,0 +1,138 @@
+//! What the planner needs to know about one of our Jobs: its identity (from labels and
+//! annotations, never from its name) and its outcome (from the Job's conditions, plus the
+//! waiting reason of its pod for failures the Job controller cannot see, such as image pulls).
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::schema::{self, PackageAnnotation, Stage};
+
+/// Waiting reasons that never resolve on their own: the package is `erroring` as soon as one is
+/// seen (the reference leaves these `in_progress` forever, §10.1.1).
+pub const STUCK_WAITING_REASONS: [&str; 5] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    Complete { at: Timestamp },
+    Failed { at: Timestamp, reason: String, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    pub name: String,
+    pub skyhook: String,
+    pub package: String,
+    pub version: String,
+    pub stage: Stage,
+    pub node: String,
+    pub attempt: u32,
+    pub outcome: Outcome,
+    /// The operator has folded this Job's outcome into the node state.
+    pub recorded: bool,
+    /// Hash of the inputs the Job was built from; a different current hash means it is stale.
+    pub spec_hash: String,
+    pub created: Option<Timestamp>,
+    pub deleting: bool,
+    /// A pod container stuck waiting: (container, reason, message).
+    pub stuck: Option<(String, String, String)>,
+}
+
+impl JobView {
+    /// Read a Job the operator created; `None` for anything else (missing or foreign metadata).
+    pub fn from_job(job: &Job, pod: Option<&Pod>) -> Option<JobView> {
+        let meta = &job.metadata;
+        let annotations = meta.annotations.as_ref()?;
+        let pkg = PackageAnnotation::parse(annotations.get(schema::PACKAGE_ANNOTATION)?).ok()?;
+        let node = annotations.get(schema::NODE_ANNOTATION)?.clone();
+        let attempt = annotations.get(schema::ATTEMPT_ANNOTATION)?.parse().ok()?;
+        let outcome = outcome(job, annotations);
+        let stuck = match outcome {
+            Outcome::Running => pod.and_then(stuck_container),
+            _ => None,
+        };
+        Some(JobView {
+            name: meta.name.clone()?,
+            skyhook: pkg.skyhook,
+            package: pkg.name,
+            version: pkg.version,
+            stage: pkg.stage,
+            node,
+            attempt,
+            outcome,
+            recorded: annotations.contains_key(schema::RECORDED_ANNOTATION),
+            spec_hash: annotations
+                .get(schema::SPEC_HASH_ANNOTATION)
+                .cloned()
+                .unwrap_or_default(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0),
+            deleting: meta.deletion_timestamp.is_some(),
+            stuck,
+        })
+    }
+
+    pub fn finished(&self) -> bool {
+        !matches!(self.outcome, Outcome::Running)
+    }
+}
+
+fn outcome(job: &Job, annotations: &std::collections::BTreeMap<String, String>) -> Outcome {
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    for c in conditions.iter().filter(|c| c.status == "True") {
+        let at = c
+            .last_transition_time
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        match c.type_.as_str() {
+            "Complete" => return Outcome::Complete { at },
+            "Failed" => {
+                // When the operator failed the Job itself (a stuck image pull), its own reason
+                // is more useful than the Job controller's DeadlineExceeded.
+                let reason = annotations
+                    .get(schema::FAILURE_REASON_ANNOTATION)
+                    .or(c.reason.as_ref())
+                    .cloned()
+                    .unwrap_or_else(|| "Failed".to_string());
+                let message = annotations
+                    .get(schema::FAILURE_MESSAGE_ANNOTATION)
+                    .or(c.message.as_ref())
+                    .cloned()
+                    .unwrap_or_default();
+                return Outcome::Failed { at, reason, message };
+            }
+            _ => {}
+        }
+    }
+    Outcome::Running
+}
+
+fn stuck_container(pod: &Pod) -> Option<(String, String, String)> {
+    let status = pod.status.as_ref()?;
+    let all = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for c in all {
+        let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+            continue;
+        };
+        let reason = w.reason.clone().unwrap_or_default();
+        if STUCK_WAITING_REASONS.contains(&reason.as_str()) {
+            return Some((c.name.clone(), reason, w.message.clone().unwrap_or_default()));
+        }
+    }
+    None
+}

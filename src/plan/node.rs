@@ -1,0 +1,544 @@
+//! The per-node package state machine (reference §3.2, §3.3, §3.6, §3.7, §3.10, §3.11) over
+//! Jobs: fold finished Jobs into the node state, then decide which stage Jobs to start.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::crd::Package;
+use crate::jobs::{JobView, Outcome};
+use crate::schema::{self, Interrupt, NodeState, PackageStatus, Stage, State};
+
+/// The spec as the node machine needs it: normalised packages and their current Job hashes.
+pub struct SpecView<'a> {
+    pub packages: &'a BTreeMap<String, Package>,
+    pub spec_hashes: BTreeMap<String, String>,
+    pub config_updates: &'a BTreeMap<String, Vec<String>>,
+}
+
+impl SpecView<'_> {
+    /// Interrupts that apply to `p` right now: while a config rollout is recorded for a package
+    /// only its matching configInterrupts count (§3.2).
+    pub fn interrupts(&self, p: &Package) -> Vec<Interrupt> {
+        match self.config_updates.get(&p.name).filter(|keys| !keys.is_empty()) {
+            Some(keys) => {
+                let mut out: Vec<Interrupt> = Vec::new();
+                for (pattern, i) in &p.config_interrupts {
+                    let hit = keys
+                        .iter()
+                        .any(|k| schema::glob_match(pattern, k).unwrap_or(false));
+                    if hit && !out.contains(i) {
+                        out.push(i.clone());
+                    }
+                }
+                out
+            }
+            None => p.interrupt.iter().cloned().collect(),
+        }
+    }
+
+    pub fn has_interrupt(&self, p: &Package) -> bool {
+        !self.interrupts(p).is_empty()
+    }
+
+    pub fn package_complete(&self, state: &NodeState, p: &Package) -> bool {
+        state.get(&p.name, &p.version).is_some_and(|e| {
+            e.state == Some(State::Complete) && e.stage == Stage::terminal(self.has_interrupt(p))
+        })
+    }
+
+    /// §3.2 nodeComplete: every spec package complete at its version, nothing left to uninstall.
+    pub fn node_complete(&self, state: &NodeState) -> bool {
+        let all_complete = self
+            .packages
+            .values()
+            .all(|p| self.package_complete(state, p));
+        let no_uninstall = state.iter().all(|(_, e)| e.stage != Stage::Uninstall);
+        let no_strays = state
+            .iter()
+            .all(|(_, e)| self.packages.get(&e.name).is_some_and(|p| p.version == e.version));
+        all_complete && no_uninstall && no_strays
+    }
+}
+
+/// Retry timing after a failed stage.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// Delay before attempt number `failures + 1`: base·2^(failures-1), capped.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(20);
+        self.base.saturating_mul(1 << exp).min(self.max)
+    }
+}
+
+/// What the node machine wants done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeAction {
+    /// Start attempt `attempt` of `stage` for `package` (a spec package, or a synthesised old
+    /// version for uninstalls).
+    Run {
+        package: Package,
+        stage: Stage,
+        attempt: u32,
+        spec_hash: String,
+    },
+    /// Mark a Job recorded and, when it succeeded, let the TTL controller collect it.
+    Record { job: String, succeeded: bool },
+    /// Fail a Job now (its pod can never start), naming why.
+    FailNow {
+        job: String,
+        reason: String,
+        message: String,
+    },
+    /// Remove a Job (a stale attempt, or failed attempts beyond the number kept).
+    Delete { job: String },
+}
+
+/// Something worth an Event and a condition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeNote {
+    Started { package: String, version: String, stage: Stage },
+    Completed { package: String, version: String, stage: Stage },
+    Failed {
+        package: String,
+        version: String,
+        stage: Stage,
+        reason: String,
+        message: String,
+        restarts: i32,
+    },
+}
+
+pub struct NodeOutcome {
+    pub state: NodeState,
+    pub actions: Vec<NodeAction>,
+    pub notes: Vec<NodeNote>,
+    /// The earliest moment a retry becomes due.
+    pub retry_at: Option<Timestamp>,
+    /// A Job of this Skyhook is running on the node.
+    pub active: bool,
+}
+
+/// Fold Jobs into `state` and decide the next Jobs. `may_start` is false when the node is
+/// outside the current batch, paused, disabled, gated or blocked: running work is still
+/// observed, but nothing new starts.
+pub fn step(
+    spec: &SpecView,
+    mut state: NodeState,
+    jobs: &[&JobView],
+    may_start: bool,
+    retry: RetryPolicy,
+    failed_jobs_kept: usize,
+    now: Timestamp,
+) -> NodeOutcome {
+    let mut out = NodeOutcome {
+        state: NodeState::default(),
+        actions: Vec::new(),
+        notes: Vec::new(),
+        retry_at: None,
+        active: false,
+    };
+    migrate_legacy(spec, &mut state);
+    observe(spec, &mut state, jobs, &mut out, now);
+    prune_failed(jobs, failed_jobs_kept, &mut out);
+    out.active = jobs.iter().any(|j| !j.finished() && !j.deleting);
+    if may_start {
+        version_changes(spec, &mut state);
+        for (pkg, stage) in wanted(spec, &state) {
+            start(spec, &mut state, jobs, &pkg, stage, retry, now, &mut out);
+        }
+    }
+    out.state = state;
+    out
+}
+
+/// §7.1: pre-v0.5 entries are keyed by bare name and lack an image.
+fn migrate_legacy(spec: &SpecView, state: &mut NodeState) {
+    let legacy: Vec<(String, PackageStatus)> = state
+        .legacy_entries()
+        .map(|(k, e)| (k.to_string(), e.clone()))
+        .collect();
+    for (key, mut entry) in legacy {
+        state.0.remove(&key);
+        if let Some(p) = spec.packages.get(&entry.name).filter(|p| p.version == entry.version) {
+            entry.image = p.image.clone();
+            state.upsert(entry);
+        }
+    }
+}
+
+/// Jobs of `stage` for (name, version) not yet folded into the state, oldest attempt first.
+fn current<'j>(jobs: &[&'j JobView], name: &str, version: &str, stage: Stage) -> Vec<&'j JobView> {
+    let mut v: Vec<&JobView> = jobs
+        .iter()
+        .copied()
+        .filter(|j| j.package == name && j.version == version && j.stage == stage && !j.recorded)
+        .collect();
+    v.sort_by_key(|j| j.attempt);
+    v
+}
+
+fn failures(jobs: &[&JobView]) -> usize {
+    jobs.iter()
+        .filter(|j| matches!(j.outcome, Outcome::Failed { .. }))
+        .count()
+}
+
+fn observe(
+    spec: &SpecView,
+    state: &mut NodeState,
+    jobs: &[&JobView],
+    out: &mut NodeOutcome,
+    now: Timestamp,
+) {
+    let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
+    for e in entries {
+        if !matches!(e.state, Some(State::InProgress) | Some(State::Erroring)) {
+            continue;
+        }
+        let run = current(jobs, &e.name, &e.version, e.stage);
+        let Some(latest) = run.last() else { continue };
+        if let Some(done) = run.iter().find(|j| matches!(j.outcome, Outcome::Complete { .. })) {
+            let restarts = failures(&run) as i32;
+            succeed(spec, state, &e, restarts);
+            out.notes.push(NodeNote::Completed {
+                package: e.name.clone(),
+                version: e.version.clone(),
+                stage: e.stage,
+            });
+            for j in &run {
+                let succeeded = j.name == done.name;
+                out.actions.push(NodeAction::Record { job: j.name.clone(), succeeded });
+            }
+            continue;
+        }
+        let failed = failures(&run) as i32;
+        match &latest.outcome {
+            Outcome::Running => {
+                if let Some((container, reason, message)) = &latest.stuck {
+                    let message = format!("container {container}: {message}");
+                    out.actions.push(NodeAction::FailNow {
+                        job: latest.name.clone(),
+                        reason: reason.clone(),
+                        message: message.clone(),
+                    });
+                    set(state, &e, e.stage, State::Erroring, failed + 1);
+                    out.notes.push(NodeNote::Failed {
+                        package: e.name.clone(),
+                        version: e.version.clone(),
+                        stage: e.stage,
+                        reason: reason.clone(),
+                        message,
+                        restarts: failed + 1,
+                    });
+                } else if e.state != Some(State::InProgress) || e.restarts != failed {
+                    set(state, &e, e.stage, State::InProgress, failed);
+                }
+            }
+            Outcome::Failed { reason, message, .. } => {
+                if e.state != Some(State::Erroring) || e.restarts != failed {
+                    set(state, &e, e.stage, State::Erroring, failed);
+                    out.notes.push(NodeNote::Failed {
+                        package: e.name.clone(),
+                        version: e.version.clone(),
+                        stage: e.stage,
+                        reason: reason.clone(),
+                        message: message.clone(),
+                        restarts: failed,
+                    });
+                }
+            }
+            Outcome::Complete { .. } => {}
+        }
+    }
+    let _ = now;
+}
+
+fn set(state: &mut NodeState, e: &PackageStatus, stage: Stage, s: State, restarts: i32) {
+    let mut n = e.clone();
+    n.stage = stage;
+    n.state = Some(s);
+    n.restarts = restarts;
+    state.upsert(n);
+}
+
+/// §3.11 step 3: what a successful stage means for the node state.
+fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus, restarts: i32) {
+    match e.stage {
+        Stage::Interrupt => {
+            let skipped: Vec<PackageStatus> = state
+                .iter()
+                .map(|(_, x)| x.clone())
+                .filter(|x| x.stage == Stage::Interrupt && x.state == Some(State::Skipped))
+                .filter(|x| {
+                    spec.packages
+                        .get(&x.name)
+                        .is_some_and(|p| spec.has_interrupt(p))
+                })
+                .collect();
+            for x in skipped {
+                set(state, &x, Stage::Interrupt, State::Complete, x.restarts);
+            }
+            set(state, e, Stage::Interrupt, State::Complete, restarts);
+        }
+        Stage::Upgrade => {
+            let others: Vec<String> = state
+                .iter()
+                .filter(|(_, x)| x.name == e.name && x.version != e.version)
+                .map(|(_, x)| x.version.clone())
+                .collect();
+            for v in others {
+                state.remove(&e.name, &v);
+            }
+            set(state, e, Stage::Upgrade, State::Complete, restarts);
+        }
+        Stage::Uninstall => {
+            if let Some(p) = spec.packages.get(&e.name).filter(|p| p.version != e.version) {
+                let mut next = state.get(&p.name, &p.version).cloned().unwrap_or_else(|| {
+                    PackageStatus {
+                        name: p.name.clone(),
+                        version: p.version.clone(),
+                        image: p.image.clone(),
+                        container_sha: p.container_sha.clone(),
+                        stage: Stage::Uninstall,
+                        state: None,
+                        restarts: 0,
+                    }
+                });
+                next.stage = Stage::Uninstall;
+                next.state = Some(State::Complete);
+                state.upsert(next);
+            }
+            state.remove(&e.name, &e.version);
+        }
+        stage => set(state, e, stage, State::Complete, restarts),
+    }
+}
+
+/// Keep only the newest `kept` failed, recorded-or-not Jobs per (package, version, stage).
+fn prune_failed(jobs: &[&JobView], kept: usize, out: &mut NodeOutcome) {
+    let mut groups: BTreeMap<(String, String, &str), Vec<&JobView>> = BTreeMap::new();
+    for j in jobs.iter().filter(|j| matches!(j.outcome, Outcome::Failed { .. }) && !j.deleting) {
+        groups
+            .entry((j.package.clone(), j.version.clone(), j.stage.as_str()))
+            .or_default()
+            .push(j);
+    }
+    for (_, mut g) in groups {
+        g.sort_by_key(|j| std::cmp::Reverse(j.attempt));
+        for j in g.into_iter().skip(kept) {
+            out.actions.push(NodeAction::Delete { job: j.name.clone() });
+        }
+    }
+}
+
+/// §3.6 per node: removals and downgrades become uninstalls, upgrades an `upgrade` stage.
+fn version_changes(spec: &SpecView, state: &mut NodeState) {
+    let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
+    for e in entries {
+        match spec.packages.get(&e.name) {
+            None if e.stage != Stage::Uninstall => {
+                let mut n = e.clone();
+                n.stage = Stage::Uninstall;
+                n.state = Some(State::InProgress);
+                n.restarts = 0;
+                n.container_sha = None;
+                state.upsert(n);
+            }
+            Some(p) if p.version != e.version => {
+                match schema::semver_compare(&p.version, &e.version) {
+                    std::cmp::Ordering::Greater => {
+                        let already = state
+                            .get(&p.name, &p.version)
+                            .is_some_and(|x| x.stage == Stage::Upgrade || x.state == Some(State::Complete));
+                        if !already && e.stage != Stage::Uninstall {
+                            state.upsert(PackageStatus {
+                                name: p.name.clone(),
+                                version: p.version.clone(),
+                                image: p.image.clone(),
+                                container_sha: p.container_sha.clone(),
+                                stage: Stage::Upgrade,
+                                state: Some(State::InProgress),
+                                restarts: 0,
+                            });
+                        }
+                    }
+                    _ if e.stage != Stage::Uninstall => {
+                        let mut old = e.clone();
+                        old.stage = Stage::Uninstall;
+                        old.state = Some(State::InProgress);
+                        old.restarts = 0;
+                        state.upsert(old);
+                        if state.get(&p.name, &p.version).is_none() {
+                            state.upsert(PackageStatus {
+                                name: p.name.clone(),
+                                version: p.version.clone(),
+                                image: p.image.clone(),
+                                container_sha: p.container_sha.clone(),
+                                stage: Stage::Uninstall,
+                                state: Some(State::Skipped),
+                                restarts: 0,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The (package, stage) pairs to run now: uninstalls first, then the dependency frontier
+/// (packages whose dependencies are all complete and that are not complete themselves).
+fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)> {
+    let mut out = Vec::new();
+    for (_, e) in state.iter() {
+        if e.stage == Stage::Uninstall && matches!(e.state, Some(State::InProgress) | Some(State::Erroring)) {
+            out.push((uninstall_package(spec, e), Stage::Uninstall));
+        }
+    }
+    let complete: BTreeSet<&str> = spec
+        .packages
+        .values()
+        .filter(|p| spec.package_complete(state, p))
+        .map(|p| p.name.as_str())
+        .collect();
+    for p in spec.packages.values() {
+        if complete.contains(p.name.as_str()) {
+            continue;
+        }
+        let deps_done = p.depends_on.keys().all(|d| complete.contains(d.as_str()));
+        // An uninstall of another version of this package goes first (downgrades).
+        let uninstalling = state
+            .iter()
+            .any(|(_, e)| e.name == p.name && e.version != p.version && e.stage == Stage::Uninstall);
+        if !deps_done || uninstalling {
+            continue;
+        }
+        if let Some(stage) = next_stage(spec, state, p) {
+            out.push((p.clone(), stage));
+        }
+    }
+    out
+}
+
+/// The stage package `p` should be in next on this node, if any.
+fn next_stage(spec: &SpecView, state: &NodeState, p: &Package) -> Option<Stage> {
+    let Some(e) = state.get(&p.name, &p.version) else {
+        return Some(Stage::Apply);
+    };
+    match e.state {
+        Some(State::Complete) => e.stage.next(spec.has_interrupt(p)),
+        Some(State::Skipped) => None,
+        _ => Some(e.stage),
+    }
+}
+
+/// Uninstalls run with the old version's identity only (§3.6): no env, configMap or resources.
+fn uninstall_package(spec: &SpecView, e: &PackageStatus) -> Package {
+    let mut p = spec
+        .packages
+        .get(&e.name)
+        .cloned()
+        .unwrap_or_default();
+    p.name = e.name.clone();
+    p.version = e.version.clone();
+    p.image = e.image.clone();
+    p.container_sha = None;
+    p.env = Vec::new();
+    p.config_map = BTreeMap::new();
+    p.resources = None;
+    p.interrupt = None;
+    p.config_interrupts = BTreeMap::new();
+    p.depends_on = BTreeMap::new();
+    p
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start(
+    spec: &SpecView,
+    state: &mut NodeState,
+    jobs: &[&JobView],
+    p: &Package,
+    stage: Stage,
+    retry: RetryPolicy,
+    now: Timestamp,
+    out: &mut NodeOutcome,
+) {
+    let hash = if stage == Stage::Uninstall {
+        String::new()
+    } else {
+        spec.spec_hashes.get(&p.name).cloned().unwrap_or_default()
+    };
+    let run = current(jobs, &p.name, &p.version, stage);
+    let failed = failures(&run) as u32;
+    if let Some(latest) = run.last() {
+        match &latest.outcome {
+            // Running (or just created): adopt it, never start a twin.
+            Outcome::Running => {
+                mark(state, p, stage, State::InProgress, failed as i32);
+                return;
+            }
+            Outcome::Complete { .. } => return,
+            Outcome::Failed { at, .. } => {
+                // A spec change retries at once; otherwise wait out the backoff.
+                let stale = stage != Stage::Uninstall && latest.spec_hash != hash;
+                let due = *at + retry.delay(failed);
+                if !stale && now < due {
+                    out.retry_at = Some(out.retry_at.map_or(due, |r: Timestamp| r.min(due)));
+                    return;
+                }
+            }
+        }
+    }
+    let attempt = jobs
+        .iter()
+        .filter(|j| j.package == p.name && j.version == p.version && j.stage == stage)
+        .map(|j| j.attempt + 1)
+        .max()
+        .unwrap_or(0);
+    if attempt > schema::MAX_JOB_ATTEMPT {
+        return;
+    }
+    let prior = state.get(&p.name, &p.version).map(|e| e.restarts).unwrap_or(0);
+    let restarts = if run.is_empty() { 0 } else { prior.max(failed as i32) };
+    mark(state, p, stage, State::InProgress, restarts);
+    out.notes.push(NodeNote::Started {
+        package: p.name.clone(),
+        version: p.version.clone(),
+        stage,
+    });
+    out.actions.push(NodeAction::Run {
+        package: p.clone(),
+        stage,
+        attempt,
+        spec_hash: hash,
+    });
+}
+
+fn mark(state: &mut NodeState, p: &Package, stage: Stage, s: State, restarts: i32) {
+    let mut e = state.get(&p.name, &p.version).cloned().unwrap_or_else(|| PackageStatus {
+        name: p.name.clone(),
+        version: p.version.clone(),
+        image: p.image.clone(),
+        container_sha: None,
+        stage,
+        state: None,
+        restarts: 0,
+    });
+    e.stage = stage;
+    e.state = Some(s);
+    e.restarts = restarts;
+    if stage != Stage::Uninstall {
+        e.image = p.image.clone();
+        e.container_sha = p.container_sha.clone();
+    }
+    state.upsert(e);
+}

@@ -1,0 +1,286 @@
+//! Operator settings: the reference operator's environment variables (same names, same defaults)
+//! and matching command-line flags, validated once at start-up.
+
+use std::time::Duration;
+
+use clap::Args;
+use thiserror::Error;
+
+use crate::schema::TaintSpec;
+
+#[derive(Debug, Error)]
+#[error("invalid skyhook operator options: {}", .0.join("; "))]
+pub struct SettingsError(pub Vec<String>);
+
+/// Everything `skyhook-operator run` can be told. Flags win over the environment.
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// Namespace of the package Jobs and ConfigMaps.
+    #[arg(long, env = "NAMESPACE", default_value = "skyhook")]
+    pub namespace: String,
+    /// Idle re-check interval (Go duration syntax, at least 1m).
+    #[arg(long, env = "DEFAULT_INTERVAL", default_value = "10m")]
+    pub default_interval: String,
+    /// Single image pull secret for every Job's pods.
+    #[arg(long, env = "IMAGE_PULL_SECRET", default_value = "")]
+    pub image_pull_secret: String,
+    /// Host directory package payloads are copied into.
+    #[arg(long, env = "COPY_DIR_ROOT", default_value = "/var/lib/skyhook")]
+    pub copy_dir_root: String,
+    /// Host directory of the agent's step logs.
+    #[arg(long, env = "AGENT_LOG_ROOT", default_value = "/var/log/skyhook")]
+    pub agent_log_root: String,
+    /// Reset a node's state when its boot id changes.
+    #[arg(long, env = "REAPPLY_ON_REBOOT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub reapply_on_reboot: bool,
+    /// Taint removed once every runtime-required Skyhook is complete on a node (kubectl syntax).
+    #[arg(
+        long,
+        env = "RUNTIME_REQUIRED_TAINT",
+        default_value = "skyhook.nvidia.com=runtime-required:NoSchedule"
+    )]
+    pub runtime_required_taint: String,
+    /// Image of the pause container (kept for compatibility; Jobs do not need it).
+    #[arg(long, env = "PAUSE_IMAGE", default_value = "registry.k8s.io/pause:3.10")]
+    pub pause_image: String,
+    /// The Skyhook agent image that runs every stage.
+    #[arg(
+        long,
+        env = "AGENT_IMAGE",
+        default_value = "ghcr.io/nvidia/skyhook/agent:latest"
+    )]
+    pub agent_image: String,
+    /// Address of the Prometheus metrics endpoint.
+    #[arg(long = "metrics-bind-address", env = "METRICS_PORT", default_value = ":8080")]
+    pub metrics_bind_address: String,
+    /// Address of /healthz and /readyz.
+    #[arg(
+        long = "health-probe-bind-address",
+        env = "PROBE_PORT",
+        default_value = ":8081"
+    )]
+    pub health_probe_bind_address: String,
+    /// Deadline of one stage Job (activeDeadlineSeconds); a hung stage ends `erroring`.
+    #[arg(long, env = "STAGE_DEADLINE", default_value = "1h")]
+    pub stage_deadline: String,
+    /// How long a successful Job is kept (ttlSecondsAfterFinished). Failed Jobs are kept.
+    #[arg(long, env = "COMPLETED_JOB_TTL", default_value = "24h")]
+    pub completed_job_ttl: String,
+    /// How many failed Jobs to keep per (package, stage, node).
+    #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
+    pub failed_jobs_kept: usize,
+    /// First retry delay after a failed stage; doubles per failure up to --retry-max.
+    #[arg(long, env = "RETRY_BASE", default_value = "10s")]
+    pub retry_base: String,
+    /// Longest retry delay.
+    #[arg(long, env = "RETRY_MAX", default_value = "5m")]
+    pub retry_max: String,
+    /// Only reconcile Skyhooks whose labels match this selector (empty: all). Lets a canary or a
+    /// test operator own a subset of Skyhooks.
+    #[arg(long, env = "SKYHOOK_SELECTOR", default_value = "")]
+    pub skyhook_selector: String,
+    /// Log format: json or console.
+    #[arg(long, env = "LOG_ENCODER", default_value = "json")]
+    pub log_encoder: String,
+    /// Log level (trace, debug, info, warn, error) or a tracing filter.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// [`Settings`] parsed and checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub namespace: String,
+    pub default_interval: Duration,
+    pub image_pull_secret: Option<String>,
+    pub copy_dir_root: String,
+    pub agent_log_root: String,
+    pub reapply_on_reboot: bool,
+    pub runtime_required_taint: TaintSpec,
+    pub pause_image: String,
+    pub agent_image: String,
+    pub metrics_addr: String,
+    pub probe_addr: String,
+    pub stage_deadline: Duration,
+    pub completed_job_ttl: Duration,
+    pub failed_jobs_kept: usize,
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    pub skyhook_selector: Option<String>,
+    pub log_json: bool,
+    pub log_level: String,
+}
+
+impl Settings {
+    /// Check every setting, reporting all problems at once (as the reference does).
+    pub fn validate(&self) -> Result<Config, SettingsError> {
+        let mut errs = Vec::new();
+        let mut dur = |name: &str, v: &str, min: Duration| match parse_go_duration(v) {
+            Ok(d) if d >= min => d,
+            Ok(_) => {
+                errs.push(format!("{name} must be at least {min:?}, got {v:?}"));
+                min
+            }
+            Err(e) => {
+                errs.push(format!("{name}: {e}"));
+                min
+            }
+        };
+        let default_interval = dur("DEFAULT_INTERVAL", &self.default_interval, Duration::from_secs(60));
+        let stage_deadline = dur("STAGE_DEADLINE", &self.stage_deadline, Duration::from_secs(1));
+        let completed_job_ttl =
+            dur("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::from_secs(0));
+        let retry_base = dur("RETRY_BASE", &self.retry_base, Duration::from_millis(100));
+        let retry_max = dur("RETRY_MAX", &self.retry_max, Duration::from_millis(100));
+        if !self.copy_dir_root.starts_with('/') {
+            errs.push(format!(
+                "COPY_DIR_ROOT must be an absolute path, got {:?}",
+                self.copy_dir_root
+            ));
+        }
+        for (name, image) in [("PAUSE_IMAGE", &self.pause_image), ("AGENT_IMAGE", &self.agent_image)] {
+            if image.is_empty() || !image.contains(':') {
+                errs.push(format!("{name} must be an image reference with a tag, got {image:?}"));
+            }
+        }
+        let taint = match TaintSpec::parse(&self.runtime_required_taint) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                errs.push(format!("RUNTIME_REQUIRED_TAINT: {e}"));
+                None
+            }
+        };
+        let log_json = match self.log_encoder.as_str() {
+            "json" => true,
+            "console" => false,
+            other => {
+                errs.push(format!("LOG_ENCODER must be json or console, got {other:?}"));
+                true
+            }
+        };
+        if self.namespace.is_empty() {
+            errs.push("NAMESPACE must not be empty".to_string());
+        }
+        match (taint, errs.is_empty()) {
+            (Some(runtime_required_taint), true) => Ok(Config {
+                namespace: self.namespace.clone(),
+                default_interval,
+                image_pull_secret: Some(self.image_pull_secret.clone()).filter(|s| !s.is_empty()),
+                copy_dir_root: self.copy_dir_root.clone(),
+                agent_log_root: self.agent_log_root.clone(),
+                reapply_on_reboot: self.reapply_on_reboot,
+                runtime_required_taint,
+                pause_image: self.pause_image.clone(),
+                agent_image: self.agent_image.clone(),
+                metrics_addr: bind_address(&self.metrics_bind_address),
+                probe_addr: bind_address(&self.health_probe_bind_address),
+                stage_deadline,
+                completed_job_ttl,
+                failed_jobs_kept: self.failed_jobs_kept.max(1),
+                retry_base,
+                retry_max,
+                skyhook_selector: Some(self.skyhook_selector.clone()).filter(|s| !s.is_empty()),
+                log_json,
+                log_level: self.log_level.clone(),
+            }),
+            _ => Err(SettingsError(errs)),
+        }
+    }
+}
+
+/// Go's `:8080` means every interface.
+fn bind_address(addr: &str) -> String {
+    if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr.to_string()
+    }
+}
+
+/// Parse Go `time.ParseDuration` syntax (`10m`, `1h30m`, `1.5s`, `300ms`), as the reference's
+/// settings use it.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?} (use Go syntax such as 30s, 10m, 1h30m)");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = s;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (num, tail) = rest.split_at(num_end);
+        let value: f64 = num.parse().map_err(|_| bad())?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_end);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += value * scale;
+        rest = tail;
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert!(parse_go_duration("10").is_err());
+        assert!(parse_go_duration("ten minutes").is_err());
+        assert!(parse_go_duration("").is_err());
+    }
+
+    #[test]
+    fn defaults_are_the_reference_defaults() {
+        let cli = Cli::parse_from(["x"]);
+        let c = cli.settings.validate().expect("defaults are valid");
+        assert_eq!(c.namespace, "skyhook");
+        assert_eq!(c.default_interval, Duration::from_secs(600));
+        assert_eq!(c.copy_dir_root, "/var/lib/skyhook");
+        assert_eq!(c.metrics_addr, "0.0.0.0:8080");
+        assert_eq!(c.probe_addr, "0.0.0.0:8081");
+        assert_eq!(c.image_pull_secret, None);
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let cli = Cli::parse_from([
+            "x",
+            "--default-interval=30s",
+            "--copy-dir-root=relative",
+            "--agent-image=noTag",
+            "--runtime-required-taint=key-",
+        ]);
+        let err = cli.settings.validate().expect_err("invalid").to_string();
+        assert!(err.starts_with("invalid skyhook operator options: "), "{err}");
+        for want in ["DEFAULT_INTERVAL", "COPY_DIR_ROOT", "AGENT_IMAGE", "RUNTIME_REQUIRED_TAINT"] {
+            assert!(err.contains(want), "{err} lacks {want}");
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! The operator rolling packages out through Jobs, on the real control plane.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use skyhook::crd::Skyhook;
+use skyhook::schema::{self, NodeState, Stage, State};
+
+use crate::support::{Operator, TestCtx, install_crds};
+
+/// A Skyhook selecting exactly this test's nodes, reconciled only by this test's operator.
+fn skyhook(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
+    let (k, v) = ctx.test_label();
+    let mut spec = spec;
+    spec["nodeSelectors"] = json!({"matchLabels": {k.clone(): v.clone()}});
+    serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+        "metadata": {"name": name, "labels": {k: v}},
+        "spec": spec,
+    }))
+    .expect("valid Skyhook")
+}
+
+fn pkg(version: &str, env: Value) -> Value {
+    json!({"version": version, "image": "ghcr.io/nvidia/skyhook-packages/shellscript", "env": env})
+}
+
+fn sleep(s: &str) -> Value {
+    json!([{"name": "SLEEP_LEN", "value": s}])
+}
+
+struct Env {
+    ctx: TestCtx,
+    op: Operator,
+    nodes: Vec<String>,
+    skyhooks: Api<Skyhook>,
+    jobs: Api<Job>,
+    node_api: Api<Node>,
+}
+
+async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
+    install_crds();
+    let mut ctx = TestCtx::new(test).await;
+    let nodes = ctx.add_test_nodes(nodes);
+    let op = Operator::start(&ctx, operator_env);
+    ctx.report_on_failure(&["get", "skyhooks", "-o", "yaml"]);
+    ctx.report_on_failure(&["get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}"]);
+    Env {
+        skyhooks: Api::all(ctx.client.clone()),
+        jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
+        node_api: Api::all(ctx.client.clone()),
+        ctx,
+        op,
+        nodes,
+    }
+}
+
+impl Env {
+    async fn create(&self, sk: &Skyhook) {
+        self.skyhooks
+            .create(&PostParams::default(), sk)
+            .await
+            .expect("create Skyhook");
+    }
+
+    async fn node_state(&self, node: &str, sk: &str) -> Option<(String, NodeState)> {
+        let n = self.node_api.get(node).await.ok()?;
+        let raw = n.annotations().get(&schema::node_state_annotation(sk))?.clone();
+        let parsed = NodeState::parse(&raw).ok()?;
+        Some((raw, parsed))
+    }
+
+    async fn wait_status(&self, sk: &str, want: schema::Status, timeout: Duration) -> Skyhook {
+        self.ctx
+            .wait_for(&format!("Skyhook {sk} status {}", want.as_str()), timeout, || async {
+                let s = self.skyhooks.get(sk).await.ok()?;
+                (s.status.as_ref()?.status == Some(want)).then_some(s)
+            })
+            .await
+    }
+
+    async fn jobs_of(&self, sk: &str) -> Vec<Job> {
+        self.jobs
+            .list(&ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL)))
+            .await
+            .expect("list jobs")
+            .items
+    }
+}
+
+fn label<'a>(j: &'a Job, k: &str) -> &'a str {
+    j.labels().get(k).map(String::as_str).unwrap_or("")
+}
+
+#[tokio::test]
+async fn rollout_three_packages_on_three_nodes() {
+    let env = setup("rollout", 3, &[]).await;
+    let name = env.ctx.name("sk");
+    let mut c = pkg("1.0.0", sleep("1"));
+    c["containerSHA"] = json!("sha256:0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201001");
+    c["resources"] = json!({"cpuRequest": "50m", "cpuLimit": "100m", "memoryRequest": "32Mi", "memoryLimit": "64Mi"});
+    let mut a = pkg("1.2.3", sleep("1"));
+    a["configMap"] = json!({"config.sh": "echo hi"});
+    let mut b = pkg("2.0.0", sleep("1"));
+    b["dependsOn"] = json!({"alpha": "1.2.3"});
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"alpha": a, "bravo": b, "charlie": c}})))
+        .await;
+
+    let sk = env.wait_status(&name, schema::Status::Complete, Duration::from_secs(180)).await;
+    let st = sk.status.clone().expect("status");
+    assert_eq!(st.complete_nodes, "3/3");
+    assert_eq!(st.nodes_in_progress, 0);
+    assert_eq!(st.package_list, "alpha:1.2.3,bravo:2.0.0,charlie:1.0.0");
+    assert_eq!(st.observed_generation, sk.metadata.generation.unwrap_or(0));
+    assert_eq!(st.node_status.len(), 3);
+
+    for node in &env.nodes {
+        let (raw, state) = env.node_state(node, &name).await.expect("node state");
+        // Byte-compatible with the reference's encoding.
+        assert_eq!(raw, state.to_annotation(), "node state of {node} is not in the Go encoding");
+        assert_eq!(state.0.len(), 3);
+        for (_, e) in state.iter() {
+            assert_eq!((e.stage, e.state), (Stage::Config, Some(State::Complete)), "{e:?}");
+        }
+        assert_eq!(
+            state.get("charlie", "1.0.0").and_then(|e| e.container_sha.clone()).as_deref(),
+            Some("sha256:0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201001")
+        );
+        let n = env.node_api.get(node).await.expect("node");
+        assert_eq!(n.labels().get(&schema::status_label(&name)).map(String::as_str), Some("complete"));
+        let conds = n.status.and_then(|s| s.conditions).unwrap_or_default();
+        let cond = |t: String| conds.iter().find(|c| c.type_ == t).map(|c| (c.status.clone(), c.reason.clone()));
+        assert_eq!(cond(schema::node_not_ready_condition(&name)), Some(("False".into(), Some("Complete".into()))));
+        assert_eq!(cond(schema::node_erroring_condition(&name)), Some(("False".into(), Some("Not Erroring".into()))));
+    }
+
+    // Exactly one Job per (package, stage, node), each labelled and owned by the Skyhook.
+    let jobs = env.jobs_of(&name).await;
+    let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    for j in &jobs {
+        for k in [schema::NAME_LABEL, schema::PACKAGE_LABEL, schema::NODE_LABEL, schema::STAGE_LABEL, schema::RESOURCE_ID_LABEL] {
+            assert!(!label(j, k).is_empty(), "Job {} lacks label {k}", j.name_any());
+        }
+        let owner = j.owner_references().first().expect("ownerReference");
+        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Skyhook", name.as_str(), Some(true)));
+        let spec = j.spec.as_ref().expect("spec");
+        assert_eq!((spec.backoff_limit, spec.parallelism, spec.completions), (Some(0), Some(1), Some(1)));
+        let pod = spec.template.spec.as_ref().expect("pod spec");
+        assert!(pod.host_pid == Some(true) && pod.host_network == Some(true));
+        *seen
+            .entry((label(j, schema::PACKAGE_LABEL).into(), label(j, schema::STAGE_LABEL).into(), label(j, schema::NODE_LABEL).into()))
+            .or_default() += 1;
+    }
+    assert_eq!(seen.len(), 3 * 2 * 3, "jobs: {seen:?}");
+    assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
+
+    // The resource-id label finds that package's Jobs on that node.
+    let j = jobs
+        .iter()
+        .find(|j| label(j, schema::PACKAGE_LABEL) == "bravo-2.0.0" && label(j, schema::NODE_LABEL) == env.nodes[1])
+        .expect("a bravo Job on the second node");
+    let full = j.annotations().get(schema::RESOURCE_ID_ANNOTATION).expect("full resource id");
+    let out = env.ctx.kubectl(&[
+        "get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l",
+        &format!("{}={}", schema::RESOURCE_ID_LABEL, schema::resource_id_label(full)),
+    ]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listed.lines().count(), 2, "kubectl get jobs by resource id printed:\n{listed}");
+
+    // No dependent Job before its dependency completed on that node.
+    for node in &env.nodes {
+        let on = |p: &str, s: &str| {
+            jobs.iter()
+                .find(|j| label(j, schema::PACKAGE_LABEL).starts_with(p) && label(j, schema::STAGE_LABEL) == s && label(j, schema::NODE_LABEL) == node)
+                .cloned()
+                .expect("job")
+        };
+        let dep_done = on("alpha", "config").status.and_then(|s| s.completion_time).expect("completed").0;
+        let child_created = on("bravo", "apply").metadata.creation_timestamp.expect("created").0;
+        assert!(child_created >= dep_done, "bravo started on {node} before alpha completed");
+    }
+    drop(env.op);
+}
+
+#[tokio::test]
+async fn failing_package_errors_then_recovers() {
+    let env = setup("fail", 1, &[]).await;
+    let name = env.ctx.name("sk");
+    let node = env.nodes[0].clone();
+    let failing = pkg("1.0.0", json!([{"name": "EXIT_CODE", "value": "1"}]));
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"broken": failing}}))).await;
+
+    let state = env
+        .ctx
+        .wait_for("the package to be erroring with restarts", Duration::from_secs(90), || async {
+            let (_, s) = env.node_state(&node, &name).await?;
+            let e = s.get("broken", "1.0.0")?.clone();
+            (e.state == Some(State::Erroring) && e.restarts >= 1).then_some(e)
+        })
+        .await;
+    assert_eq!(state.stage, Stage::Apply);
+    let sk = env.wait_status(&name, schema::Status::Erroring, Duration::from_secs(30)).await;
+    let cond = sk.status.expect("status").conditions.into_iter()
+        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION).expect("PackageErroring condition");
+    assert_eq!(cond.status, "True");
+    assert!(cond.message.contains("broken") && cond.message.contains(&node), "{}", cond.message);
+    let events: Api<Event> = Api::all(env.ctx.client.clone());
+    let warned = env.ctx.wait_for("a Warning event naming the package and node", Duration::from_secs(20), || async {
+        let evs = events.list(&ListParams::default().fields(&format!("involvedObject.name={name}"))).await.ok()?;
+        evs.items.into_iter().find(|e| {
+            let msg = e.message.clone().unwrap_or_default();
+            e.type_.as_deref() == Some("Warning") && msg.contains("broken") && msg.contains(&node)
+        })
+    }).await;
+    assert!(warned.message.is_some());
+
+    // Fixing the package brings it to complete with no manual action.
+    let fix = json!({"spec": {"packages": {"broken": pkg("1.0.0", sleep("1"))}}});
+    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&fix)).await.expect("patch");
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    let (_, s) = env.node_state(&node, &name).await.expect("state");
+    assert_eq!(s.get("broken", "1.0.0").and_then(|e| e.state), Some(State::Complete));
+}
+
+#[tokio::test]
+async fn unpullable_image_and_hung_stage_become_erroring() {
+    let env = setup("stuck", 1, &[("STAGE_DEADLINE", "20s")]).await;
+    let node = env.nodes[0].clone();
+    let pull = env.ctx.name("pull");
+    let hang = env.ctx.name("hang");
+    let mut bad = pkg("1.0.0", json!([]));
+    bad["image"] = json!("registry.invalid/skyhook/missing");
+    env.create(&skyhook(&env.ctx, &pull, json!({"packages": {"missing": bad}}))).await;
+    env.create(&skyhook(&env.ctx, &hang, json!({"priority": 300, "packages": {"hangs": pkg("1.0.0", json!([{"name": "HANG", "value": "true"}]))}}))).await;
+
+    let started = std::time::Instant::now();
+    env.wait_status(&pull, schema::Status::Erroring, Duration::from_secs(60)).await;
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let sk = env.skyhooks.get(&pull).await.expect("get");
+    let cond = sk.status.expect("status").conditions.into_iter()
+        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION).expect("condition");
+    assert!(cond.message.contains("ErrImagePull") || cond.message.contains("ImagePullBackOff"), "{}", cond.message);
+
+    // The hung stage runs on the same node once the first Skyhook no longer gates it? No: the
+    // first Skyhook is erroring, so lower-priority work waits (§3.14). Remove the first one.
+    env.skyhooks.delete(&pull, &Default::default()).await.expect("delete");
+    let sk = env.wait_status(&hang, schema::Status::Erroring, Duration::from_secs(120)).await;
+    let cond = sk.status.expect("status").conditions.into_iter()
+        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION).expect("condition");
+    assert!(cond.message.contains("DeadlineExceeded"), "{}", cond.message);
+    let (_, s) = env.node_state(&node, &hang).await.expect("state");
+    assert_eq!(s.get("hangs", "1.0.0").and_then(|e| e.state), Some(State::Erroring));
+}
+
+#[tokio::test]
+async fn budget_of_one_limits_nodes_in_progress() {
+    let env = setup("budget", 3, &[]).await;
+    let name = env.ctx.name("sk");
+    env.create(&skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"tune": pkg("1.0.0", sleep("2"))}}))).await;
+    let mut max_busy = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let jobs = env.jobs_of(&name).await;
+        let busy: std::collections::BTreeSet<String> = jobs
+            .iter()
+            .filter(|j| j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| !c.iter().any(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"))))
+            .map(|j| label(j, schema::NODE_LABEL).to_string())
+            .collect();
+        max_busy = max_busy.max(busy.len());
+        assert!(busy.len() <= 1, "nodes with running Jobs at once: {busy:?}");
+        let sk = env.skyhooks.get(&name).await.expect("get");
+        if sk.status.and_then(|s| s.status) == Some(schema::Status::Complete) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "rollout did not complete");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(max_busy, 1);
+}
+
+#[tokio::test]
+async fn pause_and_disable() {
+    let env = setup("pause", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    let mut sk = skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"slow": pkg("1.0.0", sleep("4"))}}));
+    env.create(&sk).await;
+    // Pause while the first node's Job runs: it finishes, nothing new starts.
+    env.ctx.wait_for("a running Job", Duration::from_secs(60), || async {
+        (!env.jobs_of(&name).await.is_empty()).then_some(())
+    }).await;
+    let pause = json!({"metadata": {"annotations": {schema::PAUSE_ANNOTATION: "true"}}});
+    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&pause)).await.expect("pause");
+    env.wait_status(&name, schema::Status::Paused, Duration::from_secs(30)).await;
+    let count = env.jobs_of(&name).await.len();
+    env.ctx.holds_for("no new Job while paused", Duration::from_secs(10), || async {
+        let n = env.jobs_of(&name).await.len();
+        if n == count { Ok(()) } else { Err(format!("{n} Jobs, had {count}")) }
+    }).await;
+    let resume = json!({"metadata": {"annotations": {schema::PAUSE_ANNOTATION: null}}});
+    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&resume)).await.expect("resume");
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+
+    // Disable: status disabled, nothing runs.
+    sk.metadata.name = Some(env.ctx.name("off"));
+    sk.metadata.annotations = Some([(schema::DISABLE_ANNOTATION.to_string(), "true".to_string())].into());
+    let off = sk.name_any();
+    env.create(&sk).await;
+    env.wait_status(&off, schema::Status::Disabled, Duration::from_secs(30)).await;
+    env.ctx.holds_for("no Job for a disabled Skyhook", Duration::from_secs(5), || async {
+        let n = env.jobs_of(&off).await.len();
+        if n == 0 { Ok(()) } else { Err(format!("{n} Jobs")) }
+    }).await;
+}
+
+#[tokio::test]
+async fn deleting_a_skyhook_cleans_up() {
+    let env = setup("delete", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    let mut p = pkg("1.0.0", sleep("1"));
+    p["configMap"] = json!({"a": "b"});
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"pkg": p}}))).await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    assert!(!env.jobs_of(&name).await.is_empty());
+    env.skyhooks.delete(&name, &Default::default()).await.expect("delete");
+    env.ctx.wait_for("the Skyhook to be gone", Duration::from_secs(60), || async {
+        env.skyhooks.get_opt(&name).await.ok()?.is_none().then_some(())
+    }).await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    env.ctx.wait_for("Jobs and ConfigMaps to be gone", Duration::from_secs(60), || async {
+        let jobs = env.jobs_of(&name).await;
+        let left = cms.list(&ListParams::default()).await.ok()?.items.into_iter()
+            .filter(|c| c.name_any().starts_with(&name)).count();
+        (jobs.is_empty() && left == 0).then_some(())
+    }).await;
+    for node in &env.nodes {
+        let n = env.node_api.get(node).await.expect("node");
+        let keys: Vec<&String> = n.annotations().keys().chain(n.labels().keys()).filter(|k| k.contains(&name)).collect();
+        assert!(keys.is_empty(), "{node} still carries {keys:?}");
+        let conds: Vec<String> = n.status.and_then(|s| s.conditions).unwrap_or_default().into_iter()
+            .map(|c| c.type_).filter(|t| t.contains(&name)).collect();
+        assert!(conds.is_empty(), "{node} still has conditions {conds:?}");
+    }
+}
