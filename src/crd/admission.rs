@@ -122,8 +122,7 @@ pub const MSG_COMPARTMENT_NOT_UNIQUE: &str = "is not unique";
 /// Identical compartment selectors.
 pub const MSG_COMPARTMENT_IDENTICAL_SELECTOR: &str = "identical selector";
 /// Compartment budget unset (after `compartment "<n>" `).
-pub const MSG_COMPARTMENT_BUDGET_NONE: &str =
-    "budget: exactly one of percent or count must be set";
+pub const MSG_COMPARTMENT_BUDGET_NONE: &str = "budget: exactly one of percent or count must be set";
 /// Compartment budget with both fields (after `compartment "<n>" `).
 pub const MSG_COMPARTMENT_BUDGET_BOTH: &str = "budget: percent and count are mutually exclusive";
 /// Compartment strategy with several types (after `compartment "<n>" `).
@@ -230,12 +229,16 @@ pub fn skyhook_rules() -> Vec<CelRule> {
         rule(
             "spec.packages",
             format!("self.all(k, k.matches('{PACKAGE_NAME_PATTERN}'))"),
-            format!("spec.packages: {MSG_PACKAGE_NAME_INVALID}, keys must match {PACKAGE_NAME_PATTERN}"),
+            format!(
+                "spec.packages: {MSG_PACKAGE_NAME_INVALID}, keys must match {PACKAGE_NAME_PATTERN}"
+            ),
         ),
         rule(
             "spec.packages",
             "self.all(k, !has(self[k].name) || self[k].name == k)",
-            format!("spec.packages: {MSG_PACKAGE_NAME_KEY}, remove name from the package or set it to the key"),
+            format!(
+                "spec.packages: {MSG_PACKAGE_NAME_KEY}, remove name from the package or set it to the key"
+            ),
         ),
         rule(
             "spec.packages",
@@ -250,7 +253,9 @@ pub fn skyhook_rules() -> Vec<CelRule> {
         rule(
             "spec.packages.*.dependsOn",
             "self.all(k, self[k] != '')",
-            format!("dependsOn: {MSG_DEPENDENCY_EMPTY_VERSION}, set the exact version of the dependency"),
+            format!(
+                "dependsOn: {MSG_DEPENDENCY_EMPTY_VERSION}, set the exact version of the dependency"
+            ),
         ),
         rule(
             "spec.packages.*.version",
@@ -319,30 +324,43 @@ pub fn deployment_policy_rules() -> Vec<CelRule> {
         rule(
             "spec.compartments",
             "self.all(c, self.filter(d, d.name == c.name).size() == 1)",
-            format!("spec.compartments: a compartment name {MSG_COMPARTMENT_NOT_UNIQUE}, rename the duplicates"),
+            format!(
+                "spec.compartments: a compartment name {MSG_COMPARTMENT_NOT_UNIQUE}, rename the duplicates"
+            ),
         ),
         rule(
             "spec.compartments",
             "self.all(c, self.filter(d, d.selector == c.selector).size() == 1)",
-            format!("spec.compartments: two compartments have an {MSG_COMPARTMENT_IDENTICAL_SELECTOR}, give each compartment its own selector"),
+            format!(
+                "spec.compartments: two compartments have an {MSG_COMPARTMENT_IDENTICAL_SELECTOR}, give each compartment its own selector"
+            ),
         ),
         rule_with(
             "spec.compartments.[]",
             "has(self.budget.percent) || has(self.budget.count)",
             format!("spec.compartments: compartment {MSG_COMPARTMENT_BUDGET_NONE}"),
-            format!("'spec.compartments: compartment \"' + self.name + '\" {MSG_COMPARTMENT_BUDGET_NONE}'"),
+            format!(
+                "'spec.compartments: compartment \"' + self.name + '\" {MSG_COMPARTMENT_BUDGET_NONE}'"
+            ),
         ),
         rule_with(
             "spec.compartments.[]",
             "!(has(self.budget.percent) && has(self.budget.count))",
             format!("spec.compartments: compartment {MSG_COMPARTMENT_BUDGET_BOTH}"),
-            format!("'spec.compartments: compartment \"' + self.name + '\" {MSG_COMPARTMENT_BUDGET_BOTH}'"),
+            format!(
+                "'spec.compartments: compartment \"' + self.name + '\" {MSG_COMPARTMENT_BUDGET_BOTH}'"
+            ),
         ),
         rule_with(
             "spec.compartments.[]",
-            format!("!has(self.strategy) || {} <= 1", strategy_count("self.strategy")),
+            format!(
+                "!has(self.strategy) || {} <= 1",
+                strategy_count("self.strategy")
+            ),
             format!("spec.compartments: compartment {MSG_COMPARTMENT_STRATEGY}"),
-            format!("'spec.compartments: compartment \"' + self.name + '\" {MSG_COMPARTMENT_STRATEGY}'"),
+            format!(
+                "'spec.compartments: compartment \"' + self.name + '\" {MSG_COMPARTMENT_STRATEGY}'"
+            ),
         ),
         rule(
             "spec.compartments.[].name",
@@ -367,22 +385,58 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
     let ops = json!(SELECTOR_OPERATORS);
     vec![
         patch("spec.packages", "maxProperties", json!(MAX_PACKAGES)),
-        patch("spec.packages.*.dependsOn", "maxProperties", json!(MAX_DEPENDS_ON)),
+        patch(
+            "spec.packages.*.dependsOn",
+            "maxProperties",
+            json!(MAX_DEPENDS_ON),
+        ),
         patch(
             "spec.packages.*.configInterrupts",
             "maxProperties",
             json!(MAX_CONFIG_INTERRUPTS),
         ),
-        patch("spec.packages.*.version", "maxLength", json!(MAX_VERSION_LENGTH)),
-        patch("spec.packages.*.image", "maxLength", json!(MAX_IMAGE_LENGTH)),
-        patch("spec.packages.*.resources.cpuRequest", "maxLength", json!(MAX_QUANTITY_LENGTH)),
-        patch("spec.packages.*.resources.cpuLimit", "maxLength", json!(MAX_QUANTITY_LENGTH)),
-        patch("spec.packages.*.resources.memoryRequest", "maxLength", json!(MAX_QUANTITY_LENGTH)),
-        patch("spec.packages.*.resources.memoryLimit", "maxLength", json!(MAX_QUANTITY_LENGTH)),
+        patch(
+            "spec.packages.*.version",
+            "maxLength",
+            json!(MAX_VERSION_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.image",
+            "maxLength",
+            json!(MAX_IMAGE_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.resources.cpuRequest",
+            "maxLength",
+            json!(MAX_QUANTITY_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.resources.cpuLimit",
+            "maxLength",
+            json!(MAX_QUANTITY_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.resources.memoryRequest",
+            "maxLength",
+            json!(MAX_QUANTITY_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.resources.memoryLimit",
+            "maxLength",
+            json!(MAX_QUANTITY_LENGTH),
+        ),
         // An unknown operator makes the Go selector conversion fail; an enum reports it without
         // any CEL cost.
-        patch("spec.nodeSelectors.matchExpressions.[].operator", "enum", ops.clone()),
-        patch("spec.podNonInterruptLabels.matchExpressions.[].operator", "enum", ops),
+        patch(
+            "spec.nodeSelectors.matchExpressions.[].operator",
+            "enum",
+            ops.clone(),
+        ),
+        patch(
+            "spec.podNonInterruptLabels.matchExpressions.[].operator",
+            "enum",
+            ops,
+        ),
     ]
 }
 

@@ -116,7 +116,10 @@ pub fn crds_yaml() -> Result<String, GenerateError> {
 pub fn crd_files() -> Result<Vec<(&'static str, String)>, GenerateError> {
     Ok(vec![
         (SKYHOOK_CRD_FILE, crd_yaml(&skyhook_crd()?)?),
-        (DEPLOYMENT_POLICY_CRD_FILE, crd_yaml(&deployment_policy_crd()?)?),
+        (
+            DEPLOYMENT_POLICY_CRD_FILE,
+            crd_yaml(&deployment_policy_crd()?)?,
+        ),
     ])
 }
 
@@ -367,7 +370,11 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
         patch("spec.pause", "default", json!(false)),
         patch("spec.runtimeRequired", "default", json!(false)),
         patch("spec.autoTaintNewNodes", "default", json!(false)),
-        patch("spec.priority", "default", json!(super::skyhook::DEFAULT_PRIORITY)),
+        patch(
+            "spec.priority",
+            "default",
+            json!(super::skyhook::DEFAULT_PRIORITY),
+        ),
         patch(
             "spec.deploymentPolicyOptions.resetBatchStateOnCompletion",
             "default",
@@ -390,18 +397,50 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
             json!(super::status::DEFAULT_COMPLETE_NODES),
         ),
         patch("status.packageList", "default", json!("")),
-        patch(&format!("{env}.configMapKeyRef"), "x-kubernetes-map-type", json!("atomic")),
+        patch(
+            &format!("{env}.configMapKeyRef"),
+            "x-kubernetes-map-type",
+            json!("atomic"),
+        ),
         patch(&format!("{env}.configMapKeyRef.name"), "default", json!("")),
-        patch(&format!("{env}.configMapKeyRef"), "required", json!({ "remove": ["name"] })),
-        patch(&format!("{env}.secretKeyRef"), "x-kubernetes-map-type", json!("atomic")),
+        patch(
+            &format!("{env}.configMapKeyRef"),
+            "required",
+            json!({ "remove": ["name"] }),
+        ),
+        patch(
+            &format!("{env}.secretKeyRef"),
+            "x-kubernetes-map-type",
+            json!("atomic"),
+        ),
         patch(&format!("{env}.secretKeyRef.name"), "default", json!("")),
-        patch(&format!("{env}.secretKeyRef"), "required", json!({ "remove": ["name"] })),
-        patch(&format!("{env}.fieldRef"), "x-kubernetes-map-type", json!("atomic")),
-        patch(&format!("{env}.resourceFieldRef"), "x-kubernetes-map-type", json!("atomic")),
+        patch(
+            &format!("{env}.secretKeyRef"),
+            "required",
+            json!({ "remove": ["name"] }),
+        ),
+        patch(
+            &format!("{env}.fieldRef"),
+            "x-kubernetes-map-type",
+            json!("atomic"),
+        ),
+        patch(
+            &format!("{env}.resourceFieldRef"),
+            "x-kubernetes-map-type",
+            json!("atomic"),
+        ),
         patch("status.conditions", "x-kubernetes-list-type", json!("map")),
-        patch("status.conditions", "x-kubernetes-list-map-keys", json!(["type"])),
+        patch(
+            "status.conditions",
+            "x-kubernetes-list-map-keys",
+            json!(["type"]),
+        ),
         patch("status.conditions.[].message", "maxLength", json!(32768)),
-        patch("status.conditions.[].observedGeneration", "minimum", json!(0)),
+        patch(
+            "status.conditions.[].observedGeneration",
+            "minimum",
+            json!(0),
+        ),
         patch("status.conditions.[].reason", "maxLength", json!(1024)),
         patch("status.conditions.[].reason", "minLength", json!(1)),
         patch(
@@ -409,7 +448,11 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
             "pattern",
             json!("^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"),
         ),
-        patch("status.conditions.[].status", "enum", json!(["True", "False", "Unknown"])),
+        patch(
+            "status.conditions.[].status",
+            "enum",
+            json!(["True", "False", "Unknown"]),
+        ),
         patch("status.conditions.[].type", "maxLength", json!(316)),
         patch(
             "status.conditions.[].type",
@@ -421,7 +464,11 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
     ];
     // k8s-openapi (API 1.33) lacks the 1.34+ `fileKeyRef` env source that upstream (built with
     // k8s 1.35 libraries) accepts; keep accepting and storing it.
-    p.push(patch(&format!("{env}.fileKeyRef"), ADD_PROPERTY, file_key_ref_schema()));
+    p.push(patch(
+        &format!("{env}.fileKeyRef"),
+        ADD_PROPERTY,
+        file_key_ref_schema(),
+    ));
     p
 }
 
@@ -453,5 +500,9 @@ fn file_key_ref_schema() -> Value {
 
 /// Where the DeploymentPolicy schema must differ from the raw derive to equal upstream.
 pub(crate) fn policy_compat_patches() -> Vec<SchemaPatch> {
-    vec![patch("spec.resetBatchStateOnCompletion", "default", json!(true))]
+    vec![patch(
+        "spec.resetBatchStateOnCompletion",
+        "default",
+        json!(true),
+    )]
 }

@@ -41,8 +41,7 @@ pub use status::{BatchState, CompartmentStatus, SkyhookStatus};
 // annotations); re-exported because the CRD types use them.
 pub use crate::schema::{Interrupt, InterruptType, NodeState, PackageStatus, Stage, State, Status};
 pub use validate::{
-    ValidationError, dependency_cycles, format_errors, validate_deployment_policy,
-    validate_skyhook,
+    ValidationError, dependency_cycles, format_errors, validate_deployment_policy, validate_skyhook,
 };
 
 /// API group of both resources.

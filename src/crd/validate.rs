@@ -107,7 +107,12 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
     }
 
     let budget = &spec.interruption_budget;
-    errs.range("spec.interruptionBudget.percent", budget.percent, 0, Some(100));
+    errs.range(
+        "spec.interruptionBudget.percent",
+        budget.percent,
+        0,
+        Some(100),
+    );
     errs.range("spec.interruptionBudget.count", budget.count, 0, None);
     if budget.percent.is_some() && budget.count.is_some() {
         errs.push(
@@ -115,7 +120,10 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
             format!("{MSG_BUDGET_BOTH}, set only one of them"),
         );
     }
-    if spec.deployment_policy.as_deref().is_some_and(|p| !p.is_empty())
+    if spec
+        .deployment_policy
+        .as_deref()
+        .is_some_and(|p| !p.is_empty())
         && (budget.percent.is_some() || budget.count.is_some())
     {
         errs.push(
@@ -155,12 +163,7 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
 static PACKAGE_NAME_RE: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(PACKAGE_NAME_PATTERN).ok());
 
-fn check_package(
-    errs: &mut Errors,
-    key: &str,
-    package: &Package,
-    all: &BTreeMap<String, Package>,
-) {
+fn check_package(errs: &mut Errors, key: &str, package: &Package, all: &BTreeMap<String, Package>) {
     let field = format!("spec.packages[{key}]");
     if PACKAGE_NAME_RE.as_ref().is_some_and(|re| !re.is_match(key)) {
         errs.push(
@@ -336,7 +339,10 @@ fn check_selector(errs: &mut Errors, field: &str, selector: &LabelSelector) {
                 SELECTOR_OPERATORS.join(", ")
             ));
         } else if matches!(req.operator.as_str(), "In" | "NotIn") == values.is_empty() {
-            errs.push(format!("{field}.matchExpressions[{i}]"), MSG_SELECTOR_VALUES);
+            errs.push(
+                format!("{field}.matchExpressions[{i}]"),
+                MSG_SELECTOR_VALUES,
+            );
         }
         for v in values {
             if !is_valid_label_value(v) {
@@ -443,7 +449,10 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
     for (i, c) in spec.compartments.iter().enumerate() {
         let field = format!("spec.compartments[{i}]");
         if c.name.is_empty() {
-            errs.push(format!("{field}.name"), "compartment name must not be empty");
+            errs.push(
+                format!("{field}.name"),
+                "compartment name must not be empty",
+            );
         } else if c.name == DEFAULT_COMPARTMENT {
             errs.push(format!("{field}.name"), MSG_COMPARTMENT_RESERVED);
         } else if !seen_names.insert(c.name.as_str()) {

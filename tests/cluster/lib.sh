@@ -75,9 +75,13 @@ last_node_index() {
 
 add_nodes() { # <count>
   local first last
+  # Parallel tests add nodes at once: numbering and creation must not interleave.
+  exec 9>"$KT_DIR/nodes.lock"
+  flock 9
   first=$(($(last_node_index) + 1))
   last=$((first + $1 - 1))
   node_manifests "$first" "$last" | kc create -f - >/dev/null
+  flock -u 9
   wait_for "nodes node-$first..node-$last to be Ready" $((60 + $1 / 20)) \
     kc wait --for=condition=Ready node -l type=kwok --timeout=5s
   for ((i = first; i <= last; i++)); do echo "node-$i"; done

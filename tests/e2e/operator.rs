@@ -159,18 +159,22 @@ async fn rollout_three_packages_on_three_nodes() {
     assert_eq!(seen.len(), 3 * 2 * 3, "jobs: {seen:?}");
     assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
 
-    // The resource-id label finds that package's Jobs on that node.
+    // The resource-id label (a SKYHOOK_RESOURCE_ID is per generation and package) finds that
+    // package's Jobs, and with the node label those on one node.
     let j = jobs
         .iter()
         .find(|j| label(j, schema::PACKAGE_LABEL) == "bravo-2.0.0" && label(j, schema::NODE_LABEL) == env.nodes[1])
         .expect("a bravo Job on the second node");
     let full = j.annotations().get(schema::RESOURCE_ID_ANNOTATION).expect("full resource id");
-    let out = env.ctx.kubectl(&[
-        "get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l",
-        &format!("{}={}", schema::RESOURCE_ID_LABEL, schema::resource_id_label(full)),
-    ]);
-    let listed = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(listed.lines().count(), 2, "kubectl get jobs by resource id printed:\n{listed}");
+    let by_id = format!("{}={}", schema::RESOURCE_ID_LABEL, schema::resource_id_label(full));
+    let out = env.ctx.kubectl(&["get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l", &by_id]);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(listed.lines().count(), 6, "kubectl get jobs -l {by_id} printed:\n{listed}");
+    assert!(listed.lines().all(|l| l.contains("-bravo-2-0-0-")), "{listed}");
+    let on_node = format!("{by_id},{}={}", schema::NODE_LABEL, schema::label_value(&env.nodes[1]));
+    let out = env.ctx.kubectl(&["get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l", &on_node]);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(listed.lines().count(), 2, "kubectl get jobs -l {on_node} printed:\n{listed}");
 
     // No dependent Job before its dependency completed on that node.
     for node in &env.nodes {

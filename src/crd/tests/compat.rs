@@ -156,7 +156,9 @@ const KEYWORDS: &[&str] = &[
 fn same(a: Option<&Value>, b: Option<&Value>, keyword: &str) -> bool {
     match (a, b) {
         (Some(Value::Number(x)), Some(Value::Number(y))) => x.as_f64() == y.as_f64(),
-        (Some(Value::Array(x)), Some(Value::Array(y))) if matches!(keyword, "enum" | "required") => {
+        (Some(Value::Array(x)), Some(Value::Array(y)))
+            if matches!(keyword, "enum" | "required") =>
+        {
             x.len() == y.len() && x.iter().all(|v| y.contains(v))
         }
         (a, b) => a == b,
@@ -175,7 +177,9 @@ fn exact_mismatches(
         return;
     };
     for kw in KEYWORDS {
-        if !same(up.get(*kw), ours.get(*kw), kw) && !allowed.contains(&(path.to_owned(), (*kw).to_owned())) {
+        if !same(up.get(*kw), ours.get(*kw), kw)
+            && !allowed.contains(&(path.to_owned(), (*kw).to_owned()))
+        {
             out.push(format!(
                 "{}: {kw} upstream {:?}, ours {:?}",
                 display(path),
@@ -276,6 +280,11 @@ fn generated_schemas_are_structural() {
         let v = ours(&crd);
         let mut out = Vec::new();
         walk(schema(&v), "", &mut out);
-        assert!(out.is_empty(), "{}:\n  {}", crd.metadata.name.unwrap_or_default(), out.join("\n  "));
+        assert!(
+            out.is_empty(),
+            "{}:\n  {}",
+            crd.metadata.name.unwrap_or_default(),
+            out.join("\n  ")
+        );
     }
 }

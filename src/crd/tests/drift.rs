@@ -32,6 +32,9 @@ fn multi_document_output_holds_both_crds() {
         .collect();
     assert_eq!(
         names,
-        ["skyhooks.skyhook.nvidia.com", "deploymentpolicies.skyhook.nvidia.com"]
+        [
+            "skyhooks.skyhook.nvidia.com",
+            "deploymentpolicies.skyhook.nvidia.com"
+        ]
     );
 }

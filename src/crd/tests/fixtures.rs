@@ -107,7 +107,11 @@ fn collect_messages(v: &Value, out: &mut String) {
 #[test]
 fn invalid_corpus_is_rejected_with_the_expected_message() {
     let files = yaml_files(&fixtures_dir("invalid"));
-    assert!(files.len() >= 30, "expected at least 30 invalid fixtures, found {}", files.len());
+    assert!(
+        files.len() >= 30,
+        "expected at least 30 invalid fixtures, found {}",
+        files.len()
+    );
     let cel = cel_messages();
     let mut failures = Vec::new();
     let (mut admission, mut operator) = (0, 0);
@@ -152,7 +156,11 @@ fn invalid_corpus_is_rejected_with_the_expected_message() {
         }
     }
     assert!(admission > 0 && operator > 0);
-    assert!(failures.is_empty(), "invalid fixtures:\n  {}", failures.join("\n  "));
+    assert!(
+        failures.is_empty(),
+        "invalid fixtures:\n  {}",
+        failures.join("\n  ")
+    );
 }
 
 /// Paths a re-serialisation may add: schema defaults the API server (or Go's zero values) would
@@ -209,7 +217,11 @@ fn added(input: &Value, output: &Value, path: &str, out: &mut Vec<String>) {
     match output {
         Value::Object(m) => {
             for (k, v) in m {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 match input.get(k).filter(|i| !i.is_null()) {
                     Some(i) => added(i, v, &p, out),
                     None => out.push(p),
@@ -276,7 +288,11 @@ fn valid_fixtures_deserialise_validate_and_round_trip() {
             }
         }
     }
-    assert!(failures.is_empty(), "valid fixtures:\n  {}", failures.join("\n  "));
+    assert!(
+        failures.is_empty(),
+        "valid fixtures:\n  {}",
+        failures.join("\n  ")
+    );
 }
 
 #[test]

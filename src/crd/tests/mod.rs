@@ -31,8 +31,8 @@ pub(super) fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 
 /// The YAML documents of a file as JSON values (empty documents skipped).
 pub(super) fn yaml_docs(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
         .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     docs.into_iter().filter(|d| !d.is_null()).collect()

@@ -6,9 +6,9 @@ use crate::crd::policy::{
     DEFAULT_BATCH_THRESHOLD, DEFAULT_GROWTH_FACTOR, DEFAULT_INITIAL_BATCH, DEFAULT_SAFETY_LIMIT,
 };
 use crate::crd::{
-    DeploymentBudget, DeploymentPolicy, DeploymentStrategy, EffectiveStrategy,
-    ExponentialStrategy, FixedStrategy, LinearStrategy, Package, Skyhook, SkyhookSpec,
-    StrategyParams, dependency_cycles, validate_skyhook,
+    DeploymentBudget, DeploymentPolicy, DeploymentStrategy, EffectiveStrategy, ExponentialStrategy,
+    FixedStrategy, LinearStrategy, Package, Skyhook, SkyhookSpec, StrategyParams,
+    dependency_cycles, validate_skyhook,
 };
 
 fn package(version: &str, deps: &[(&str, &str)]) -> Package {
@@ -71,7 +71,16 @@ fn dependencies_on_other_versions_are_not_edges() {
 
 #[test]
 fn accepted_versions_follow_go_semver() {
-    for ok in ["1", "1.2", "1.2.3", "v1.2.3", "1.2.3-rc.1", "1.2.3+meta", "2024.7.6", "0.0.0"] {
+    for ok in [
+        "1",
+        "1.2",
+        "1.2.3",
+        "v1.2.3",
+        "1.2.3-rc.1",
+        "1.2.3+meta",
+        "2024.7.6",
+        "0.0.0",
+    ] {
         let sh = Skyhook::new(
             "x",
             SkyhookSpec {
@@ -87,9 +96,29 @@ fn accepted_versions_follow_go_semver() {
 fn cel_semver_pattern_agrees_with_the_operator() {
     let re = regex::Regex::new(crate::crd::admission::SEMVER_PATTERN).unwrap();
     for v in [
-        "1", "1.2", "1.2.3", "v1.2.3", "1.2.3-rc.1", "1.2.3+meta", "2024.7.6", "0.0.0",
-        "1.2.3-0.a-b", "1.2.3-rc.1+b.2", "2024/07/06", "1.02.3", "1.2-rc.1", "01", "vv1",
-        "1.2.3-", "1.2.3-01", "1.2.3+", "1.2.3+a..b", "", "v", "1.2.3.4", "1.2.3-rc..1",
+        "1",
+        "1.2",
+        "1.2.3",
+        "v1.2.3",
+        "1.2.3-rc.1",
+        "1.2.3+meta",
+        "2024.7.6",
+        "0.0.0",
+        "1.2.3-0.a-b",
+        "1.2.3-rc.1+b.2",
+        "2024/07/06",
+        "1.02.3",
+        "1.2-rc.1",
+        "01",
+        "vv1",
+        "1.2.3-",
+        "1.2.3-01",
+        "1.2.3+",
+        "1.2.3+a..b",
+        "",
+        "v",
+        "1.2.3.4",
+        "1.2.3-rc..1",
     ] {
         assert_eq!(
             re.is_match(v),
@@ -105,7 +134,9 @@ fn registry_ports_are_detected() {
     assert!(has_registry_port("myreg:5000/ns/img"));
     assert!(has_registry_port("localhost:5000/img:1.0"));
     assert!(!has_registry_port("alpine:3.21"));
-    assert!(!has_registry_port("ghcr.io/nvidia/skyhook/agentless:latest"));
+    assert!(!has_registry_port(
+        "ghcr.io/nvidia/skyhook/agentless:latest"
+    ));
     assert!(!has_registry_port("ghcr.io/a/b@sha256:abcd"));
     assert!(!has_registry_port("alpine"));
 }
