@@ -206,16 +206,16 @@ fn set_keyword(node: &mut Value, keyword: &str, value: Value) {
     let Some(obj) = node.as_object_mut() else {
         return;
     };
-    if keyword == "required" {
-        if let Some(remove) = value.get("remove").and_then(Value::as_array) {
-            if let Some(req) = obj.get_mut("required").and_then(Value::as_array_mut) {
-                req.retain(|v| !remove.contains(v));
-                if req.is_empty() {
-                    obj.remove("required");
-                }
+    if keyword == "required"
+        && let Some(remove) = value.get("remove").and_then(Value::as_array)
+    {
+        if let Some(req) = obj.get_mut("required").and_then(Value::as_array_mut) {
+            req.retain(|v| !remove.contains(v));
+            if req.is_empty() {
+                obj.remove("required");
             }
-            return;
         }
+        return;
     }
     obj.insert(keyword.to_owned(), value);
 }

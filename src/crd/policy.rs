@@ -356,12 +356,6 @@ impl DeploymentPolicySpec {
             }
         }
     }
-
-    /// The policy's reset setting; unset means the CRD default (`true`) was not applied, which
-    /// the Go operator reads as `false`.
-    pub fn reset_batch_state_on_completion(&self) -> bool {
-        self.reset_batch_state_on_completion.unwrap_or(false)
-    }
 }
 
 impl DeploymentBudget {

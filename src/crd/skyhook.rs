@@ -25,6 +25,8 @@ fn default_priority() -> i64 {
 }
 
 /// Desired state of a Skyhook: which packages go to which nodes, and how fast.
+// The lint mistakes the repeated `type_` of the separate printcolumn(...) groups for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "skyhook.nvidia.com",
@@ -238,6 +240,22 @@ pub struct PackageResources {
     /// Memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<Quantity>,
+}
+
+impl SkyhookSpec {
+    /// Whether batch state is reset when the rollout completes (or versions change): the
+    /// Skyhook's option, else the policy's setting, else `false` (the Go operator's fallback,
+    /// which differs from the CRD default of `true` when a policy omits the field).
+    pub fn reset_batch_state_on_completion(
+        &self,
+        policy: Option<&super::policy::DeploymentPolicySpec>,
+    ) -> bool {
+        self.deployment_policy_options
+            .as_ref()
+            .and_then(|o| o.reset_batch_state_on_completion)
+            .or_else(|| policy.and_then(|p| p.reset_batch_state_on_completion))
+            .unwrap_or(false)
+    }
 }
 
 impl Package {

@@ -675,7 +675,15 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         true,
     ));
     table.extend(checks(
-        &["create", "get", "list", "watch", "delete", "patch"],
+        &[
+            "create",
+            "get",
+            "list",
+            "watch",
+            "delete",
+            "deletecollection",
+            "patch",
+        ],
         "jobs.batch",
         op,
         true,
@@ -683,7 +691,14 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     table.push(check("get", "pods/log", op, true));
     table.extend(checks(
         &[
-            "create", "get", "list", "watch", "update", "patch", "delete",
+            "create",
+            "get",
+            "list",
+            "watch",
+            "update",
+            "patch",
+            "delete",
+            "deletecollection",
         ],
         "configmaps",
         op,
@@ -735,6 +750,8 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     table.push(check("list", "jobs.batch", AllNamespaces, false));
     table.push(check("create", "configmaps", other, false));
     table.push(check("list", "configmaps", AllNamespaces, false));
+    table.push(check("deletecollection", "jobs.batch", other, false));
+    table.push(check("deletecollection", "configmaps", other, false));
     table.push(check(
         "create",
         "leases.coordination.k8s.io",

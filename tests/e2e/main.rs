@@ -1,3 +1,5 @@
+mod admission;
 mod cluster;
+mod deploy;
 mod operator;
 mod support;

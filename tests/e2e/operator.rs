@@ -350,3 +350,120 @@ async fn deleting_a_skyhook_cleans_up() {
         assert!(conds.is_empty(), "{node} still has conditions {conds:?}");
     }
 }
+
+#[tokio::test]
+async fn version_bump_upgrades_within_the_budget() {
+    let env = setup("upgrade", 3, &[]).await;
+    let name = env.ctx.name("sk");
+    env.create(&skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"tool": pkg("1.0.0", sleep("1"))}}))).await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(180)).await;
+
+    let bump = json!({"spec": {"packages": {"tool": pkg("1.1.0", sleep("1"))}}});
+    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&bump)).await.expect("bump");
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let mut busy = Vec::new();
+        for node in &env.nodes {
+            if let Some((_, s)) = env.node_state(node, &name).await
+                && s.iter().any(|(_, e)| e.state == Some(State::InProgress))
+            {
+                busy.push(node.clone());
+            }
+        }
+        assert!(busy.len() <= 1, "nodes in progress at once during the upgrade: {busy:?}");
+        let sk = env.skyhooks.get(&name).await.expect("get");
+        let st = sk.status.clone().unwrap_or_default();
+        if st.status == Some(schema::Status::Complete) && st.observed_generation == sk.metadata.generation.unwrap_or(0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "upgrade did not complete");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let jobs = env.jobs_of(&name).await;
+    for node in &env.nodes {
+        let (_, s) = env.node_state(node, &name).await.expect("state");
+        assert_eq!(s.0.len(), 1, "old version left on {node}: {s:?}");
+        let e = s.get("tool", "1.1.0").expect("new version");
+        assert_eq!((e.stage, e.state), (Stage::Config, Some(State::Complete)));
+        let stages: Vec<&str> = jobs
+            .iter()
+            .filter(|j| label(j, schema::NODE_LABEL) == node && label(j, schema::PACKAGE_LABEL) == "tool-1.1.0")
+            .map(|j| label(j, schema::STAGE_LABEL))
+            .collect();
+        let mut sorted = stages.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec!["config", "upgrade"], "stages on {node}");
+    }
+}
+
+#[tokio::test]
+async fn operator_survives_sigkill_without_duplicate_jobs() {
+    let mut env = setup("crash", 3, &[]).await;
+    let name = env.ctx.name("sk");
+    let mut b = pkg("1.0.0", sleep("2"));
+    b["dependsOn"] = json!({"alpha": "1.0.0"});
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"alpha": pkg("1.0.0", sleep("2")), "bravo": b, "charlie": pkg("1.0.0", sleep("1"))}}))).await;
+    // Kill at varied moments of the rollout, restarting each time.
+    let pauses = [700u64, 1300, 400, 2100, 900, 1600, 300, 1100, 2500, 800, 1900];
+    for (i, ms) in pauses.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(*ms)).await;
+        env.op.kill();
+        if i % 3 == 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        env.op.restart(&env.ctx);
+    }
+    assert!(pauses.len() >= 10);
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(240)).await;
+    let jobs = env.jobs_of(&name).await;
+    let mut seen: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
+    for j in &jobs {
+        let attempt = j.annotations().get(schema::ATTEMPT_ANNOTATION).cloned().unwrap_or_default();
+        *seen
+            .entry((label(j, schema::PACKAGE_LABEL).into(), label(j, schema::STAGE_LABEL).into(), label(j, schema::NODE_LABEL).into(), attempt))
+            .or_default() += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
+    let per_stage: std::collections::BTreeSet<(String, String, String)> =
+        seen.keys().map(|(p, s, n, _)| (p.clone(), s.clone(), n.clone())).collect();
+    assert_eq!(per_stage.len(), 3 * 2 * 3, "{seen:?}");
+    // Nothing failed, so every (package, stage, node) ran exactly once.
+    assert_eq!(seen.len(), per_stage.len(), "extra attempts: {seen:?}");
+}
+
+/// A node annotated by the Go operator in mid-rollout (spec §2.9 shapes) is continued.
+#[tokio::test]
+async fn continues_a_rollout_started_by_the_go_operator() {
+    let env = setup("gostate", 1, &[]).await;
+    let name = env.ctx.name("sk");
+    let node = env.nodes[0].clone();
+    let image = "ghcr.io/nvidia/skyhook/agentless";
+    // dexter done, spencer's apply done (config next), foobar never started.
+    let go_state = format!(
+        r#"{{"dexter|1.2.3":{{"name":"dexter","version":"1.2.3","image":"{image}","stage":"config","state":"complete"}},"spencer|3.2.3":{{"name":"spencer","version":"3.2.3","image":"{image}","stage":"apply","state":"complete"}}}}"#
+    );
+    let patch = json!({"metadata": {
+        "annotations": {
+            schema::node_state_annotation(&name): go_state,
+            schema::status_annotation(&name): "in_progress",
+            schema::node_version_annotation(&name): "v0.13.0",
+        },
+        "labels": {schema::status_label(&name): "in_progress"},
+    }});
+    env.node_api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate");
+    let p = |v: &str, deps: Value| json!({"version": v, "image": image, "dependsOn": deps, "env": sleep("1")});
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": {
+        "dexter": p("1.2.3", json!({})),
+        "spencer": p("3.2.3", json!({"dexter": "1.2.3"})),
+        "foobar": p("1.2", json!({"dexter": "1.2.3"})),
+    }}))).await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    let jobs = env.jobs_of(&name).await;
+    let mut ran: Vec<String> = jobs
+        .iter()
+        .map(|j| format!("{}/{}", label(j, schema::PACKAGE_LABEL), label(j, schema::STAGE_LABEL)))
+        .collect();
+    ran.sort();
+    // dexter is not re-run, spencer continues at config, foobar runs from the start.
+    assert_eq!(ran, vec!["foobar-1.2/apply", "foobar-1.2/config", "spencer-3.2.3/config"]);
+}

@@ -38,3 +38,20 @@ fn multi_document_output_holds_both_crds() {
         ]
     );
 }
+
+#[test]
+fn yaml_files_parse_back_to_the_generated_crds() {
+    // Guards against lossy quoting of patterns and CEL rules by the YAML serialiser.
+    for (crd, (name, yaml)) in crate::crd::all_crds()
+        .unwrap()
+        .into_iter()
+        .zip(crd_files().unwrap())
+    {
+        let parsed: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        let expected = serde_json::to_value(&crd).unwrap();
+        assert_eq!(
+            parsed, expected,
+            "{name} does not parse back to the generated CRD"
+        );
+    }
+}

@@ -233,3 +233,24 @@ fn ceiling_uses_go_float_arithmetic() {
     assert_eq!(count.ceiling(1), 3);
     assert_eq!(DeploymentBudget::default().ceiling(10), 0);
 }
+
+#[test]
+fn batch_state_reset_precedence() {
+    use crate::crd::{DeploymentPolicyOptions, DeploymentPolicySpec};
+    let policy = |v| DeploymentPolicySpec {
+        reset_batch_state_on_completion: v,
+        ..DeploymentPolicySpec::default()
+    };
+    let spec = |v| SkyhookSpec {
+        deployment_policy_options: Some(DeploymentPolicyOptions {
+            reset_batch_state_on_completion: v,
+        }),
+        ..SkyhookSpec::default()
+    };
+    assert!(!SkyhookSpec::default().reset_batch_state_on_completion(None));
+    assert!(SkyhookSpec::default().reset_batch_state_on_completion(Some(&policy(Some(true)))));
+    assert!(!spec(Some(false)).reset_batch_state_on_completion(Some(&policy(Some(true)))));
+    assert!(spec(Some(true)).reset_batch_state_on_completion(Some(&policy(None))));
+    assert!(spec(None).reset_batch_state_on_completion(Some(&policy(Some(true)))));
+    assert!(!spec(None).reset_batch_state_on_completion(Some(&policy(None))));
+}
