@@ -25,7 +25,7 @@ enum Command {
     ///
     /// Out of a cluster it uses --kubeconfig or KUBECONFIG; in a cluster, its ServiceAccount.
     /// Every setting also reads the reference operator's environment variable.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Crd(args) => crd(&args),
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
     }
 }
 

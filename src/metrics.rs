@@ -87,16 +87,54 @@ impl Default for Metrics {
         let in_progress = Family::<RolloutLabels, Gauge>::default();
         let completed = Family::<RolloutLabels, Gauge>::default();
         let progress = Family::<RolloutLabels, Gauge>::default();
-        reg("skyhook_status", "1 for the Skyhook's current status, 0 for the others", &|r, n, h| r.register(n, h, status.clone()));
-        reg("skyhook_node_status_count", "Targeted nodes per status", &|r, n, h| r.register(n, h, node_status.clone()));
-        reg("skyhook_node_target_count", "Targeted nodes", &|r, n, h| r.register(n, h, targets.clone()));
-        reg("skyhook_package_state_count", "Nodes per package state", &|r, n, h| r.register(n, h, package_state.clone()));
-        reg("skyhook_package_stage_count", "Nodes per package stage", &|r, n, h| r.register(n, h, package_stage.clone()));
-        reg("skyhook_package_restarts_count", "Failed attempts summed over nodes", &|r, n, h| r.register(n, h, restarts.clone()));
-        reg("skyhook_rollout_matched_nodes", "Nodes in the compartment", &|r, n, h| r.register(n, h, matched.clone()));
-        reg("skyhook_rollout_in_progress", "Compartment nodes in progress", &|r, n, h| r.register(n, h, in_progress.clone()));
-        reg("skyhook_rollout_completed", "Compartment nodes complete", &|r, n, h| r.register(n, h, completed.clone()));
-        reg("skyhook_rollout_progress_percent", "Compartment progress", &|r, n, h| r.register(n, h, progress.clone()));
+        reg(
+            "skyhook_status",
+            "1 for the Skyhook's current status, 0 for the others",
+            &|r, n, h| r.register(n, h, status.clone()),
+        );
+        reg(
+            "skyhook_node_status_count",
+            "Targeted nodes per status",
+            &|r, n, h| r.register(n, h, node_status.clone()),
+        );
+        reg("skyhook_node_target_count", "Targeted nodes", &|r, n, h| {
+            r.register(n, h, targets.clone())
+        });
+        reg(
+            "skyhook_package_state_count",
+            "Nodes per package state",
+            &|r, n, h| r.register(n, h, package_state.clone()),
+        );
+        reg(
+            "skyhook_package_stage_count",
+            "Nodes per package stage",
+            &|r, n, h| r.register(n, h, package_stage.clone()),
+        );
+        reg(
+            "skyhook_package_restarts_count",
+            "Failed attempts summed over nodes",
+            &|r, n, h| r.register(n, h, restarts.clone()),
+        );
+        reg(
+            "skyhook_rollout_matched_nodes",
+            "Nodes in the compartment",
+            &|r, n, h| r.register(n, h, matched.clone()),
+        );
+        reg(
+            "skyhook_rollout_in_progress",
+            "Compartment nodes in progress",
+            &|r, n, h| r.register(n, h, in_progress.clone()),
+        );
+        reg(
+            "skyhook_rollout_completed",
+            "Compartment nodes complete",
+            &|r, n, h| r.register(n, h, completed.clone()),
+        );
+        reg(
+            "skyhook_rollout_progress_percent",
+            "Compartment progress",
+            &|r, n, h| r.register(n, h, progress.clone()),
+        );
         Metrics {
             registry,
             status,
@@ -120,55 +158,99 @@ impl Metrics {
         let name = sk.metadata.name.clone().unwrap_or_default();
         let current = st.status.unwrap_or(Status::Unknown);
         for s in Status::ALL {
-            let l = StatusLabels { skyhook_name: name.clone(), status: s.as_str().into() };
+            let l = StatusLabels {
+                skyhook_name: name.clone(),
+                status: s.as_str().into(),
+            };
             self.status.get_or_create(&l).set(i64::from(s == current));
             let n = st.node_status.values().filter(|x| **x == s).count();
             self.node_status.get_or_create(&l).set(n as i64);
         }
         let targeted = st.node_status.len() as i64;
-        self.targets.get_or_create(&SkyhookLabels { skyhook_name: name.clone() }).set(targeted);
+        self.targets
+            .get_or_create(&SkyhookLabels {
+                skyhook_name: name.clone(),
+            })
+            .set(targeted);
         let mut now_emitted = BTreeSet::new();
         for p in sk.spec.packages.values() {
             let key = (p.name.clone(), p.version.clone());
             now_emitted.insert(key.clone());
-            let entries: Vec<_> = st.node_state.values().filter_map(|ns| ns.get(&p.name, &p.version)).collect();
+            let entries: Vec<_> = st
+                .node_state
+                .values()
+                .filter_map(|ns| ns.get(&p.name, &p.version))
+                .collect();
             for s in State::ALL {
                 let n = entries.iter().filter(|e| e.state == Some(s)).count();
-                self.package_state.get_or_create(&self.psl(&name, &key, s.as_str())).set(n as i64);
+                self.package_state
+                    .get_or_create(&self.psl(&name, &key, s.as_str()))
+                    .set(n as i64);
             }
             for s in Stage::ALL {
                 let n = entries.iter().filter(|e| e.stage == s).count();
-                self.package_stage.get_or_create(&self.pgl(&name, &key, s.as_str())).set(n as i64);
+                self.package_stage
+                    .get_or_create(&self.pgl(&name, &key, s.as_str()))
+                    .set(n as i64);
             }
             let r: i64 = entries.iter().map(|e| i64::from(e.restarts)).sum();
             self.restarts.get_or_create(&pl(&name, &key)).set(r);
         }
         let mut emitted = self.emitted.lock().unwrap_or_else(|e| e.into_inner());
-        let old = emitted.insert(name.clone(), now_emitted.clone()).unwrap_or_default();
+        let old = emitted
+            .insert(name.clone(), now_emitted.clone())
+            .unwrap_or_default();
         for gone in old.difference(&now_emitted) {
             self.remove_package(&name, gone);
         }
         drop(emitted);
         let rl = RolloutLabels {
             skyhook_name: name.clone(),
-            policy_name: sk.spec.deployment_policy.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| schema::LEGACY_POLICY_NAME.into()),
+            policy_name: sk
+                .spec
+                .deployment_policy
+                .clone()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| schema::LEGACY_POLICY_NAME.into()),
             compartment_name: schema::DEFAULT_COMPARTMENT.into(),
             strategy: "fixed".into(),
         };
-        let complete = st.node_status.values().filter(|x| **x == Status::Complete).count() as i64;
-        let busy = st.node_status.values().filter(|x| **x == Status::InProgress).count() as i64;
+        let complete = st
+            .node_status
+            .values()
+            .filter(|x| **x == Status::Complete)
+            .count() as i64;
+        let busy = st
+            .node_status
+            .values()
+            .filter(|x| **x == Status::InProgress)
+            .count() as i64;
         self.matched.get_or_create(&rl).set(targeted);
         self.in_progress.get_or_create(&rl).set(busy);
         self.completed.get_or_create(&rl).set(complete);
-        self.progress.get_or_create(&rl).set(if targeted == 0 { 0 } else { complete * 100 / targeted });
+        self.progress.get_or_create(&rl).set(if targeted == 0 {
+            0
+        } else {
+            complete * 100 / targeted
+        });
     }
 
     fn psl(&self, name: &str, key: &(String, String), state: &str) -> PackageStateLabels {
-        PackageStateLabels { skyhook_name: name.into(), package_name: key.0.clone(), package_version: key.1.clone(), state: state.into() }
+        PackageStateLabels {
+            skyhook_name: name.into(),
+            package_name: key.0.clone(),
+            package_version: key.1.clone(),
+            state: state.into(),
+        }
     }
 
     fn pgl(&self, name: &str, key: &(String, String), stage: &str) -> PackageStageLabels {
-        PackageStageLabels { skyhook_name: name.into(), package_name: key.0.clone(), package_version: key.1.clone(), stage: stage.into() }
+        PackageStageLabels {
+            skyhook_name: name.into(),
+            package_name: key.0.clone(),
+            package_version: key.1.clone(),
+            stage: stage.into(),
+        }
     }
 
     fn remove_package(&self, name: &str, key: &(String, String)) {
@@ -184,12 +266,22 @@ impl Metrics {
     /// Drop every series of a deleted Skyhook.
     pub fn forget(&self, name: &str) {
         for s in Status::ALL {
-            let l = StatusLabels { skyhook_name: name.into(), status: s.as_str().into() };
+            let l = StatusLabels {
+                skyhook_name: name.into(),
+                status: s.as_str().into(),
+            };
             self.status.remove(&l);
             self.node_status.remove(&l);
         }
-        self.targets.remove(&SkyhookLabels { skyhook_name: name.into() });
-        let old = self.emitted.lock().unwrap_or_else(|e| e.into_inner()).remove(name).unwrap_or_default();
+        self.targets.remove(&SkyhookLabels {
+            skyhook_name: name.into(),
+        });
+        let old = self
+            .emitted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name)
+            .unwrap_or_default();
         for key in &old {
             self.remove_package(name, key);
         }
@@ -206,5 +298,9 @@ impl Metrics {
 }
 
 fn pl(name: &str, key: &(String, String)) -> PackageLabels {
-    PackageLabels { skyhook_name: name.into(), package_name: key.0.clone(), package_version: key.1.clone() }
+    PackageLabels {
+        skyhook_name: name.into(),
+        package_name: key.0.clone(),
+        package_version: key.1.clone(),
+    }
 }

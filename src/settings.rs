@@ -41,7 +41,11 @@ pub struct Settings {
     )]
     pub runtime_required_taint: String,
     /// Image of the pause container (kept for compatibility; Jobs do not need it).
-    #[arg(long, env = "PAUSE_IMAGE", default_value = "registry.k8s.io/pause:3.10")]
+    #[arg(
+        long,
+        env = "PAUSE_IMAGE",
+        default_value = "registry.k8s.io/pause:3.10"
+    )]
     pub pause_image: String,
     /// The Skyhook agent image that runs every stage.
     #[arg(
@@ -51,7 +55,11 @@ pub struct Settings {
     )]
     pub agent_image: String,
     /// Address of the Prometheus metrics endpoint.
-    #[arg(long = "metrics-bind-address", env = "METRICS_PORT", default_value = ":8080")]
+    #[arg(
+        long = "metrics-bind-address",
+        env = "METRICS_PORT",
+        default_value = ":8080"
+    )]
     pub metrics_bind_address: String,
     /// Address of /healthz and /readyz.
     #[arg(
@@ -126,10 +134,21 @@ impl Settings {
                 min
             }
         };
-        let default_interval = dur("DEFAULT_INTERVAL", &self.default_interval, Duration::from_secs(60));
-        let stage_deadline = dur("STAGE_DEADLINE", &self.stage_deadline, Duration::from_secs(1));
-        let completed_job_ttl =
-            dur("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::from_secs(0));
+        let default_interval = dur(
+            "DEFAULT_INTERVAL",
+            &self.default_interval,
+            Duration::from_secs(60),
+        );
+        let stage_deadline = dur(
+            "STAGE_DEADLINE",
+            &self.stage_deadline,
+            Duration::from_secs(1),
+        );
+        let completed_job_ttl = dur(
+            "COMPLETED_JOB_TTL",
+            &self.completed_job_ttl,
+            Duration::from_secs(0),
+        );
         let retry_base = dur("RETRY_BASE", &self.retry_base, Duration::from_millis(100));
         let retry_max = dur("RETRY_MAX", &self.retry_max, Duration::from_millis(100));
         if !self.copy_dir_root.starts_with('/') {
@@ -138,9 +157,14 @@ impl Settings {
                 self.copy_dir_root
             ));
         }
-        for (name, image) in [("PAUSE_IMAGE", &self.pause_image), ("AGENT_IMAGE", &self.agent_image)] {
+        for (name, image) in [
+            ("PAUSE_IMAGE", &self.pause_image),
+            ("AGENT_IMAGE", &self.agent_image),
+        ] {
             if image.is_empty() || !image.contains(':') {
-                errs.push(format!("{name} must be an image reference with a tag, got {image:?}"));
+                errs.push(format!(
+                    "{name} must be an image reference with a tag, got {image:?}"
+                ));
             }
         }
         let taint = match TaintSpec::parse(&self.runtime_required_taint) {
@@ -154,7 +178,9 @@ impl Settings {
             "json" => true,
             "console" => false,
             other => {
-                errs.push(format!("LOG_ENCODER must be json or console, got {other:?}"));
+                errs.push(format!(
+                    "LOG_ENCODER must be json or console, got {other:?}"
+                ));
                 true
             }
         };
@@ -278,8 +304,16 @@ mod tests {
             "--runtime-required-taint=key-",
         ]);
         let err = cli.settings.validate().expect_err("invalid").to_string();
-        assert!(err.starts_with("invalid skyhook operator options: "), "{err}");
-        for want in ["DEFAULT_INTERVAL", "COPY_DIR_ROOT", "AGENT_IMAGE", "RUNTIME_REQUIRED_TAINT"] {
+        assert!(
+            err.starts_with("invalid skyhook operator options: "),
+            "{err}"
+        );
+        for want in [
+            "DEFAULT_INTERVAL",
+            "COPY_DIR_ROOT",
+            "AGENT_IMAGE",
+            "RUNTIME_REQUIRED_TAINT",
+        ] {
             assert!(err.contains(want), "{err} lacks {want}");
         }
     }

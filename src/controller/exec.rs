@@ -48,8 +48,12 @@ pub async fn execute(
     let apply = PatchParams::apply(MANAGER).force();
     for cm in &plan.configmaps {
         let cm_name = cm.name_any();
-        cms.patch(&cm_name, &apply, &Patch::Apply(with_kind(cm, "v1", "ConfigMap")))
-            .await?;
+        cms.patch(
+            &cm_name,
+            &apply,
+            &Patch::Apply(with_kind(cm, "v1", "ConfigMap")),
+        )
+        .await?;
     }
 
     for job in &plan.create_jobs {
@@ -72,7 +76,11 @@ pub async fn execute(
                     .await
                     .map(|_| ())
             }
-            JobOp::Fail { job, reason, message } => {
+            JobOp::Fail {
+                job,
+                reason,
+                message,
+            } => {
                 // Shrinking the deadline makes the Job controller fail it (and stop its pod)
                 // while the Job stays for `kubectl describe`; our annotation keeps the real reason.
                 let patch = json!({
@@ -87,10 +95,7 @@ pub async fn execute(
                     .await
                     .map(|_| ())
             }
-            JobOp::Delete { job } => jobs
-                .delete(job, &background())
-                .await
-                .map(|_| ()),
+            JobOp::Delete { job } => jobs.delete(job, &background()).await.map(|_| ()),
         };
         match res {
             Ok(()) => {}
@@ -104,7 +109,8 @@ pub async fn execute(
         jobs.delete_collection(&background(), &lp).await?;
         cms.delete_collection(&DeleteParams::default(), &lp).await?;
         let meta = ListParams::default().labels(&format!("{}={}", schema::NODE_META_LABEL, name));
-        cms.delete_collection(&DeleteParams::default(), &meta).await?;
+        cms.delete_collection(&DeleteParams::default(), &meta)
+            .await?;
     }
 
     for p in &plan.node_patches {
@@ -119,7 +125,10 @@ pub async fn execute(
         if let Some(u) = p.unschedulable {
             body["spec"] = json!({"unschedulable": u});
         }
-        match nodes.patch(&p.node, &PatchParams::default(), &Patch::Merge(&body)).await {
+        match nodes
+            .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+        {
             Ok(_) => {}
             Err(e) if is_status(&e, 404) => {}
             Err(e) => return Err(e.into()),
@@ -128,7 +137,11 @@ pub async fn execute(
 
     for (node, set, remove) in &plan.node_conditions {
         let mut list: Vec<Value> = set.iter().map(|c| json!(c)).collect();
-        list.extend(remove.iter().map(|t| json!({"type": t, "$patch": "delete"})));
+        list.extend(
+            remove
+                .iter()
+                .map(|t| json!({"type": t, "$patch": "delete"})),
+        );
         let body = json!({"status": {"conditions": list}});
         match nodes
             .patch_status(node, &PatchParams::default(), &Patch::Strategic(&body))

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{self, Action, Controller};
@@ -62,6 +62,7 @@ pub struct Ctx {
     pub jobs: Store<Job>,
     pub pods: Store<Pod>,
     pub policies: Store<DeploymentPolicy>,
+    pub configmaps: Store<ConfigMap>,
     pub ready: AtomicBool,
     pub metrics: Metrics,
 }
@@ -77,6 +78,7 @@ impl Ctx {
             let _ = self.jobs.wait_until_ready().await;
             let _ = self.pods.wait_until_ready().await;
             let _ = self.policies.wait_until_ready().await;
+            let _ = self.configmaps.wait_until_ready().await;
         };
         tokio::time::timeout(limit, all)
             .await
@@ -129,17 +131,32 @@ pub async fn run(
         .reflect(node_w)
         .applied_objects();
     let (jobs, job_w) = reflector::store();
-    let job_stream = watcher(Api::<Job>::namespaced(client.clone(), &ns), wc().labels(&managed))
-        .default_backoff()
-        .modify(prune_meta)
-        .reflect(job_w)
-        .touched_objects();
+    let job_stream = watcher(
+        Api::<Job>::namespaced(client.clone(), &ns),
+        wc().labels(&managed),
+    )
+    .default_backoff()
+    .modify(prune_meta)
+    .reflect(job_w)
+    .touched_objects();
     let (pods, pod_w) = reflector::store();
-    let pod_stream = watcher(Api::<Pod>::namespaced(client.clone(), &ns), wc().labels(&owned_pods))
-        .default_backoff()
-        .modify(prune_meta)
-        .reflect(pod_w)
-        .applied_objects();
+    let pod_stream = watcher(
+        Api::<Pod>::namespaced(client.clone(), &ns),
+        wc().labels(&owned_pods),
+    )
+    .default_backoff()
+    .modify(prune_meta)
+    .reflect(pod_w)
+    .applied_objects();
+    let (configmaps, cm_w) = reflector::store();
+    let cm_stream = watcher(
+        Api::<ConfigMap>::namespaced(client.clone(), &ns),
+        wc().labels(&owned_pods),
+    )
+    .default_backoff()
+    .modify(prune_meta)
+    .reflect(cm_w)
+    .touched_objects();
     let (policies, policy_w) = reflector::store();
     let policy_stream = watcher(Api::<DeploymentPolicy>::all(client.clone()), wc())
         .default_backoff()
@@ -175,6 +192,7 @@ pub async fn run(
         jobs,
         pods,
         policies,
+        configmaps,
         ready: AtomicBool::new(false),
         metrics,
     });
@@ -198,6 +216,7 @@ pub async fn run(
         })
         .watches_stream(job_stream, |job: Job| owner_of(&job))
         .watches_stream(pod_stream, |pod: Pod| owner_of(&pod))
+        .watches_stream(cm_stream, |cm: ConfigMap| owner_of(&cm))
         .watches_stream(policy_stream, move |p: DeploymentPolicy| {
             let name = p.name_any();
             for_policies
@@ -260,12 +279,19 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     };
     let skyhooks = ctx.skyhooks.state();
     let policies = ctx.policies.state();
+    let configmaps: Vec<Arc<ConfigMap>> = ctx
+        .configmaps
+        .state()
+        .into_iter()
+        .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
+        .collect();
     let plan = plan::plan(&Inputs {
         skyhook: &normalized,
         skyhooks: &skyhooks,
         policies: &policies,
         nodes: &nodes,
         jobs: &views,
+        configmaps: &configmaps,
         invalid: &invalid,
         config: &ctx.config,
         operator_version: &ctx.version,

@@ -11,11 +11,13 @@ use tracing::{error, info};
 use super::{Ctx, Error};
 
 async fn bind(what: &'static str, addr: &str) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|source| Error::Serve {
-        what,
-        addr: addr.to_string(),
-        source,
-    })
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Serve {
+            what,
+            addr: addr.to_string(),
+            source,
+        })
 }
 
 /// Bind both listeners now (so a taken port fails start-up), then serve in the background.
@@ -29,7 +31,10 @@ pub async fn spawn(ctx: Arc<Ctx>) -> Result<(), Error> {
             let m = m.clone();
             async move {
                 (
-                    [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
                     m.metrics.encode(),
                 )
             }

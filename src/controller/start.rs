@@ -14,8 +14,12 @@ use crate::settings::Config;
 pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Result<Client, Error> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(&path).map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?;
-            let opts = KubeConfigOptions { context, ..Default::default() };
+            let kc = Kubeconfig::read_from(&path)
+                .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?;
+            let opts = KubeConfigOptions {
+                context,
+                ..Default::default()
+            };
             KubeConfig::from_custom_kubeconfig(kc, &opts)
                 .await
                 .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?
@@ -30,7 +34,9 @@ pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Res
 /// JSON or console logs at the configured level (`LOG_LEVEL` accepts a tracing filter too).
 pub fn init_tracing(cfg: &Config) {
     let filter = EnvFilter::try_new(&cfg.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     let _ = if cfg.log_json {
         builder.json().flatten_event(true).try_init()
     } else {

@@ -21,8 +21,14 @@ pub const STUCK_WAITING_REASONS: [&str; 5] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Running,
-    Complete { at: Timestamp },
-    Failed { at: Timestamp, reason: String, message: String },
+    Complete {
+        at: Timestamp,
+    },
+    Failed {
+        at: Timestamp,
+        reason: String,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,7 +116,11 @@ fn outcome(job: &Job, annotations: &std::collections::BTreeMap<String, String>) 
                     .or(c.message.as_ref())
                     .cloned()
                     .unwrap_or_default();
-                return Outcome::Failed { at, reason, message };
+                return Outcome::Failed {
+                    at,
+                    reason,
+                    message,
+                };
             }
             _ => {}
         }
@@ -131,7 +141,11 @@ fn stuck_container(pod: &Pod) -> Option<(String, String, String)> {
         };
         let reason = w.reason.clone().unwrap_or_default();
         if STUCK_WAITING_REASONS.contains(&reason.as_str()) {
-            return Some((c.name.clone(), reason, w.message.clone().unwrap_or_default()));
+            return Some((
+                c.name.clone(),
+                reason,
+                w.message.clone().unwrap_or_default(),
+            ));
         }
     }
     None

@@ -30,6 +30,8 @@ pub struct Inputs<'a> {
     pub nodes: &'a [Arc<Node>],
     /// This Skyhook's Jobs.
     pub jobs: &'a [JobView],
+    /// This Skyhook's package ConfigMaps as they are in the cluster.
+    pub configmaps: &'a [Arc<ConfigMap>],
     /// Problems the operator-side validation found (empty when valid).
     pub invalid: &'a [String],
     pub config: &'a Config,
@@ -56,10 +58,19 @@ impl NodePatch {
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobOp {
     /// Folded into the node state; `ttl` lets the TTL controller collect a successful Job.
-    Record { job: String, ttl: Option<u64> },
+    Record {
+        job: String,
+        ttl: Option<u64>,
+    },
     /// End a Job whose pod can never start, recording why.
-    Fail { job: String, reason: String, message: String },
-    Delete { job: String },
+    Fail {
+        job: String,
+        reason: String,
+        message: String,
+    },
+    Delete {
+        job: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,25 +114,35 @@ pub fn targeted<'a>(skyhook: &Skyhook, nodes: &'a [Arc<Node>]) -> Vec<&'a Arc<No
     let Ok(sel) = Selector::try_from(skyhook.spec.node_selectors.clone()) else {
         return Vec::new();
     };
-    let mut out: Vec<&Arc<Node>> = nodes
-        .iter()
-        .filter(|n| sel.matches(n.labels()))
-        .collect();
+    let mut out: Vec<&Arc<Node>> = nodes.iter().filter(|n| sel.matches(n.labels())).collect();
     // Rollouts proceed oldest node first (§3.4), names break ties deterministically.
     out.sort_by(|a, b| {
-        let ka = (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any());
-        let kb = (b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any());
+        let ka = (
+            a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            a.name_any(),
+        );
+        let kb = (
+            b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            b.name_any(),
+        );
         ka.cmp(&kb)
     });
     out
 }
 
 fn annotation<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
-    node.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    node.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
+    let effect_ok = t
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == taint.effect);
     let key_ok = match t.key.as_deref() {
         None | Some("") => t.operator.as_deref() == Some("Exists"),
         Some(k) => k == taint.key,
@@ -148,7 +169,11 @@ fn blocked_reason(sk: &Skyhook, node: &Node, cfg: &Config) -> Option<&'static st
     if sk.spec.runtime_required {
         tolerations.push(cfg.runtime_required_taint.to_toleration());
     }
-    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
     let untolerated = taints
         .iter()
         .any(|taint| !tolerations.iter().any(|t| tolerates(t, taint)));
@@ -163,7 +188,10 @@ fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &Node) -> bool {
     all.iter().any(|other| {
         other.name_any() != sk.name_any()
             && key(other) < mine
-            && other.annotations().get(schema::DISABLE_ANNOTATION).map(String::as_str)
+            && other
+                .annotations()
+                .get(schema::DISABLE_ANNOTATION)
+                .map(String::as_str)
                 != Some(schema::TRUE_VALUE)
             && Selector::try_from(other.spec.node_selectors.clone())
                 .is_ok_and(|s| s.matches(node.labels()))
@@ -189,22 +217,23 @@ pub fn plan(inp: &Inputs) -> Plan {
     let disabled = is_set(sk, schema::DISABLE_ANNOTATION);
     let valid = inp.invalid.is_empty();
     let prior = sk.status.clone().unwrap_or_default();
+    let nodes = targeted(sk, inp.nodes);
+    let config_updates = config_updates(sk, inp, &prior, &nodes);
     let spec_view = SpecView {
         packages: &sk.spec.packages,
         spec_hashes: sk
             .spec
             .packages
             .iter()
-            .map(|(k, p)| (k.clone(), jobs::spec_hash(sk, p, cfg)))
+            .map(|(k, p)| (k.clone(), node::applied_hash(p)))
             .collect(),
-        config_updates: &prior.config_updates,
+        config_updates: &config_updates,
     };
     let retry = RetryPolicy {
         base: cfg.retry_base,
         max: cfg.retry_max,
     };
 
-    let nodes = targeted(sk, inp.nodes);
     let mut by_node: BTreeMap<&str, Vec<&JobView>> = BTreeMap::new();
     for j in inp.jobs {
         by_node.entry(j.node.as_str()).or_default().push(j);
@@ -215,6 +244,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         node: &'n Node,
         name: String,
         prior: NodeState,
+        applied: BTreeMap<String, String>,
         blocked: Option<&'static str>,
         gated: bool,
         busy: bool,
@@ -227,10 +257,14 @@ pub fn plan(inp: &Inputs) -> Plan {
         let prior_state = annotation(n, &schema::node_state_annotation(&name))
             .and_then(|a| NodeState::parse(a).ok())
             .unwrap_or_default();
+        let applied: BTreeMap<String, String> = annotation(n, &schema::applied_annotation(&name))
+            .and_then(|a| serde_json::from_str(a).ok())
+            .unwrap_or_default();
         let js = by_node.get(node_name.as_str()).cloned().unwrap_or_default();
         let o = node::step(
             &spec_view,
             prior_state.clone(),
+            applied.clone(),
             &js,
             false,
             retry,
@@ -238,16 +272,20 @@ pub fn plan(inp: &Inputs) -> Plan {
             inp.now,
         );
         let busy = o.active
-            || o
-                .state
+            || o.state
                 .iter()
                 .any(|(_, e)| e.state == Some(State::InProgress));
         seen.push(Seen {
             node: n,
-            complete: spec_view.node_complete(&o.state),
-            erroring: o.state.iter().any(|(_, e)| e.state == Some(State::Erroring)),
+            complete: spec_view.node_complete(&o.state)
+                && !node::has_drift(&spec_view, &o.state, &o.applied),
+            erroring: o
+                .state
+                .iter()
+                .any(|(_, e)| e.state == Some(State::Erroring)),
             name: node_name,
             prior: prior_state,
+            applied,
             blocked: blocked_reason(sk, n, cfg),
             gated: gated(sk, inp.skyhooks, n),
             busy,
@@ -257,7 +295,11 @@ pub fn plan(inp: &Inputs) -> Plan {
     // The batch: nodes already busy, else the next `size` candidates (§6.4 rule 2 and 3).
     let size = rollout::batch_size(sk, inp.policies, seen.len());
     let can_run = valid && !paused && !disabled;
-    let busy: BTreeSet<&str> = seen.iter().filter(|s| s.busy).map(|s| s.name.as_str()).collect();
+    let busy: BTreeSet<&str> = seen
+        .iter()
+        .filter(|s| s.busy)
+        .map(|s| s.name.as_str())
+        .collect();
     let mut allowed: BTreeSet<String> = busy.iter().map(|s| s.to_string()).collect();
     if can_run && busy.is_empty() {
         let mut candidates: Vec<&Seen> = seen
@@ -284,6 +326,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         let o = node::step(
             &spec_view,
             s.prior.clone(),
+            s.applied.clone(),
             &js,
             may_start,
             retry,
@@ -319,9 +362,9 @@ pub fn plan(inp: &Inputs) -> Plan {
                     }
                     let job = if *stage == Stage::Interrupt {
                         let interrupts = spec_view.interrupts(package);
-                        let Some((merged, _)) = schema::merge_interrupts(
-                            [(package.name.as_str(), interrupts.iter())],
-                        ) else {
+                        let Some((merged, _)) =
+                            schema::merge_interrupts([(package.name.as_str(), interrupts.iter())])
+                        else {
                             continue;
                         };
                         jobs::interrupt_job(
@@ -439,7 +482,8 @@ pub fn plan(inp: &Inputs) -> Plan {
                 }
             }
         }
-        let complete = spec_view.node_complete(&o.state);
+        let complete =
+            spec_view.node_complete(&o.state) && !node::has_drift(&spec_view, &o.state, &o.applied);
         let st = status::node_status(&status::NodeFacts {
             disabled,
             paused,
@@ -457,7 +501,14 @@ pub fn plan(inp: &Inputs) -> Plan {
                 message: schema::node_complete_message(&name),
             });
         }
-        let patch = status::node_patch(&name, s.node, &o.state, st, inp.operator_version);
+        let mut patch = status::node_patch(&name, s.node, &o.state, st, inp.operator_version);
+        if o.applied != s.applied {
+            let value = (!o.applied.is_empty())
+                .then(|| serde_json::to_string(&o.applied).unwrap_or_default());
+            patch
+                .annotations
+                .insert(schema::applied_annotation(&name), value);
+        }
         if !patch.is_empty() {
             plan.node_patches.push(patch);
         }
@@ -468,9 +519,11 @@ pub fn plan(inp: &Inputs) -> Plan {
         node_statuses.insert(s.name.clone(), st);
     }
 
+    let mut prior_for_status = prior.clone();
+    prior_for_status.config_updates = config_updates.clone();
     let desired = status::skyhook_status(&status::SkyhookFacts {
         skyhook: sk,
-        prior: &prior,
+        prior: &prior_for_status,
         node_states,
         node_statuses,
         paused,
@@ -503,8 +556,20 @@ pub fn plan(inp: &Inputs) -> Plan {
     if desired != prior {
         plan.status = Some(desired);
     }
-    for p in sk.spec.packages.values().filter(|p| !p.config_map.is_empty()) {
-        plan.configmaps.push(jobs::package_configmap(sk, p, cfg));
+    for p in sk
+        .spec
+        .packages
+        .values()
+        .filter(|p| !p.config_map.is_empty())
+    {
+        let cm = jobs::package_configmap(sk, p, cfg);
+        let current = inp
+            .configmaps
+            .iter()
+            .find(|c| c.name_any() == cm.name_any());
+        if current.and_then(|c| c.data.as_ref()) != cm.data.as_ref() {
+            plan.configmaps.push(cm);
+        }
     }
 
     plan.requeue_after = Some(if any_active || !plan.create_jobs.is_empty() {
@@ -516,6 +581,55 @@ pub fn plan(inp: &Inputs) -> Plan {
         cfg.default_interval
     });
     plan
+}
+
+/// §3.12: the configMap keys changed since the package ConfigMap was last written, kept in
+/// `status.configUpdates` so configInterrupts know which keys moved. A new change while the last
+/// one is still rolling out adds its keys; otherwise it replaces them.
+fn config_updates(
+    sk: &Skyhook,
+    inp: &Inputs,
+    prior: &SkyhookStatus,
+    nodes: &[&Arc<Node>],
+) -> BTreeMap<String, Vec<String>> {
+    let mut updates = prior.config_updates.clone();
+    updates.retain(|pkg, _| sk.spec.packages.contains_key(pkg));
+    for p in sk.spec.packages.values() {
+        let cm_name = schema::package_configmap_name(&sk.name_any(), &p.name, &p.version);
+        let Some(current) = inp.configmaps.iter().find(|c| c.name_any() == cm_name) else {
+            continue;
+        };
+        let old = current.data.clone().unwrap_or_default();
+        let changed: Vec<String> = p
+            .config_map
+            .iter()
+            .filter(|(k, v)| old.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if changed.is_empty() {
+            continue;
+        }
+        // A node that has not applied the data being replaced is still in the last rollout.
+        let old_hash = node::config_hash(&old);
+        let applied_key = schema::package_key(&p.name, &p.version);
+        let rolling = nodes.iter().any(|n| {
+            annotation(n, &schema::applied_annotation(&sk.name_any()))
+                .and_then(|a| serde_json::from_str::<BTreeMap<String, String>>(a).ok())
+                .and_then(|m| m.get(&applied_key).cloned())
+                .is_some_and(|h| h.split('.').nth(1) != Some(old_hash.as_str()))
+        });
+        let entry = updates.entry(p.name.clone()).or_default();
+        if !rolling {
+            entry.clear();
+        }
+        for k in changed {
+            if !entry.contains(&k) {
+                entry.push(k);
+            }
+        }
+        entry.sort();
+    }
+    updates
 }
 
 /// Deletion (§3.19, extended): remove every node key, label and condition this Skyhook wrote,
@@ -532,6 +646,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
         schema::status_annotation(&name),
         schema::cordon_annotation(&name),
         schema::node_version_annotation(&name),
+        schema::applied_annotation(&name),
     ];
     let condition_prefix = schema::node_condition_prefix(&name);
     for n in nodes {
@@ -544,7 +659,9 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
                 patch.annotations.insert(k.clone(), None);
             }
         }
-        if n.annotations().contains_key(&schema::cordon_annotation(&name)) {
+        if n.annotations()
+            .contains_key(&schema::cordon_annotation(&name))
+        {
             patch.unschedulable = Some(false);
         }
         let label = schema::status_label(&name);
@@ -564,7 +681,8 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
             .map(|c| c.type_.clone())
             .collect();
         if !conditions.is_empty() {
-            plan.node_conditions.push((n.name_any(), Vec::new(), conditions));
+            plan.node_conditions
+                .push((n.name_any(), Vec::new(), conditions));
         }
     }
     plan

@@ -10,7 +10,33 @@ use crate::crd::Package;
 use crate::jobs::{JobView, Outcome};
 use crate::schema::{self, Interrupt, NodeState, PackageStatus, Stage, State};
 
-/// The spec as the node machine needs it: normalised packages and their current Job hashes.
+/// `<install>.<config>`: what a node must have completed for package `p` to be current. The
+/// install part covers image, containerSHA, env and resources; the config part the configMap
+/// data. Operator settings are left out on purpose: upgrading the operator must not re-run every
+/// package on every node.
+pub fn applied_hash(p: &Package) -> String {
+    use sha2::{Digest, Sha256};
+    let short = |v: serde_json::Value| {
+        let d = Sha256::digest(v.to_string().as_bytes());
+        d.iter()
+            .take(6)
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let install = short(serde_json::json!({
+        "image": p.image, "containerSHA": p.container_sha, "env": p.env, "resources": p.resources,
+    }));
+    format!("{install}.{}", config_hash(&p.config_map))
+}
+
+/// The config part of [`applied_hash`].
+pub fn config_hash(data: &BTreeMap<String, String>) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(serde_json::json!(data).to_string().as_bytes());
+    d.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The spec as the node machine needs it: normalised packages and their current hashes.
 pub struct SpecView<'a> {
     pub packages: &'a BTreeMap<String, Package>,
     pub spec_hashes: BTreeMap<String, String>,
@@ -21,7 +47,11 @@ impl SpecView<'_> {
     /// Interrupts that apply to `p` right now: while a config rollout is recorded for a package
     /// only its matching configInterrupts count (§3.2).
     pub fn interrupts(&self, p: &Package) -> Vec<Interrupt> {
-        match self.config_updates.get(&p.name).filter(|keys| !keys.is_empty()) {
+        match self
+            .config_updates
+            .get(&p.name)
+            .filter(|keys| !keys.is_empty())
+        {
             Some(keys) => {
                 let mut out: Vec<Interrupt> = Vec::new();
                 for (pattern, i) in &p.config_interrupts {
@@ -55,9 +85,11 @@ impl SpecView<'_> {
             .values()
             .all(|p| self.package_complete(state, p));
         let no_uninstall = state.iter().all(|(_, e)| e.stage != Stage::Uninstall);
-        let no_strays = state
-            .iter()
-            .all(|(_, e)| self.packages.get(&e.name).is_some_and(|p| p.version == e.version));
+        let no_strays = state.iter().all(|(_, e)| {
+            self.packages
+                .get(&e.name)
+                .is_some_and(|p| p.version == e.version)
+        });
         all_complete && no_uninstall && no_strays
     }
 }
@@ -83,7 +115,7 @@ pub enum NodeAction {
     /// Start attempt `attempt` of `stage` for `package` (a spec package, or a synthesised old
     /// version for uninstalls).
     Run {
-        package: Package,
+        package: Box<Package>,
         stage: Stage,
         attempt: u32,
         spec_hash: String,
@@ -103,8 +135,16 @@ pub enum NodeAction {
 /// Something worth an Event and a condition.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeNote {
-    Started { package: String, version: String, stage: Stage },
-    Completed { package: String, version: String, stage: Stage },
+    Started {
+        package: String,
+        version: String,
+        stage: Stage,
+    },
+    Completed {
+        package: String,
+        version: String,
+        stage: Stage,
+    },
     Failed {
         package: String,
         version: String,
@@ -117,6 +157,8 @@ pub enum NodeNote {
 
 pub struct NodeOutcome {
     pub state: NodeState,
+    /// `<pkg>|<ver>` → [`applied_hash`] of what the node completed.
+    pub applied: BTreeMap<String, String>,
     pub actions: Vec<NodeAction>,
     pub notes: Vec<NodeNote>,
     /// The earliest moment a retry becomes due.
@@ -128,9 +170,11 @@ pub struct NodeOutcome {
 /// Fold Jobs into `state` and decide the next Jobs. `may_start` is false when the node is
 /// outside the current batch, paused, disabled, gated or blocked: running work is still
 /// observed, but nothing new starts.
+#[allow(clippy::too_many_arguments)]
 pub fn step(
     spec: &SpecView,
     mut state: NodeState,
+    mut applied: BTreeMap<String, String>,
     jobs: &[&JobView],
     may_start: bool,
     retry: RetryPolicy,
@@ -139,23 +183,76 @@ pub fn step(
 ) -> NodeOutcome {
     let mut out = NodeOutcome {
         state: NodeState::default(),
+        applied: BTreeMap::new(),
         actions: Vec::new(),
         notes: Vec::new(),
         retry_at: None,
         active: false,
     };
     migrate_legacy(spec, &mut state);
-    observe(spec, &mut state, jobs, &mut out, now);
+    observe(spec, &mut state, &mut applied, jobs, &mut out, now);
     prune_failed(jobs, failed_jobs_kept, &mut out);
     out.active = jobs.iter().any(|j| !j.finished() && !j.deleting);
+    // Complete packages with no record (state written by the Go operator, or before this
+    // bookkeeping existed) are taken as current rather than re-run.
+    for p in spec.packages.values() {
+        let key = schema::package_key(&p.name, &p.version);
+        if spec.package_complete(&state, p) && !applied.contains_key(&key) {
+            applied.insert(key, applied_hash(p));
+        }
+    }
+    applied.retain(|k, _| state.0.contains_key(k));
     if may_start {
         version_changes(spec, &mut state);
+        drift(spec, &mut state, &applied);
         for (pkg, stage) in wanted(spec, &state) {
             start(spec, &mut state, jobs, &pkg, stage, retry, now, &mut out);
         }
     }
     out.state = state;
+    out.applied = applied;
     out
+}
+
+/// Packages complete on the node whose spec changed since: the node is not complete.
+pub fn has_drift(spec: &SpecView, state: &NodeState, applied: &BTreeMap<String, String>) -> bool {
+    spec.packages.values().any(|p| {
+        let key = schema::package_key(&p.name, &p.version);
+        spec.package_complete(state, p)
+            && applied
+                .get(&key)
+                .is_some_and(|done| *done != applied_hash(p))
+    })
+}
+
+/// A complete package whose spec changed since the node completed it runs again: from `apply`
+/// when the image, env or resources changed, only `config` when only the configMap did.
+fn drift(spec: &SpecView, state: &mut NodeState, applied: &BTreeMap<String, String>) {
+    for p in spec.packages.values() {
+        let key = schema::package_key(&p.name, &p.version);
+        let Some(e) = state.get(&p.name, &p.version).cloned() else {
+            continue;
+        };
+        let settled = e.state == Some(State::Complete)
+            && matches!(
+                e.stage,
+                Stage::Config | Stage::Interrupt | Stage::PostInterrupt
+            );
+        let (Some(done), true) = (applied.get(&key), settled) else {
+            continue;
+        };
+        let want = applied_hash(p);
+        if *done == want {
+            continue;
+        }
+        let install_changed = done.split('.').next() != want.split('.').next();
+        let stage = if install_changed {
+            Stage::Apply
+        } else {
+            Stage::Config
+        };
+        set(state, &e, stage, State::InProgress, 0);
+    }
 }
 
 /// §7.1: pre-v0.5 entries are keyed by bare name and lack an image.
@@ -166,7 +263,11 @@ fn migrate_legacy(spec: &SpecView, state: &mut NodeState) {
         .collect();
     for (key, mut entry) in legacy {
         state.0.remove(&key);
-        if let Some(p) = spec.packages.get(&entry.name).filter(|p| p.version == entry.version) {
+        if let Some(p) = spec
+            .packages
+            .get(&entry.name)
+            .filter(|p| p.version == entry.version)
+        {
             entry.image = p.image.clone();
             state.upsert(entry);
         }
@@ -193,6 +294,7 @@ fn failures(jobs: &[&JobView]) -> usize {
 fn observe(
     spec: &SpecView,
     state: &mut NodeState,
+    applied: &mut BTreeMap<String, String>,
     jobs: &[&JobView],
     out: &mut NodeOutcome,
     now: Timestamp,
@@ -204,9 +306,26 @@ fn observe(
         }
         let run = current(jobs, &e.name, &e.version, e.stage);
         let Some(latest) = run.last() else { continue };
-        if let Some(done) = run.iter().find(|j| matches!(j.outcome, Outcome::Complete { .. })) {
+        if let Some(done) = run
+            .iter()
+            .find(|j| matches!(j.outcome, Outcome::Complete { .. }))
+        {
             let restarts = failures(&run) as i32;
             succeed(spec, state, &e, restarts);
+            let key = schema::package_key(&e.name, &e.version);
+            match spec
+                .packages
+                .get(&e.name)
+                .filter(|p| p.version == e.version)
+            {
+                Some(p) if e.stage == Stage::terminal(spec.has_interrupt(p)) => {
+                    applied.insert(key, done.spec_hash.clone());
+                }
+                _ if e.stage == Stage::Uninstall => {
+                    applied.remove(&key);
+                }
+                _ => {}
+            }
             out.notes.push(NodeNote::Completed {
                 package: e.name.clone(),
                 version: e.version.clone(),
@@ -214,7 +333,10 @@ fn observe(
             });
             for j in &run {
                 let succeeded = j.name == done.name;
-                out.actions.push(NodeAction::Record { job: j.name.clone(), succeeded });
+                out.actions.push(NodeAction::Record {
+                    job: j.name.clone(),
+                    succeeded,
+                });
             }
             continue;
         }
@@ -241,7 +363,9 @@ fn observe(
                     set(state, &e, e.stage, State::InProgress, failed);
                 }
             }
-            Outcome::Failed { reason, message, .. } => {
+            Outcome::Failed {
+                reason, message, ..
+            } => {
                 if e.state != Some(State::Erroring) || e.restarts != failed {
                     set(state, &e, e.stage, State::Erroring, failed);
                     out.notes.push(NodeNote::Failed {
@@ -299,18 +423,24 @@ fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus, restarts: 
             set(state, e, Stage::Upgrade, State::Complete, restarts);
         }
         Stage::Uninstall => {
-            if let Some(p) = spec.packages.get(&e.name).filter(|p| p.version != e.version) {
-                let mut next = state.get(&p.name, &p.version).cloned().unwrap_or_else(|| {
-                    PackageStatus {
-                        name: p.name.clone(),
-                        version: p.version.clone(),
-                        image: p.image.clone(),
-                        container_sha: p.container_sha.clone(),
-                        stage: Stage::Uninstall,
-                        state: None,
-                        restarts: 0,
-                    }
-                });
+            if let Some(p) = spec
+                .packages
+                .get(&e.name)
+                .filter(|p| p.version != e.version)
+            {
+                let mut next =
+                    state
+                        .get(&p.name, &p.version)
+                        .cloned()
+                        .unwrap_or_else(|| PackageStatus {
+                            name: p.name.clone(),
+                            version: p.version.clone(),
+                            image: p.image.clone(),
+                            container_sha: p.container_sha.clone(),
+                            stage: Stage::Uninstall,
+                            state: None,
+                            restarts: 0,
+                        });
                 next.stage = Stage::Uninstall;
                 next.state = Some(State::Complete);
                 state.upsert(next);
@@ -324,7 +454,10 @@ fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus, restarts: 
 /// Keep only the newest `kept` failed, recorded-or-not Jobs per (package, version, stage).
 fn prune_failed(jobs: &[&JobView], kept: usize, out: &mut NodeOutcome) {
     let mut groups: BTreeMap<(String, String, &str), Vec<&JobView>> = BTreeMap::new();
-    for j in jobs.iter().filter(|j| matches!(j.outcome, Outcome::Failed { .. }) && !j.deleting) {
+    for j in jobs
+        .iter()
+        .filter(|j| matches!(j.outcome, Outcome::Failed { .. }) && !j.deleting)
+    {
         groups
             .entry((j.package.clone(), j.version.clone(), j.stage.as_str()))
             .or_default()
@@ -333,7 +466,9 @@ fn prune_failed(jobs: &[&JobView], kept: usize, out: &mut NodeOutcome) {
     for (_, mut g) in groups {
         g.sort_by_key(|j| std::cmp::Reverse(j.attempt));
         for j in g.into_iter().skip(kept) {
-            out.actions.push(NodeAction::Delete { job: j.name.clone() });
+            out.actions.push(NodeAction::Delete {
+                job: j.name.clone(),
+            });
         }
     }
 }
@@ -354,9 +489,9 @@ fn version_changes(spec: &SpecView, state: &mut NodeState) {
             Some(p) if p.version != e.version => {
                 match schema::semver_compare(&p.version, &e.version) {
                     std::cmp::Ordering::Greater => {
-                        let already = state
-                            .get(&p.name, &p.version)
-                            .is_some_and(|x| x.stage == Stage::Upgrade || x.state == Some(State::Complete));
+                        let already = state.get(&p.name, &p.version).is_some_and(|x| {
+                            x.stage == Stage::Upgrade || x.state == Some(State::Complete)
+                        });
                         if !already && e.stage != Stage::Uninstall {
                             state.upsert(PackageStatus {
                                 name: p.name.clone(),
@@ -400,7 +535,9 @@ fn version_changes(spec: &SpecView, state: &mut NodeState) {
 fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)> {
     let mut out = Vec::new();
     for (_, e) in state.iter() {
-        if e.stage == Stage::Uninstall && matches!(e.state, Some(State::InProgress) | Some(State::Erroring)) {
+        if e.stage == Stage::Uninstall
+            && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
+        {
             out.push((uninstall_package(spec, e), Stage::Uninstall));
         }
     }
@@ -416,9 +553,9 @@ fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)> {
         }
         let deps_done = p.depends_on.keys().all(|d| complete.contains(d.as_str()));
         // An uninstall of another version of this package goes first (downgrades).
-        let uninstalling = state
-            .iter()
-            .any(|(_, e)| e.name == p.name && e.version != p.version && e.stage == Stage::Uninstall);
+        let uninstalling = state.iter().any(|(_, e)| {
+            e.name == p.name && e.version != p.version && e.stage == Stage::Uninstall
+        });
         if !deps_done || uninstalling {
             continue;
         }
@@ -443,11 +580,7 @@ fn next_stage(spec: &SpecView, state: &NodeState, p: &Package) -> Option<Stage> 
 
 /// Uninstalls run with the old version's identity only (§3.6): no env, configMap or resources.
 fn uninstall_package(spec: &SpecView, e: &PackageStatus) -> Package {
-    let mut p = spec
-        .packages
-        .get(&e.name)
-        .cloned()
-        .unwrap_or_default();
+    let mut p = spec.packages.get(&e.name).cloned().unwrap_or_default();
     p.name = e.name.clone();
     p.version = e.version.clone();
     p.image = e.image.clone();
@@ -481,6 +614,16 @@ fn start(
     let failed = failures(&run) as u32;
     if let Some(latest) = run.last() {
         match &latest.outcome {
+            // Built from an older spec: replace it (the reference invalidates such pods, §4.7).
+            Outcome::Running if stage != Stage::Uninstall && latest.spec_hash != hash => {
+                if !latest.deleting {
+                    out.actions.push(NodeAction::Delete {
+                        job: latest.name.clone(),
+                    });
+                }
+                mark(state, p, stage, State::InProgress, failed as i32);
+                return;
+            }
             // Running (or just created): adopt it, never start a twin.
             Outcome::Running => {
                 mark(state, p, stage, State::InProgress, failed as i32);
@@ -507,8 +650,15 @@ fn start(
     if attempt > schema::MAX_JOB_ATTEMPT {
         return;
     }
-    let prior = state.get(&p.name, &p.version).map(|e| e.restarts).unwrap_or(0);
-    let restarts = if run.is_empty() { 0 } else { prior.max(failed as i32) };
+    let prior = state
+        .get(&p.name, &p.version)
+        .map(|e| e.restarts)
+        .unwrap_or(0);
+    let restarts = if run.is_empty() {
+        0
+    } else {
+        prior.max(failed as i32)
+    };
     mark(state, p, stage, State::InProgress, restarts);
     out.notes.push(NodeNote::Started {
         package: p.name.clone(),
@@ -516,7 +666,7 @@ fn start(
         stage,
     });
     out.actions.push(NodeAction::Run {
-        package: p.clone(),
+        package: Box::new(p.clone()),
         stage,
         attempt,
         spec_hash: hash,
@@ -524,15 +674,18 @@ fn start(
 }
 
 fn mark(state: &mut NodeState, p: &Package, stage: Stage, s: State, restarts: i32) {
-    let mut e = state.get(&p.name, &p.version).cloned().unwrap_or_else(|| PackageStatus {
-        name: p.name.clone(),
-        version: p.version.clone(),
-        image: p.image.clone(),
-        container_sha: None,
-        stage,
-        state: None,
-        restarts: 0,
-    });
+    let mut e = state
+        .get(&p.name, &p.version)
+        .cloned()
+        .unwrap_or_else(|| PackageStatus {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            image: p.image.clone(),
+            container_sha: None,
+            stage,
+            state: None,
+            restarts: 0,
+        });
     e.stage = stage;
     e.state = Some(s);
     e.restarts = restarts;

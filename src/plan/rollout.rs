@@ -10,7 +10,9 @@ use crate::crd::{DeploymentBudget, DeploymentPolicy, Skyhook};
 pub fn ceiling(percent: Option<i64>, count: Option<i64>, matched: usize) -> usize {
     match (count, percent) {
         (Some(c), _) => c.max(0) as usize,
-        (None, Some(p)) if matched > 0 => ((matched as f64) * (p as f64 / 100.0)).trunc().max(1.0) as usize,
+        (None, Some(p)) if matched > 0 => {
+            ((matched as f64) * (p as f64 / 100.0)).trunc().max(1.0) as usize
+        }
         _ => 0,
     }
 }
@@ -33,7 +35,9 @@ pub fn batch_size(sk: &Skyhook, policies: &[Arc<DeploymentPolicy>], nodes: usize
     let Some(budget) = budget else { return 0 };
     let size = match budget {
         DeploymentBudget { count: Some(c), .. } => (c.max(0) as usize).min(nodes),
-        DeploymentBudget { percent: Some(p), .. } => ceiling(Some(p), None, nodes),
+        DeploymentBudget {
+            percent: Some(p), ..
+        } => ceiling(Some(p), None, nodes),
         _ => nodes,
     };
     if nodes == 0 { 0 } else { size.max(1) }
@@ -54,7 +58,11 @@ mod tests {
     #[test]
     fn legacy_budgets_match_the_reference_unit_tests() {
         for (nodes, want) in [(2, 1), (6, 1), (10, 2), (15, 3)] {
-            assert_eq!(batch_size(&sk(Some(20), None), &[], nodes), want, "20% of {nodes}");
+            assert_eq!(
+                batch_size(&sk(Some(20), None), &[], nodes),
+                want,
+                "20% of {nodes}"
+            );
         }
         assert_eq!(batch_size(&sk(Some(0), None), &[], 15), 1);
         assert_eq!(batch_size(&sk(None, Some(1)), &[], 2), 1);

@@ -242,8 +242,10 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
         .map(|(n, st)| (n.clone(), st.clone()))
         .collect();
     s.node_status = f.node_statuses.clone();
-    s.node_boot_ids.retain(|n, _| f.node_statuses.contains_key(n));
-    s.node_priority.retain(|n, _| f.node_statuses.contains_key(n));
+    s.node_boot_ids
+        .retain(|n, _| f.node_statuses.contains_key(n));
+    s.node_priority
+        .retain(|n, _| f.node_statuses.contains_key(n));
     s.complete_nodes = format!("{}/{}", count(Status::Complete), targeted);
     s.nodes_in_progress = (count(Status::InProgress) + count(Status::Erroring)) as i64;
     let mut packages: Vec<String> = sk
@@ -300,7 +302,10 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
             schema::VALID_CONDITION,
             false,
             schema::INVALID_SPEC_REASON,
-            format!("the Skyhook is not acted upon until fixed: {}", f.invalid.join("; ")),
+            format!(
+                "the Skyhook is not acted upon until fixed: {}",
+                f.invalid.join("; ")
+            ),
             generation,
             f.now,
         );

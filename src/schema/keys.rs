@@ -51,6 +51,14 @@ pub fn node_version_annotation(skyhook: &str) -> String {
     format!("{NODE_VERSION_PREFIX}{skyhook}")
 }
 
+/// Annotation `applied_<skyhook>`: per package, the hash of the spec a node last completed
+/// (`{"<pkg>|<ver>":"<install>.<config>"}`). New in this implementation: it lets an image, env,
+/// resources or configMap change re-run on each node inside the budget. The reference operator
+/// ignores it.
+pub fn applied_annotation(skyhook: &str) -> String {
+    format!("{PREFIX}/applied_{skyhook}")
+}
+
 /// Node annotation recording that the operator auto-tainted a new node. Keyed by the **taint
 /// key**, not the Skyhook name.
 pub fn auto_taint_annotation(taint_key: &str) -> String {

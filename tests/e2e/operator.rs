@@ -49,7 +49,12 @@ async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
     let nodes = ctx.add_test_nodes(nodes);
     let op = Operator::start(&ctx, operator_env);
     ctx.report_on_failure(&["get", "skyhooks", "-o", "yaml"]);
-    ctx.report_on_failure(&["get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}"]);
+    ctx.report_on_failure(&[
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}",
+    ]);
     Env {
         skyhooks: Api::all(ctx.client.clone()),
         jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
@@ -70,17 +75,24 @@ impl Env {
 
     async fn node_state(&self, node: &str, sk: &str) -> Option<(String, NodeState)> {
         let n = self.node_api.get(node).await.ok()?;
-        let raw = n.annotations().get(&schema::node_state_annotation(sk))?.clone();
+        let raw = n
+            .annotations()
+            .get(&schema::node_state_annotation(sk))?
+            .clone();
         let parsed = NodeState::parse(&raw).ok()?;
         Some((raw, parsed))
     }
 
     async fn wait_status(&self, sk: &str, want: schema::Status, timeout: Duration) -> Skyhook {
         self.ctx
-            .wait_for(&format!("Skyhook {sk} status {}", want.as_str()), timeout, || async {
-                let s = self.skyhooks.get(sk).await.ok()?;
-                (s.status.as_ref()?.status == Some(want)).then_some(s)
-            })
+            .wait_for(
+                &format!("Skyhook {sk} status {}", want.as_str()),
+                timeout,
+                || async {
+                    let s = self.skyhooks.get(sk).await.ok()?;
+                    (s.status.as_ref()?.status == Some(want)).then_some(s)
+                },
+            )
             .await
     }
 
@@ -102,16 +114,23 @@ async fn rollout_three_packages_on_three_nodes() {
     let env = setup("rollout", 3, &[]).await;
     let name = env.ctx.name("sk");
     let mut c = pkg("1.0.0", sleep("1"));
-    c["containerSHA"] = json!("sha256:0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201001");
+    c["containerSHA"] =
+        json!("sha256:0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201001");
     c["resources"] = json!({"cpuRequest": "50m", "cpuLimit": "100m", "memoryRequest": "32Mi", "memoryLimit": "64Mi"});
     let mut a = pkg("1.2.3", sleep("1"));
     a["configMap"] = json!({"config.sh": "echo hi"});
     let mut b = pkg("2.0.0", sleep("1"));
     b["dependsOn"] = json!({"alpha": "1.2.3"});
-    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"alpha": a, "bravo": b, "charlie": c}})))
-        .await;
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {"alpha": a, "bravo": b, "charlie": c}}),
+    ))
+    .await;
 
-    let sk = env.wait_status(&name, schema::Status::Complete, Duration::from_secs(180)).await;
+    let sk = env
+        .wait_status(&name, schema::Status::Complete, Duration::from_secs(180))
+        .await;
     let st = sk.status.clone().expect("status");
     assert_eq!(st.complete_nodes, "3/3");
     assert_eq!(st.nodes_in_progress, 0);
@@ -122,38 +141,85 @@ async fn rollout_three_packages_on_three_nodes() {
     for node in &env.nodes {
         let (raw, state) = env.node_state(node, &name).await.expect("node state");
         // Byte-compatible with the reference's encoding.
-        assert_eq!(raw, state.to_annotation(), "node state of {node} is not in the Go encoding");
+        assert_eq!(
+            raw,
+            state.to_annotation(),
+            "node state of {node} is not in the Go encoding"
+        );
         assert_eq!(state.0.len(), 3);
         for (_, e) in state.iter() {
-            assert_eq!((e.stage, e.state), (Stage::Config, Some(State::Complete)), "{e:?}");
+            assert_eq!(
+                (e.stage, e.state),
+                (Stage::Config, Some(State::Complete)),
+                "{e:?}"
+            );
         }
         assert_eq!(
-            state.get("charlie", "1.0.0").and_then(|e| e.container_sha.clone()).as_deref(),
+            state
+                .get("charlie", "1.0.0")
+                .and_then(|e| e.container_sha.clone())
+                .as_deref(),
             Some("sha256:0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201001")
         );
         let n = env.node_api.get(node).await.expect("node");
-        assert_eq!(n.labels().get(&schema::status_label(&name)).map(String::as_str), Some("complete"));
+        assert_eq!(
+            n.labels()
+                .get(&schema::status_label(&name))
+                .map(String::as_str),
+            Some("complete")
+        );
         let conds = n.status.and_then(|s| s.conditions).unwrap_or_default();
-        let cond = |t: String| conds.iter().find(|c| c.type_ == t).map(|c| (c.status.clone(), c.reason.clone()));
-        assert_eq!(cond(schema::node_not_ready_condition(&name)), Some(("False".into(), Some("Complete".into()))));
-        assert_eq!(cond(schema::node_erroring_condition(&name)), Some(("False".into(), Some("Not Erroring".into()))));
+        let cond = |t: String| {
+            conds
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        assert_eq!(
+            cond(schema::node_not_ready_condition(&name)),
+            Some(("False".into(), Some("Complete".into())))
+        );
+        assert_eq!(
+            cond(schema::node_erroring_condition(&name)),
+            Some(("False".into(), Some("Not Erroring".into())))
+        );
     }
 
     // Exactly one Job per (package, stage, node), each labelled and owned by the Skyhook.
     let jobs = env.jobs_of(&name).await;
     let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     for j in &jobs {
-        for k in [schema::NAME_LABEL, schema::PACKAGE_LABEL, schema::NODE_LABEL, schema::STAGE_LABEL, schema::RESOURCE_ID_LABEL] {
-            assert!(!label(j, k).is_empty(), "Job {} lacks label {k}", j.name_any());
+        for k in [
+            schema::NAME_LABEL,
+            schema::PACKAGE_LABEL,
+            schema::NODE_LABEL,
+            schema::STAGE_LABEL,
+            schema::RESOURCE_ID_LABEL,
+        ] {
+            assert!(
+                !label(j, k).is_empty(),
+                "Job {} lacks label {k}",
+                j.name_any()
+            );
         }
         let owner = j.owner_references().first().expect("ownerReference");
-        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Skyhook", name.as_str(), Some(true)));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("Skyhook", name.as_str(), Some(true))
+        );
         let spec = j.spec.as_ref().expect("spec");
-        assert_eq!((spec.backoff_limit, spec.parallelism, spec.completions), (Some(0), Some(1), Some(1)));
+        assert_eq!(
+            (spec.backoff_limit, spec.parallelism, spec.completions),
+            (Some(0), Some(1), Some(1))
+        );
         let pod = spec.template.spec.as_ref().expect("pod spec");
         assert!(pod.host_pid == Some(true) && pod.host_network == Some(true));
         *seen
-            .entry((label(j, schema::PACKAGE_LABEL).into(), label(j, schema::STAGE_LABEL).into(), label(j, schema::NODE_LABEL).into()))
+            .entry((
+                label(j, schema::PACKAGE_LABEL).into(),
+                label(j, schema::STAGE_LABEL).into(),
+                label(j, schema::NODE_LABEL).into(),
+            ))
             .or_default() += 1;
     }
     assert_eq!(seen.len(), 3 * 2 * 3, "jobs: {seen:?}");
@@ -163,30 +229,81 @@ async fn rollout_three_packages_on_three_nodes() {
     // package's Jobs, and with the node label those on one node.
     let j = jobs
         .iter()
-        .find(|j| label(j, schema::PACKAGE_LABEL) == "bravo-2.0.0" && label(j, schema::NODE_LABEL) == env.nodes[1])
+        .find(|j| {
+            label(j, schema::PACKAGE_LABEL) == "bravo-2.0.0"
+                && label(j, schema::NODE_LABEL) == env.nodes[1]
+        })
         .expect("a bravo Job on the second node");
-    let full = j.annotations().get(schema::RESOURCE_ID_ANNOTATION).expect("full resource id");
-    let by_id = format!("{}={}", schema::RESOURCE_ID_LABEL, schema::resource_id_label(full));
-    let out = env.ctx.kubectl(&["get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l", &by_id]);
+    let full = j
+        .annotations()
+        .get(schema::RESOURCE_ID_ANNOTATION)
+        .expect("full resource id");
+    let by_id = format!(
+        "{}={}",
+        schema::RESOURCE_ID_LABEL,
+        schema::resource_id_label(full)
+    );
+    let out = env
+        .ctx
+        .kubectl(&["get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l", &by_id]);
     let listed = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(listed.lines().count(), 6, "kubectl get jobs -l {by_id} printed:\n{listed}");
-    assert!(listed.lines().all(|l| l.contains("-bravo-2-0-0-")), "{listed}");
-    let on_node = format!("{by_id},{}={}", schema::NODE_LABEL, schema::label_value(&env.nodes[1]));
-    let out = env.ctx.kubectl(&["get", "jobs", "-n", &env.ctx.ns, "-o", "name", "-l", &on_node]);
+    assert_eq!(
+        listed.lines().count(),
+        6,
+        "kubectl get jobs -l {by_id} printed:\n{listed}"
+    );
+    assert!(
+        listed.lines().all(|l| l.contains("-bravo-2-0-0-")),
+        "{listed}"
+    );
+    let on_node = format!(
+        "{by_id},{}={}",
+        schema::NODE_LABEL,
+        schema::label_value(&env.nodes[1])
+    );
+    let out = env.ctx.kubectl(&[
+        "get",
+        "jobs",
+        "-n",
+        &env.ctx.ns,
+        "-o",
+        "name",
+        "-l",
+        &on_node,
+    ]);
     let listed = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(listed.lines().count(), 2, "kubectl get jobs -l {on_node} printed:\n{listed}");
+    assert_eq!(
+        listed.lines().count(),
+        2,
+        "kubectl get jobs -l {on_node} printed:\n{listed}"
+    );
 
     // No dependent Job before its dependency completed on that node.
     for node in &env.nodes {
         let on = |p: &str, s: &str| {
             jobs.iter()
-                .find(|j| label(j, schema::PACKAGE_LABEL).starts_with(p) && label(j, schema::STAGE_LABEL) == s && label(j, schema::NODE_LABEL) == node)
+                .find(|j| {
+                    label(j, schema::PACKAGE_LABEL).starts_with(p)
+                        && label(j, schema::STAGE_LABEL) == s
+                        && label(j, schema::NODE_LABEL) == node
+                })
                 .cloned()
                 .expect("job")
         };
-        let dep_done = on("alpha", "config").status.and_then(|s| s.completion_time).expect("completed").0;
-        let child_created = on("bravo", "apply").metadata.creation_timestamp.expect("created").0;
-        assert!(child_created >= dep_done, "bravo started on {node} before alpha completed");
+        let dep_done = on("alpha", "config")
+            .status
+            .and_then(|s| s.completion_time)
+            .expect("completed")
+            .0;
+        let child_created = on("bravo", "apply")
+            .metadata
+            .creation_timestamp
+            .expect("created")
+            .0;
+        assert!(
+            child_created >= dep_done,
+            "bravo started on {node} before alpha completed"
+        );
     }
     drop(env.op);
 }
@@ -197,38 +314,77 @@ async fn failing_package_errors_then_recovers() {
     let name = env.ctx.name("sk");
     let node = env.nodes[0].clone();
     let failing = pkg("1.0.0", json!([{"name": "EXIT_CODE", "value": "1"}]));
-    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"broken": failing}}))).await;
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {"broken": failing}}),
+    ))
+    .await;
 
     let state = env
         .ctx
-        .wait_for("the package to be erroring with restarts", Duration::from_secs(90), || async {
-            let (_, s) = env.node_state(&node, &name).await?;
-            let e = s.get("broken", "1.0.0")?.clone();
-            (e.state == Some(State::Erroring) && e.restarts >= 1).then_some(e)
-        })
+        .wait_for(
+            "the package to be erroring with restarts",
+            Duration::from_secs(90),
+            || async {
+                let (_, s) = env.node_state(&node, &name).await?;
+                let e = s.get("broken", "1.0.0")?.clone();
+                (e.state == Some(State::Erroring) && e.restarts >= 1).then_some(e)
+            },
+        )
         .await;
     assert_eq!(state.stage, Stage::Apply);
-    let sk = env.wait_status(&name, schema::Status::Erroring, Duration::from_secs(30)).await;
-    let cond = sk.status.expect("status").conditions.into_iter()
-        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION).expect("PackageErroring condition");
+    let sk = env
+        .wait_status(&name, schema::Status::Erroring, Duration::from_secs(30))
+        .await;
+    let cond = sk
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION)
+        .expect("PackageErroring condition");
     assert_eq!(cond.status, "True");
-    assert!(cond.message.contains("broken") && cond.message.contains(&node), "{}", cond.message);
+    assert!(
+        cond.message.contains("broken") && cond.message.contains(&node),
+        "{}",
+        cond.message
+    );
     let events: Api<Event> = Api::all(env.ctx.client.clone());
-    let warned = env.ctx.wait_for("a Warning event naming the package and node", Duration::from_secs(20), || async {
-        let evs = events.list(&ListParams::default().fields(&format!("involvedObject.name={name}"))).await.ok()?;
-        evs.items.into_iter().find(|e| {
-            let msg = e.message.clone().unwrap_or_default();
-            e.type_.as_deref() == Some("Warning") && msg.contains("broken") && msg.contains(&node)
-        })
-    }).await;
+    let warned = env
+        .ctx
+        .wait_for(
+            "a Warning event naming the package and node",
+            Duration::from_secs(20),
+            || async {
+                let evs = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                    .await
+                    .ok()?;
+                evs.items.into_iter().find(|e| {
+                    let msg = e.message.clone().unwrap_or_default();
+                    e.type_.as_deref() == Some("Warning")
+                        && msg.contains("broken")
+                        && msg.contains(&node)
+                })
+            },
+        )
+        .await;
     assert!(warned.message.is_some());
 
     // Fixing the package brings it to complete with no manual action.
     let fix = json!({"spec": {"packages": {"broken": pkg("1.0.0", sleep("1"))}}});
-    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&fix)).await.expect("patch");
-    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .expect("patch");
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
     let (_, s) = env.node_state(&node, &name).await.expect("state");
-    assert_eq!(s.get("broken", "1.0.0").and_then(|e| e.state), Some(State::Complete));
+    assert_eq!(
+        s.get("broken", "1.0.0").and_then(|e| e.state),
+        Some(State::Complete)
+    );
 }
 
 #[tokio::test]
@@ -239,40 +395,86 @@ async fn unpullable_image_and_hung_stage_become_erroring() {
     let hang = env.ctx.name("hang");
     let mut bad = pkg("1.0.0", json!([]));
     bad["image"] = json!("registry.invalid/skyhook/missing");
-    env.create(&skyhook(&env.ctx, &pull, json!({"packages": {"missing": bad}}))).await;
+    env.create(&skyhook(
+        &env.ctx,
+        &pull,
+        json!({"packages": {"missing": bad}}),
+    ))
+    .await;
     env.create(&skyhook(&env.ctx, &hang, json!({"priority": 300, "packages": {"hangs": pkg("1.0.0", json!([{"name": "HANG", "value": "true"}]))}}))).await;
 
     let started = std::time::Instant::now();
-    env.wait_status(&pull, schema::Status::Erroring, Duration::from_secs(60)).await;
+    env.wait_status(&pull, schema::Status::Erroring, Duration::from_secs(60))
+        .await;
     assert!(started.elapsed() < Duration::from_secs(60));
     let sk = env.skyhooks.get(&pull).await.expect("get");
-    let cond = sk.status.expect("status").conditions.into_iter()
-        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION).expect("condition");
-    assert!(cond.message.contains("ErrImagePull") || cond.message.contains("ImagePullBackOff"), "{}", cond.message);
+    let cond = sk
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION)
+        .expect("condition");
+    assert!(
+        cond.message.contains("ErrImagePull") || cond.message.contains("ImagePullBackOff"),
+        "{}",
+        cond.message
+    );
 
     // The hung stage runs on the same node once the first Skyhook no longer gates it? No: the
     // first Skyhook is erroring, so lower-priority work waits (§3.14). Remove the first one.
-    env.skyhooks.delete(&pull, &Default::default()).await.expect("delete");
-    let sk = env.wait_status(&hang, schema::Status::Erroring, Duration::from_secs(120)).await;
-    let cond = sk.status.expect("status").conditions.into_iter()
-        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION).expect("condition");
-    assert!(cond.message.contains("DeadlineExceeded"), "{}", cond.message);
+    env.skyhooks
+        .delete(&pull, &Default::default())
+        .await
+        .expect("delete");
+    let sk = env
+        .wait_status(&hang, schema::Status::Erroring, Duration::from_secs(120))
+        .await;
+    let cond = sk
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == schema::PACKAGE_ERRORING_CONDITION)
+        .expect("condition");
+    assert!(
+        cond.message.contains("DeadlineExceeded"),
+        "{}",
+        cond.message
+    );
     let (_, s) = env.node_state(&node, &hang).await.expect("state");
-    assert_eq!(s.get("hangs", "1.0.0").and_then(|e| e.state), Some(State::Erroring));
+    assert_eq!(
+        s.get("hangs", "1.0.0").and_then(|e| e.state),
+        Some(State::Erroring)
+    );
 }
 
 #[tokio::test]
 async fn budget_of_one_limits_nodes_in_progress() {
     let env = setup("budget", 3, &[]).await;
     let name = env.ctx.name("sk");
-    env.create(&skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"tune": pkg("1.0.0", sleep("2"))}}))).await;
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"interruptionBudget": {"count": 1}, "packages": {"tune": pkg("1.0.0", sleep("2"))}}),
+    ))
+    .await;
     let mut max_busy = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {
         let jobs = env.jobs_of(&name).await;
         let busy: std::collections::BTreeSet<String> = jobs
             .iter()
-            .filter(|j| j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| !c.iter().any(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"))))
+            .filter(|j| {
+                j.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_none_or(|c| {
+                        !c.iter().any(|c| {
+                            c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed")
+                        })
+                    })
+            })
             .map(|j| label(j, schema::NODE_LABEL).to_string())
             .collect();
         max_busy = max_busy.max(busy.len());
@@ -281,7 +483,10 @@ async fn budget_of_one_limits_nodes_in_progress() {
         if sk.status.and_then(|s| s.status) == Some(schema::Status::Complete) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "rollout did not complete");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rollout did not complete"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(max_busy, 1);
@@ -291,34 +496,70 @@ async fn budget_of_one_limits_nodes_in_progress() {
 async fn pause_and_disable() {
     let env = setup("pause", 2, &[]).await;
     let name = env.ctx.name("sk");
-    let mut sk = skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"slow": pkg("1.0.0", sleep("4"))}}));
+    let mut sk = skyhook(
+        &env.ctx,
+        &name,
+        json!({"interruptionBudget": {"count": 1}, "packages": {"slow": pkg("1.0.0", sleep("4"))}}),
+    );
     env.create(&sk).await;
     // Pause while the first node's Job runs: it finishes, nothing new starts.
-    env.ctx.wait_for("a running Job", Duration::from_secs(60), || async {
-        (!env.jobs_of(&name).await.is_empty()).then_some(())
-    }).await;
+    env.ctx
+        .wait_for("a running Job", Duration::from_secs(60), || async {
+            (!env.jobs_of(&name).await.is_empty()).then_some(())
+        })
+        .await;
     let pause = json!({"metadata": {"annotations": {schema::PAUSE_ANNOTATION: "true"}}});
-    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&pause)).await.expect("pause");
-    env.wait_status(&name, schema::Status::Paused, Duration::from_secs(30)).await;
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&pause))
+        .await
+        .expect("pause");
+    env.wait_status(&name, schema::Status::Paused, Duration::from_secs(30))
+        .await;
     let count = env.jobs_of(&name).await.len();
-    env.ctx.holds_for("no new Job while paused", Duration::from_secs(10), || async {
-        let n = env.jobs_of(&name).await.len();
-        if n == count { Ok(()) } else { Err(format!("{n} Jobs, had {count}")) }
-    }).await;
+    env.ctx
+        .holds_for(
+            "no new Job while paused",
+            Duration::from_secs(10),
+            || async {
+                let n = env.jobs_of(&name).await.len();
+                if n == count {
+                    Ok(())
+                } else {
+                    Err(format!("{n} Jobs, had {count}"))
+                }
+            },
+        )
+        .await;
     let resume = json!({"metadata": {"annotations": {schema::PAUSE_ANNOTATION: null}}});
-    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&resume)).await.expect("resume");
-    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&resume))
+        .await
+        .expect("resume");
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
 
     // Disable: status disabled, nothing runs.
     sk.metadata.name = Some(env.ctx.name("off"));
-    sk.metadata.annotations = Some([(schema::DISABLE_ANNOTATION.to_string(), "true".to_string())].into());
+    sk.metadata.annotations =
+        Some([(schema::DISABLE_ANNOTATION.to_string(), "true".to_string())].into());
     let off = sk.name_any();
     env.create(&sk).await;
-    env.wait_status(&off, schema::Status::Disabled, Duration::from_secs(30)).await;
-    env.ctx.holds_for("no Job for a disabled Skyhook", Duration::from_secs(5), || async {
-        let n = env.jobs_of(&off).await.len();
-        if n == 0 { Ok(()) } else { Err(format!("{n} Jobs")) }
-    }).await;
+    env.wait_status(&off, schema::Status::Disabled, Duration::from_secs(30))
+        .await;
+    env.ctx
+        .holds_for(
+            "no Job for a disabled Skyhook",
+            Duration::from_secs(5),
+            || async {
+                let n = env.jobs_of(&off).await.len();
+                if n == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{n} Jobs"))
+                }
+            },
+        )
+        .await;
 }
 
 #[tokio::test]
@@ -327,26 +568,66 @@ async fn deleting_a_skyhook_cleans_up() {
     let name = env.ctx.name("sk");
     let mut p = pkg("1.0.0", sleep("1"));
     p["configMap"] = json!({"a": "b"});
-    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"pkg": p}}))).await;
-    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"pkg": p}})))
+        .await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
     assert!(!env.jobs_of(&name).await.is_empty());
-    env.skyhooks.delete(&name, &Default::default()).await.expect("delete");
-    env.ctx.wait_for("the Skyhook to be gone", Duration::from_secs(60), || async {
-        env.skyhooks.get_opt(&name).await.ok()?.is_none().then_some(())
-    }).await;
-    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
-    env.ctx.wait_for("Jobs and ConfigMaps to be gone", Duration::from_secs(60), || async {
-        let jobs = env.jobs_of(&name).await;
-        let left = cms.list(&ListParams::default()).await.ok()?.items.into_iter()
-            .filter(|c| c.name_any().starts_with(&name)).count();
-        (jobs.is_empty() && left == 0).then_some(())
-    }).await;
+    env.skyhooks
+        .delete(&name, &Default::default())
+        .await
+        .expect("delete");
+    env.ctx
+        .wait_for(
+            "the Skyhook to be gone",
+            Duration::from_secs(60),
+            || async {
+                env.skyhooks
+                    .get_opt(&name)
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    env.ctx
+        .wait_for(
+            "Jobs and ConfigMaps to be gone",
+            Duration::from_secs(60),
+            || async {
+                let jobs = env.jobs_of(&name).await;
+                let left = cms
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .into_iter()
+                    .filter(|c| c.name_any().starts_with(&name))
+                    .count();
+                (jobs.is_empty() && left == 0).then_some(())
+            },
+        )
+        .await;
     for node in &env.nodes {
         let n = env.node_api.get(node).await.expect("node");
-        let keys: Vec<&String> = n.annotations().keys().chain(n.labels().keys()).filter(|k| k.contains(&name)).collect();
+        let keys: Vec<&String> = n
+            .annotations()
+            .keys()
+            .chain(n.labels().keys())
+            .filter(|k| k.contains(&name))
+            .collect();
         assert!(keys.is_empty(), "{node} still carries {keys:?}");
-        let conds: Vec<String> = n.status.and_then(|s| s.conditions).unwrap_or_default().into_iter()
-            .map(|c| c.type_).filter(|t| t.contains(&name)).collect();
+        let conds: Vec<String> = n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.type_)
+            .filter(|t| t.contains(&name))
+            .collect();
         assert!(conds.is_empty(), "{node} still has conditions {conds:?}");
     }
 }
@@ -355,11 +636,20 @@ async fn deleting_a_skyhook_cleans_up() {
 async fn version_bump_upgrades_within_the_budget() {
     let env = setup("upgrade", 3, &[]).await;
     let name = env.ctx.name("sk");
-    env.create(&skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"tool": pkg("1.0.0", sleep("1"))}}))).await;
-    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(180)).await;
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"interruptionBudget": {"count": 1}, "packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(180))
+        .await;
 
     let bump = json!({"spec": {"packages": {"tool": pkg("1.1.0", sleep("1"))}}});
-    env.skyhooks.patch(&name, &PatchParams::default(), &Patch::Merge(&bump)).await.expect("bump");
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&bump))
+        .await
+        .expect("bump");
     let deadline = std::time::Instant::now() + Duration::from_secs(240);
     loop {
         let mut busy = Vec::new();
@@ -370,13 +660,21 @@ async fn version_bump_upgrades_within_the_budget() {
                 busy.push(node.clone());
             }
         }
-        assert!(busy.len() <= 1, "nodes in progress at once during the upgrade: {busy:?}");
+        assert!(
+            busy.len() <= 1,
+            "nodes in progress at once during the upgrade: {busy:?}"
+        );
         let sk = env.skyhooks.get(&name).await.expect("get");
         let st = sk.status.clone().unwrap_or_default();
-        if st.status == Some(schema::Status::Complete) && st.observed_generation == sk.metadata.generation.unwrap_or(0) {
+        if st.status == Some(schema::Status::Complete)
+            && st.observed_generation == sk.metadata.generation.unwrap_or(0)
+        {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "upgrade did not complete");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "upgrade did not complete"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let jobs = env.jobs_of(&name).await;
@@ -387,7 +685,10 @@ async fn version_bump_upgrades_within_the_budget() {
         assert_eq!((e.stage, e.state), (Stage::Config, Some(State::Complete)));
         let stages: Vec<&str> = jobs
             .iter()
-            .filter(|j| label(j, schema::NODE_LABEL) == node && label(j, schema::PACKAGE_LABEL) == "tool-1.1.0")
+            .filter(|j| {
+                label(j, schema::NODE_LABEL) == node
+                    && label(j, schema::PACKAGE_LABEL) == "tool-1.1.0"
+            })
             .map(|j| label(j, schema::STAGE_LABEL))
             .collect();
         let mut sorted = stages.clone();
@@ -404,7 +705,9 @@ async fn operator_survives_sigkill_without_duplicate_jobs() {
     b["dependsOn"] = json!({"alpha": "1.0.0"});
     env.create(&skyhook(&env.ctx, &name, json!({"packages": {"alpha": pkg("1.0.0", sleep("2")), "bravo": b, "charlie": pkg("1.0.0", sleep("1"))}}))).await;
     // Kill at varied moments of the rollout, restarting each time.
-    let pauses = [700u64, 1300, 400, 2100, 900, 1600, 300, 1100, 2500, 800, 1900];
+    let pauses = [
+        700u64, 1300, 400, 2100, 900, 1600, 300, 1100, 2500, 800, 1900,
+    ];
     for (i, ms) in pauses.iter().enumerate() {
         tokio::time::sleep(Duration::from_millis(*ms)).await;
         env.op.kill();
@@ -414,18 +717,30 @@ async fn operator_survives_sigkill_without_duplicate_jobs() {
         env.op.restart(&env.ctx);
     }
     assert!(pauses.len() >= 10);
-    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(240)).await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(240))
+        .await;
     let jobs = env.jobs_of(&name).await;
     let mut seen: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
     for j in &jobs {
-        let attempt = j.annotations().get(schema::ATTEMPT_ANNOTATION).cloned().unwrap_or_default();
+        let attempt = j
+            .annotations()
+            .get(schema::ATTEMPT_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
         *seen
-            .entry((label(j, schema::PACKAGE_LABEL).into(), label(j, schema::STAGE_LABEL).into(), label(j, schema::NODE_LABEL).into(), attempt))
+            .entry((
+                label(j, schema::PACKAGE_LABEL).into(),
+                label(j, schema::STAGE_LABEL).into(),
+                label(j, schema::NODE_LABEL).into(),
+                attempt,
+            ))
             .or_default() += 1;
     }
     assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
-    let per_stage: std::collections::BTreeSet<(String, String, String)> =
-        seen.keys().map(|(p, s, n, _)| (p.clone(), s.clone(), n.clone())).collect();
+    let per_stage: std::collections::BTreeSet<(String, String, String)> = seen
+        .keys()
+        .map(|(p, s, n, _)| (p.clone(), s.clone(), n.clone()))
+        .collect();
     assert_eq!(per_stage.len(), 3 * 2 * 3, "{seen:?}");
     // Nothing failed, so every (package, stage, node) ran exactly once.
     assert_eq!(seen.len(), per_stage.len(), "extra attempts: {seen:?}");
@@ -450,20 +765,147 @@ async fn continues_a_rollout_started_by_the_go_operator() {
         },
         "labels": {schema::status_label(&name): "in_progress"},
     }});
-    env.node_api.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("annotate");
+    env.node_api
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
     let p = |v: &str, deps: Value| json!({"version": v, "image": image, "dependsOn": deps, "env": sleep("1")});
-    env.create(&skyhook(&env.ctx, &name, json!({"packages": {
-        "dexter": p("1.2.3", json!({})),
-        "spencer": p("3.2.3", json!({"dexter": "1.2.3"})),
-        "foobar": p("1.2", json!({"dexter": "1.2.3"})),
-    }}))).await;
-    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120)).await;
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {
+            "dexter": p("1.2.3", json!({})),
+            "spencer": p("3.2.3", json!({"dexter": "1.2.3"})),
+            "foobar": p("1.2", json!({"dexter": "1.2.3"})),
+        }}),
+    ))
+    .await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
     let jobs = env.jobs_of(&name).await;
     let mut ran: Vec<String> = jobs
         .iter()
-        .map(|j| format!("{}/{}", label(j, schema::PACKAGE_LABEL), label(j, schema::STAGE_LABEL)))
+        .map(|j| {
+            format!(
+                "{}/{}",
+                label(j, schema::PACKAGE_LABEL),
+                label(j, schema::STAGE_LABEL)
+            )
+        })
         .collect();
     ran.sort();
     // dexter is not re-run, spencer continues at config, foobar runs from the start.
-    assert_eq!(ran, vec!["foobar-1.2/apply", "foobar-1.2/config", "spencer-3.2.3/config"]);
+    assert_eq!(
+        ran,
+        vec![
+            "foobar-1.2/apply",
+            "foobar-1.2/config",
+            "spencer-3.2.3/config"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn config_change_reruns_only_config_and_env_change_reruns_apply() {
+    let env = setup("config", 3, &[]).await;
+    let name = env.ctx.name("sk");
+    let with = |cm: Value, extra_env: Value| {
+        let mut p = pkg("1.0.0", sleep("1"));
+        p["configMap"] = cm;
+        if let Some(e) = extra_env.as_object() {
+            p["env"].as_array_mut().expect("env").push(json!(e));
+        }
+        json!({"packages": {"tuned": p}})
+    };
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        with(json!({"a.conf": "1", "b.conf": "2"}), json!(null)),
+    ))
+    .await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
+    let before: std::collections::BTreeSet<String> = env
+        .jobs_of(&name)
+        .await
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    assert_eq!(before.len(), 6);
+
+    let wait_new_generation = || async {
+        env.ctx
+            .wait_for(
+                "the Skyhook to complete its new generation",
+                Duration::from_secs(180),
+                || async {
+                    let sk = env.skyhooks.get(&name).await.ok()?;
+                    let st = sk.status.clone()?;
+                    (st.status == Some(schema::Status::Complete)
+                        && st.observed_generation == sk.metadata.generation.unwrap_or(0))
+                    .then_some(sk)
+                },
+            )
+            .await
+    };
+    let change = json!({"spec": with(json!({"a.conf": "changed", "b.conf": "2"}), json!(null))});
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .expect("patch");
+    // The status goes through in_progress before completing again.
+    env.wait_status(&name, schema::Status::InProgress, Duration::from_secs(60))
+        .await;
+    let sk = wait_new_generation().await;
+    assert_eq!(
+        sk.status.expect("status").config_updates.get("tuned"),
+        Some(&vec!["a.conf".to_string()])
+    );
+    let jobs = env.jobs_of(&name).await;
+    let fresh: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| !before.contains(&j.name_any()))
+        .collect();
+    let mut where_: Vec<(String, String)> = fresh
+        .iter()
+        .map(|j| {
+            (
+                label(j, schema::STAGE_LABEL).to_string(),
+                label(j, schema::NODE_LABEL).to_string(),
+            )
+        })
+        .collect();
+    where_.sort();
+    let mut want: Vec<(String, String)> = env
+        .nodes
+        .iter()
+        .map(|n| ("config".to_string(), n.clone()))
+        .collect();
+    want.sort();
+    assert_eq!(
+        where_, want,
+        "a configMap change must run exactly one config Job per node"
+    );
+
+    // An env change re-runs the package from apply on every node.
+    let seen: std::collections::BTreeSet<String> = jobs.iter().map(|j| j.name_any()).collect();
+    let change = json!({"spec": with(json!({"a.conf": "changed", "b.conf": "2"}), json!({"name": "MODE", "value": "fast"}))});
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .expect("patch");
+    env.wait_status(&name, schema::Status::InProgress, Duration::from_secs(60))
+        .await;
+    wait_new_generation().await;
+    let jobs = env.jobs_of(&name).await;
+    let mut stages: Vec<String> = jobs
+        .iter()
+        .filter(|j| !seen.contains(&j.name_any()))
+        .map(|j| label(j, schema::STAGE_LABEL).to_string())
+        .collect();
+    stages.sort();
+    assert_eq!(
+        stages,
+        vec!["apply", "apply", "apply", "config", "config", "config"]
+    );
 }

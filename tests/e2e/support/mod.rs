@@ -336,7 +336,13 @@ pub fn install_crds() {
     CRDS.get_or_init(|| {
         let c = cluster();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-        run(c.kubectl().arg("apply").arg("--server-side").arg("--force-conflicts").arg("-f").arg(&dir));
+        run(c
+            .kubectl()
+            .arg("apply")
+            .arg("--server-side")
+            .arg("--force-conflicts")
+            .arg("-f")
+            .arg(&dir));
         run(c.kubectl().args([
             "wait",
             "--for=condition=Established",
@@ -373,7 +379,10 @@ impl Operator {
             log,
             metrics_port: free_port(),
             probe_port: free_port(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         op.spawn(ctx);
         op
@@ -427,7 +436,11 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("--- operator log {} (tail) ---\n{}", self.log.display(), self.log_tail(60));
+            eprintln!(
+                "--- operator log {} (tail) ---\n{}",
+                self.log.display(),
+                self.log_tail(60)
+            );
         }
         self.kill();
     }
