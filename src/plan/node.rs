@@ -849,7 +849,7 @@ mod tests {
     #[test]
     fn outside_the_batch_jobs_are_observed_but_nothing_starts() {
         let a = package("alpha", "1.0.0", json!({}));
-        let pk = spec(&[a.clone()]);
+        let pk = spec(std::slice::from_ref(&a));
         let none = BTreeMap::new();
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
@@ -863,7 +863,7 @@ mod tests {
     #[test]
     fn failures_retry_with_capped_backoff_and_never_twin() {
         let a = package("alpha", "1.0.0", json!({}));
-        let pk = spec(&[a.clone()]);
+        let pk = spec(std::slice::from_ref(&a));
         let none = BTreeMap::new();
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
@@ -932,7 +932,7 @@ mod tests {
             json!({"env": [{"name": "EXIT_CODE", "value": "1"}]}),
         );
         let new = package("alpha", "1.0.0", json!({}));
-        let pk = spec(&[new.clone()]);
+        let pk = spec(std::slice::from_ref(&new));
         let none = BTreeMap::new();
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
@@ -972,7 +972,7 @@ mod tests {
     #[test]
     fn stuck_pods_fail_the_job_with_their_reason() {
         let a = package("alpha", "1.0.0", json!({}));
-        let pk = spec(&[a.clone()]);
+        let pk = spec(std::slice::from_ref(&a));
         let none = BTreeMap::new();
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
@@ -998,7 +998,7 @@ mod tests {
         let none = BTreeMap::new();
 
         // Upgrade: the new version runs `upgrade`; on success the old entry goes.
-        let pk = spec(&[v2.clone()]);
+        let pk = spec(std::slice::from_ref(&v2));
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
         st.upsert(entry(&v1, Stage::Config, State::Complete));
@@ -1019,7 +1019,7 @@ mod tests {
         assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
 
         // Downgrade: the old version uninstalls first while the new one is skipped.
-        let pk = spec(&[v1.clone()]);
+        let pk = spec(std::slice::from_ref(&v1));
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
         st.upsert(entry(&v2, Stage::Config, State::Complete));
@@ -1081,7 +1081,7 @@ mod tests {
     fn drift_reruns_config_or_apply_and_unrecorded_state_is_adopted() {
         let a = package("alpha", "1.0.0", json!({"configMap": {"k": "new"}}));
         let old = package("alpha", "1.0.0", json!({"configMap": {"k": "old"}}));
-        let pk = spec(&[a.clone()]);
+        let pk = spec(std::slice::from_ref(&a));
         let none = BTreeMap::new();
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
@@ -1114,7 +1114,7 @@ mod tests {
     #[test]
     fn legacy_unversioned_entries_are_migrated() {
         let a = package("alpha", "1.0.0", json!({}));
-        let pk = spec(&[a.clone()]);
+        let pk = spec(std::slice::from_ref(&a));
         let none = BTreeMap::new();
         let sv = view(&pk, &none);
         let st = NodeState::parse(r#"{"alpha":{"name":"alpha","version":"1.0.0","image":"","stage":"config","state":"complete"},"gone":{"name":"gone","version":"1","image":"","stage":"config","state":"complete"}}"#)
