@@ -64,11 +64,17 @@ pub struct Metrics {
     package_stage: Family<PackageStageLabels, Gauge>,
     restarts: Family<PackageLabels, Gauge>,
     matched: Family<RolloutLabels, Gauge>,
+    ceiling: Family<RolloutLabels, Gauge>,
+    current_batch: Family<RolloutLabels, Gauge>,
+    consecutive_failures: Family<RolloutLabels, Gauge>,
+    should_stop: Family<RolloutLabels, Gauge>,
     in_progress: Family<RolloutLabels, Gauge>,
     completed: Family<RolloutLabels, Gauge>,
     progress: Family<RolloutLabels, Gauge>,
     /// Package label sets last emitted per Skyhook, so removed packages' series go away.
     emitted: Mutex<BTreeMap<String, BTreeSet<(String, String)>>>,
+    /// Rollout label set last emitted per Skyhook (its policy name can change).
+    emitted_policy: Mutex<BTreeMap<String, RolloutLabels>>,
 }
 
 impl Default for Metrics {
@@ -84,6 +90,10 @@ impl Default for Metrics {
         let package_stage = Family::<PackageStageLabels, Gauge>::default();
         let restarts = Family::<PackageLabels, Gauge>::default();
         let matched = Family::<RolloutLabels, Gauge>::default();
+        let ceiling = Family::<RolloutLabels, Gauge>::default();
+        let current_batch = Family::<RolloutLabels, Gauge>::default();
+        let consecutive_failures = Family::<RolloutLabels, Gauge>::default();
+        let should_stop = Family::<RolloutLabels, Gauge>::default();
         let in_progress = Family::<RolloutLabels, Gauge>::default();
         let completed = Family::<RolloutLabels, Gauge>::default();
         let progress = Family::<RolloutLabels, Gauge>::default();
@@ -144,17 +154,23 @@ impl Default for Metrics {
             package_stage,
             restarts,
             matched,
+            ceiling,
+            current_batch,
+            consecutive_failures,
+            should_stop,
             in_progress,
             completed,
             progress,
             emitted: Mutex::new(BTreeMap::new()),
+            emitted_policy: Mutex::new(BTreeMap::new()),
         }
     }
 }
 
 impl Metrics {
     /// Set every series of one Skyhook from its status.
-    pub fn observe(&self, sk: &Skyhook, st: &SkyhookStatus) {
+    /// `ceiling` is the number of nodes one batch may hold (the budget applied to the targets).
+    pub fn observe(&self, sk: &Skyhook, st: &SkyhookStatus, ceiling: usize) {
         let name = sk.metadata.name.clone().unwrap_or_default();
         let current = st.status.unwrap_or(Status::Unknown);
         for s in Status::ALL {
@@ -226,6 +242,22 @@ impl Metrics {
             .filter(|x| **x == Status::InProgress)
             .count() as i64;
         self.matched.get_or_create(&rl).set(targeted);
+        self.ceiling.get_or_create(&rl).set(ceiling as i64);
+        // Batch bookkeeping is whatever the status carries (the CLI may reset it).
+        let batch = st
+            .compartment_statuses
+            .get(schema::DEFAULT_COMPARTMENT)
+            .and_then(|c| c.batch_state.clone())
+            .unwrap_or_default();
+        self.current_batch
+            .get_or_create(&rl)
+            .set(batch.current_batch);
+        self.consecutive_failures
+            .get_or_create(&rl)
+            .set(batch.consecutive_failures);
+        self.should_stop
+            .get_or_create(&rl)
+            .set(i64::from(batch.should_stop));
         self.in_progress.get_or_create(&rl).set(busy);
         self.completed.get_or_create(&rl).set(complete);
         self.progress.get_or_create(&rl).set(if targeted == 0 {
@@ -233,6 +265,21 @@ impl Metrics {
         } else {
             complete * 100 / targeted
         });
+    }
+
+    fn forget_rollout(&self, l: &RolloutLabels) {
+        for f in [
+            &self.matched,
+            &self.ceiling,
+            &self.current_batch,
+            &self.consecutive_failures,
+            &self.should_stop,
+            &self.in_progress,
+            &self.completed,
+            &self.progress,
+        ] {
+            f.remove(l);
+        }
     }
 
     fn psl(&self, name: &str, key: &(String, String), state: &str) -> PackageStateLabels {
@@ -272,6 +319,14 @@ impl Metrics {
             };
             self.status.remove(&l);
             self.node_status.remove(&l);
+        }
+        let policies = self
+            .emitted_policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        for l in policies.iter() {
+            self.forget_rollout(l);
         }
         self.targets.remove(&SkyhookLabels {
             skyhook_name: name.into(),

@@ -298,10 +298,13 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         now: jiff::Timestamp::now(),
     });
     let requeue = plan.requeue_after;
-    if let Some(status) = &plan.status {
-        ctx.metrics.observe(&normalized, status);
-    } else if let Some(status) = &sk.status {
-        ctx.metrics.observe(&normalized, status);
+    let ceiling = plan::rollout::batch_size(
+        &normalized,
+        &policies,
+        plan::targeted(&normalized, &nodes).len(),
+    );
+    if let Some(status) = plan.status.as_ref().or(sk.status.as_ref()) {
+        ctx.metrics.observe(&normalized, status, ceiling);
     }
     exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))

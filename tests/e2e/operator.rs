@@ -305,6 +305,59 @@ async fn rollout_three_packages_on_three_nodes() {
             "bravo started on {node} before alpha completed"
         );
     }
+
+    // Probes and metrics, with the reference's names and labels.
+    let get = |port: u16, path: &str| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("response");
+        out
+    };
+    assert!(get(env.op.probe_port, "/healthz").starts_with("HTTP/1.0 200"));
+    assert!(get(env.op.probe_port, "/readyz").starts_with("HTTP/1.0 200"));
+    let metrics = get(env.op.metrics_port, "/metrics");
+    for want in [
+        format!("skyhook_status{{skyhook_name=\"{name}\",status=\"complete\"}} 1"),
+        format!("skyhook_node_status_count{{skyhook_name=\"{name}\",status=\"complete\"}} 3"),
+        format!("skyhook_node_target_count{{skyhook_name=\"{name}\"}} 3"),
+        format!(
+            "skyhook_package_state_count{{skyhook_name=\"{name}\",package_name=\"bravo\",package_version=\"2.0.0\",state=\"complete\"}} 3"
+        ),
+        format!(
+            "skyhook_rollout_progress_percent{{skyhook_name=\"{name}\",policy_name=\"legacy\",compartment_name=\"__default__\",strategy=\"fixed\"}} 100"
+        ),
+    ] {
+        assert!(metrics.contains(&want), "metrics lack {want}:\n{metrics}");
+    }
+
+    // Once complete, the operator's own writes stop: status changes would re-trigger it.
+    let rv = env
+        .skyhooks
+        .get(&name)
+        .await
+        .expect("get")
+        .resource_version();
+    env.ctx
+        .holds_for(
+            "a complete Skyhook stays unwritten",
+            Duration::from_secs(6),
+            || async {
+                let now = env
+                    .skyhooks
+                    .get(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .resource_version();
+                if now == rv {
+                    Ok(())
+                } else {
+                    Err(format!("resourceVersion moved {rv:?} -> {now:?}"))
+                }
+            },
+        )
+        .await;
     drop(env.op);
 }
 
