@@ -104,6 +104,30 @@ pub async fn execute(
         }
     }
 
+    for (ns, pod) in &plan.evictions {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+        match pods.evict(pod, &kube::api::EvictParams::default()).await {
+            Ok(_) => info!(skyhook = %name, pod = %format!("{ns}/{pod}"), "evicted"),
+            Err(e) if is_status(&e, 404) => {}
+            // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.
+            Err(e) if is_status(&e, 429) => {
+                let ev = Event {
+                    type_: EventType::Warning,
+                    reason: schema::DRAIN_BLOCKED_REASON.to_string(),
+                    note: Some(format!(
+                        "eviction of pod {ns}/{pod} is blocked by a PodDisruptionBudget; retrying"
+                    )),
+                    action: "Evict".to_string(),
+                    secondary: None,
+                };
+                if let Err(e) = recorder.publish(&ev, &sk.object_ref(&())).await {
+                    warn!(error = %e, "could not publish an event");
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+
     if plan.delete_owned {
         let lp = ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, name));
         jobs.delete_collection(&background(), &lp).await?;

@@ -243,6 +243,78 @@ pub async fn run(
     Ok(())
 }
 
+/// Pods on this Skyhook's cordoned nodes, classified for the drain (§3.9.3). Only cordoned
+/// nodes are listed, on demand: the operator never caches every pod in the cluster.
+async fn drain_view(
+    ctx: &Ctx,
+    sk: &Skyhook,
+    nodes: &[Arc<Node>],
+) -> Result<std::collections::BTreeMap<String, Vec<plan::node::PodInfo>>, Error> {
+    let mut out = std::collections::BTreeMap::new();
+    let cordoned = plan::targeted(sk, nodes).into_iter().filter(|n| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+    });
+    let selector = &sk.spec.pod_non_interrupt_labels;
+    let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(|e| e.is_empty());
+    let protected = if empty {
+        None
+    } else {
+        Selector::try_from(selector.clone()).ok()
+    };
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    for n in cordoned {
+        let node = n.name_any();
+        let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = pods.list(&lp).await?;
+        let infos = list
+            .items
+            .iter()
+            .filter(|p| {
+                let phase = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .unwrap_or("Pending");
+                matches!(phase, "Running" | "Pending")
+            })
+            .map(|p| {
+                let owned_by_ds = p.owner_references().iter().any(|o| o.kind == "DaemonSet");
+                let mirror = p.annotations().contains_key("kubernetes.io/config.mirror");
+                let ours = p.labels().contains_key(schema::NAME_LABEL);
+                let tolerates_cordon = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.tolerations.as_ref())
+                    .is_some_and(|ts| {
+                        ts.iter()
+                            .any(|t| t.key.as_deref() == Some(schema::UNSCHEDULABLE_TAINT_KEY))
+                    });
+                let namespace = p.namespace().unwrap_or_default();
+                plan::node::PodInfo {
+                    protected: protected.as_ref().is_some_and(|s| s.matches(p.labels())),
+                    evictable: !(owned_by_ds
+                        || mirror
+                        || ours
+                        || tolerates_cordon
+                        || namespace == "kube-system"
+                        || p.metadata.deletion_timestamp.is_some()),
+                    namespace,
+                    name: p.name_any(),
+                }
+            })
+            .collect();
+        out.insert(node, infos);
+    }
+    Ok(out)
+}
+
 fn error_policy(sk: Arc<Skyhook>, err: &Error, _ctx: Arc<Ctx>) -> Action {
     error!(skyhook = %sk.name_any(), error = %err, "reconcile error; retrying in 5s");
     Action::requeue(Duration::from_secs(5))
@@ -285,6 +357,16 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .into_iter()
         .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
         .collect();
+    let pods_on_nodes = drain_view(&ctx, &normalized, &nodes).await?;
+    let busy_nodes: std::collections::BTreeSet<String> = ctx
+        .jobs
+        .state()
+        .iter()
+        .filter(|j| j.labels().get(schema::NAME_LABEL) != Some(&name))
+        .filter_map(|j| JobView::from_job(j, None))
+        .filter(|v| !v.finished())
+        .map(|v| v.node)
+        .collect();
     let plan = plan::plan(&Inputs {
         skyhook: &normalized,
         skyhooks: &skyhooks,
@@ -292,6 +374,8 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         nodes: &nodes,
         jobs: &views,
         configmaps: &configmaps,
+        pods_on_nodes: &pods_on_nodes,
+        busy_nodes: &busy_nodes,
         invalid: &invalid,
         config: &ctx.config,
         operator_version: &ctx.version,

@@ -19,7 +19,7 @@ use crate::crd::{DeploymentPolicy, Package, Skyhook, SkyhookStatus};
 use crate::jobs::{self, JobView};
 use crate::schema::{self, NodeState, Stage, State, Status};
 use crate::settings::Config;
-use node::{NodeAction, NodeNote, RetryPolicy, SpecView};
+use node::{NodeAction, NodeFacts, NodeNote, RetryPolicy, SpecView};
 
 /// Everything the planner reads.
 pub struct Inputs<'a> {
@@ -32,6 +32,10 @@ pub struct Inputs<'a> {
     pub jobs: &'a [JobView],
     /// This Skyhook's package ConfigMaps as they are in the cluster.
     pub configmaps: &'a [Arc<ConfigMap>],
+    /// Pods on the nodes that are cordoned (listed on demand for the drain).
+    pub pods_on_nodes: &'a BTreeMap<String, Vec<node::PodInfo>>,
+    /// Nodes where a Job of another Skyhook is running.
+    pub busy_nodes: &'a BTreeSet<String>,
     /// Problems the operator-side validation found (empty when valid).
     pub invalid: &'a [String],
     pub config: &'a Config,
@@ -99,6 +103,8 @@ pub struct Plan {
     pub configmaps: Vec<ConfigMap>,
     pub create_jobs: Vec<Job>,
     pub job_ops: Vec<JobOp>,
+    /// Pods to evict through the Eviction API (namespace, name).
+    pub evictions: Vec<(String, String)>,
     /// Delete every Job and ConfigMap this Skyhook owns (deletion).
     pub delete_owned: bool,
     pub node_patches: Vec<NodePatch>,
@@ -265,6 +271,7 @@ pub fn plan(inp: &Inputs) -> Plan {
             &spec_view,
             prior_state.clone(),
             applied.clone(),
+            node_facts(n, inp),
             &js,
             false,
             retry,
@@ -272,6 +279,8 @@ pub fn plan(inp: &Inputs) -> Plan {
             inp.now,
         );
         let busy = o.active
+            || n.annotations()
+                .contains_key(&schema::cordon_annotation(&name))
             || o.state
                 .iter()
                 .any(|(_, e)| e.state == Some(State::InProgress));
@@ -319,6 +328,7 @@ pub fn plan(inp: &Inputs) -> Plan {
     let mut started: Vec<(String, String, String)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     let mut blocked_nodes: Vec<&str> = Vec::new();
+    let mut held: Vec<String> = Vec::new();
     let mut ignored_nodes: Vec<&str> = Vec::new();
     for s in &seen {
         let js = by_node.get(s.name.as_str()).cloned().unwrap_or_default();
@@ -327,6 +337,7 @@ pub fn plan(inp: &Inputs) -> Plan {
             &spec_view,
             s.prior.clone(),
             s.applied.clone(),
+            node_facts(s.node, inp),
             &js,
             may_start,
             retry,
@@ -350,6 +361,7 @@ pub fn plan(inp: &Inputs) -> Plan {
                     stage,
                     attempt,
                     spec_hash,
+                    interrupt,
                 } => {
                     if !wrote_metadata {
                         plan.configmaps.push(jobs::node_metadata_configmap(
@@ -361,17 +373,26 @@ pub fn plan(inp: &Inputs) -> Plan {
                         wrote_metadata = true;
                     }
                     let job = if *stage == Stage::Interrupt {
-                        let interrupts = spec_view.interrupts(package);
-                        let Some((merged, _)) =
-                            schema::merge_interrupts([(package.name.as_str(), interrupts.iter())])
-                        else {
+                        let Some(merged) = interrupt else {
                             continue;
                         };
+                        plan.events.push(Note {
+                            target: Target::Skyhook,
+                            node: None,
+                            warning: false,
+                            reason: schema::INTERRUPT_REASON.to_string(),
+                            message: schema::skyhook_interrupt_message(
+                                &s.name,
+                                &package.name,
+                                &package.version,
+                                &name,
+                            ),
+                        });
                         jobs::interrupt_job(
                             &jobs::InterruptJob {
                                 skyhook: sk,
                                 owner: package,
-                                interrupt: &merged,
+                                interrupt: merged,
                                 node: &s.name,
                                 attempt: *attempt,
                                 spec_hash,
@@ -482,6 +503,26 @@ pub fn plan(inp: &Inputs) -> Plan {
                 }
             }
         }
+        if let Some(why) = &o.blocked {
+            held.push(format!("node {}: {why}", s.name));
+        }
+        if !o.evict.is_empty() {
+            plan.evictions.extend(o.evict.iter().cloned());
+            if let Some(pkg) = sk
+                .spec
+                .packages
+                .values()
+                .find(|p| spec_view.has_interrupt(p))
+            {
+                plan.events.push(Note {
+                    target: Target::Node,
+                    node: Some(s.name.clone()),
+                    warning: false,
+                    reason: schema::INTERRUPT_REASON.to_string(),
+                    message: schema::node_drain_message(&s.name, &pkg.name, &pkg.version, &name),
+                });
+            }
+        }
         let complete =
             spec_view.node_complete(&o.state) && !node::has_drift(&spec_view, &o.state, &o.applied);
         let st = status::node_status(&status::NodeFacts {
@@ -502,6 +543,24 @@ pub fn plan(inp: &Inputs) -> Plan {
             });
         }
         let mut patch = status::node_patch(&name, s.node, &o.state, st, inp.operator_version);
+        let holds_cordon = s
+            .node
+            .annotations()
+            .contains_key(&schema::cordon_annotation(&name));
+        if o.cordon {
+            // Persisted before any Job of an interrupt package; an administrator's own cordon
+            // (already unschedulable) is never marked as ours, so it is never lifted.
+            patch.unschedulable = Some(true);
+            patch.annotations.insert(
+                schema::cordon_annotation(&name),
+                Some(schema::TRUE_VALUE.to_string()),
+            );
+        } else if complete && holds_cordon {
+            patch.unschedulable = Some(false);
+            patch
+                .annotations
+                .insert(schema::cordon_annotation(&name), None);
+        }
         if o.applied != s.applied {
             let value = (!o.applied.is_empty())
                 .then(|| serde_json::to_string(&o.applied).unwrap_or_default());
@@ -531,6 +590,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         invalid: inp.invalid,
         started: &started,
         failures: &failures,
+        held: &held,
         blocked_nodes: &blocked_nodes,
         ignored_nodes: &ignored_nodes,
         now: inp.now,
@@ -542,6 +602,15 @@ pub fn plan(inp: &Inputs) -> Plan {
             warning: false,
             reason: schema::STATE_REASON.to_string(),
             message: schema::skyhook_transition_message(old, new),
+        });
+    }
+    if let Some(msg) = status::newly_held(&prior, &desired) {
+        plan.events.push(Note {
+            target: Target::Skyhook,
+            node: None,
+            warning: true,
+            reason: schema::DRAIN_BLOCKED_REASON.to_string(),
+            message: msg,
         });
     }
     if status::newly_invalid(&prior, &desired) {
@@ -572,7 +641,10 @@ pub fn plan(inp: &Inputs) -> Plan {
         }
     }
 
-    plan.requeue_after = Some(if any_active || !plan.create_jobs.is_empty() {
+    plan.requeue_after = Some(if !held.is_empty() {
+        // Pods on other namespaces are not watched: look again soon.
+        Duration::from_secs(3)
+    } else if any_active || !plan.create_jobs.is_empty() {
         Duration::from_secs(30)
     } else if let Some(r) = retry_at {
         let wait = r.duration_since(inp.now);
@@ -581,6 +653,19 @@ pub fn plan(inp: &Inputs) -> Plan {
         cfg.default_interval
     });
     plan
+}
+
+fn node_facts<'a>(n: &Node, inp: &'a Inputs) -> NodeFacts<'a> {
+    let name = n.name_any();
+    NodeFacts {
+        cordoned: n
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+        pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
+        other_busy: inp.busy_nodes.contains(&name),
+    }
 }
 
 /// §3.12: the configMap keys changed since the package ConfigMap was last written, kept in

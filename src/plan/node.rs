@@ -109,6 +109,28 @@ impl RetryPolicy {
     }
 }
 
+/// A pod on a cordoned node, as the drain sees it (classified by the caller, §3.9.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    pub namespace: String,
+    pub name: String,
+    /// Matches `podNonInterruptLabels` and is Running or Pending: blocks the interrupt.
+    pub protected: bool,
+    /// Must be evicted before the interrupt.
+    pub evictable: bool,
+}
+
+/// What the node machine knows about the node itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeFacts<'a> {
+    /// `spec.unschedulable` (set by us or by an administrator).
+    pub cordoned: bool,
+    /// Pods on the node; listed only for cordoned nodes.
+    pub pods: Option<&'a [PodInfo]>,
+    /// A Job of another Skyhook runs on the node.
+    pub other_busy: bool,
+}
+
 /// What the node machine wants done.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeAction {
@@ -119,6 +141,8 @@ pub enum NodeAction {
         stage: Stage,
         attempt: u32,
         spec_hash: String,
+        /// For the interrupt stage: the node's merged interrupt (§3.9.4).
+        interrupt: Option<Interrupt>,
     },
     /// Mark a Job recorded and, when it succeeded, let the TTL controller collect it.
     Record { job: String, succeeded: bool },
@@ -165,6 +189,12 @@ pub struct NodeOutcome {
     pub retry_at: Option<Timestamp>,
     /// A Job of this Skyhook is running on the node.
     pub active: bool,
+    /// Cordon the node before anything else (it is not yet unschedulable).
+    pub cordon: bool,
+    /// Pods to evict (namespace, name).
+    pub evict: Vec<(String, String)>,
+    /// Why interrupt work waits on this node, for humans.
+    pub blocked: Option<String>,
 }
 
 /// Fold Jobs into `state` and decide the next Jobs. `may_start` is false when the node is
@@ -175,6 +205,7 @@ pub fn step(
     spec: &SpecView,
     mut state: NodeState,
     mut applied: BTreeMap<String, String>,
+    facts: NodeFacts,
     jobs: &[&JobView],
     may_start: bool,
     retry: RetryPolicy,
@@ -188,6 +219,9 @@ pub fn step(
         notes: Vec::new(),
         retry_at: None,
         active: false,
+        cordon: false,
+        evict: Vec::new(),
+        blocked: None,
     };
     migrate_legacy(spec, &mut state);
     observe(spec, &mut state, &mut applied, jobs, &mut out, now);
@@ -205,8 +239,51 @@ pub fn step(
     if may_start {
         version_changes(spec, &mut state);
         drift(spec, &mut state, &applied);
-        for (pkg, stage) in wanted(spec, &state) {
-            start(spec, &mut state, jobs, &pkg, stage, retry, now, &mut out);
+        let work = wanted(spec, &state);
+        let candidates: Vec<(String, Vec<Interrupt>)> = work
+            .iter()
+            .map(|(p, _)| (p.name.clone(), spec.interrupts(p)))
+            .collect();
+        let merged =
+            schema::merge_interrupts(candidates.iter().map(|(n, i)| (n.as_str(), i.iter())))
+                .map(|(i, owner)| (i, owner.to_string()));
+        for (pkg, stage) in work {
+            let adopting = current(jobs, &pkg.name, &pkg.version, stage)
+                .last()
+                .is_some_and(|j| !j.finished());
+            if stage == Stage::Interrupt && !adopting {
+                match &merged {
+                    Some((interrupt, owner)) if *owner == pkg.name => {
+                        // The interrupt runs alone on the node (§3.9.5).
+                        let others = out.active || facts.other_busy;
+                        if others {
+                            out.blocked = Some("waiting for other stages on the node to finish before the interrupt".into());
+                            continue;
+                        }
+                        start(
+                            spec,
+                            &mut state,
+                            jobs,
+                            &pkg,
+                            stage,
+                            Some(interrupt),
+                            retry,
+                            now,
+                            &mut out,
+                        );
+                    }
+                    _ => mark(&mut state, &pkg, Stage::Interrupt, State::Skipped, 0),
+                }
+                continue;
+            }
+            let needs_drain =
+                matches!(stage, Stage::Apply | Stage::Upgrade) && spec.has_interrupt(&pkg);
+            if needs_drain && !adopting && !ready_for_interrupt(facts, &mut out) {
+                continue;
+            }
+            start(
+                spec, &mut state, jobs, &pkg, stage, None, retry, now, &mut out,
+            );
         }
     }
     out.state = state;
@@ -253,6 +330,47 @@ fn drift(spec: &SpecView, state: &mut NodeState, applied: &BTreeMap<String, Stri
         };
         set(state, &e, stage, State::InProgress, 0);
     }
+}
+
+/// §3.9.1 step 5: cordon first (persisted before anything runs), then wait while protected
+/// pods run, then evict the rest. True when the node is ready.
+fn ready_for_interrupt(facts: NodeFacts, out: &mut NodeOutcome) -> bool {
+    if !facts.cordoned {
+        out.cordon = true;
+        return false;
+    }
+    let Some(pods) = facts.pods else {
+        out.blocked = Some("listing the pods on the node".into());
+        return false;
+    };
+    let protected: Vec<String> = pods
+        .iter()
+        .filter(|p| p.protected)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    if !protected.is_empty() {
+        out.blocked = Some(format!(
+            "waiting for protected pod(s) {} (podNonInterruptLabels) to finish",
+            protected.join(", ")
+        ));
+        return false;
+    }
+    let evict: Vec<(String, String)> = pods
+        .iter()
+        .filter(|p| p.evictable)
+        .map(|p| (p.namespace.clone(), p.name.clone()))
+        .collect();
+    if !evict.is_empty() {
+        let names: Vec<String> = evict.iter().map(|(n, p)| format!("{n}/{p}")).collect();
+        out.blocked = Some(format!("draining: evicting {}", names.join(", ")));
+        for e in evict {
+            if !out.evict.contains(&e) {
+                out.evict.push(e);
+            }
+        }
+        return false;
+    }
+    true
 }
 
 /// §7.1: pre-v0.5 entries are keyed by bare name and lack an image.
@@ -601,6 +719,7 @@ fn start(
     jobs: &[&JobView],
     p: &Package,
     stage: Stage,
+    interrupt: Option<&Interrupt>,
     retry: RetryPolicy,
     now: Timestamp,
     out: &mut NodeOutcome,
@@ -672,6 +791,7 @@ fn start(
         stage,
         attempt,
         spec_hash: hash,
+        interrupt: interrupt.cloned(),
     });
 }
 
@@ -803,6 +923,7 @@ mod tests {
             &sv,
             NodeState::default(),
             BTreeMap::new(),
+            NodeFacts::default(),
             &[],
             true,
             RETRY,
@@ -825,6 +946,7 @@ mod tests {
             &sv,
             o.state,
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&done, &running],
             true,
             RETRY,
@@ -841,7 +963,17 @@ mod tests {
         // alpha complete at config: bravo starts, and alpha's spec is recorded as applied.
         let mut st = o.state.clone();
         st.upsert(entry(&a, Stage::Config, State::Complete));
-        let o = step(&sv, st, BTreeMap::new(), &[&running], true, RETRY, 3, t(7));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[&running],
+            true,
+            RETRY,
+            3,
+            t(7),
+        );
         assert_eq!(runs(&o), vec![("bravo".into(), Stage::Apply, 0)]);
         assert_eq!(o.applied.get("alpha|1.0.0"), Some(&applied_hash(&a)));
     }
@@ -855,7 +987,17 @@ mod tests {
         let mut st = NodeState::default();
         st.upsert(entry(&a, Stage::Apply, State::InProgress));
         let done = job(&a, Stage::Apply, 0, Outcome::Complete { at: t(1) });
-        let o = step(&sv, st, BTreeMap::new(), &[&done], false, RETRY, 3, t(2));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[&done],
+            false,
+            RETRY,
+            3,
+            t(2),
+        );
         assert!(runs(&o).is_empty());
         assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Complete), 0));
     }
@@ -885,6 +1027,7 @@ mod tests {
             &sv,
             st.clone(),
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&f0],
             true,
             RETRY,
@@ -900,7 +1043,17 @@ mod tests {
                 .any(|n| matches!(n, NodeNote::Failed { restarts: 1, .. }))
         );
 
-        let o = step(&sv, o.state, BTreeMap::new(), &[&f0], true, RETRY, 3, t(10));
+        let o = step(
+            &sv,
+            o.state,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[&f0],
+            true,
+            RETRY,
+            3,
+            t(10),
+        );
         assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 1)]);
         assert_eq!(state_of(&o, &a).2, 1, "restarts survive the retry");
 
@@ -910,6 +1063,7 @@ mod tests {
             &sv,
             o.state,
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&f0, &r1],
             true,
             RETRY,
@@ -951,6 +1105,7 @@ mod tests {
             &sv,
             st.clone(),
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&failed],
             true,
             RETRY,
@@ -962,7 +1117,17 @@ mod tests {
         let mut st = NodeState::default();
         st.upsert(entry(&new, Stage::Apply, State::InProgress));
         let stale = job(&old, Stage::Apply, 0, Outcome::Running);
-        let o = step(&sv, st, BTreeMap::new(), &[&stale], true, RETRY, 3, t(1));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[&stale],
+            true,
+            RETRY,
+            3,
+            t(1),
+        );
         assert!(o.actions.contains(&NodeAction::Delete {
             job: stale.name.clone()
         }));
@@ -983,7 +1148,17 @@ mod tests {
             "ImagePullBackOff".into(),
             "back-off".into(),
         ));
-        let o = step(&sv, st, BTreeMap::new(), &[&j], true, RETRY, 3, t(1));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[&j],
+            true,
+            RETRY,
+            3,
+            t(1),
+        );
         assert!(o.actions.iter().any(
             |a| matches!(a, NodeAction::FailNow { reason, .. } if reason == "ImagePullBackOff")
         ));
@@ -1002,13 +1177,24 @@ mod tests {
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
         st.upsert(entry(&v1, Stage::Config, State::Complete));
-        let o = step(&sv, st, BTreeMap::new(), &[], true, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
         assert_eq!(runs(&o), vec![("alpha".into(), Stage::Upgrade, 0)]);
         let done = job(&v2, Stage::Upgrade, 0, Outcome::Complete { at: t(1) });
         let o = step(
             &sv,
             o.state,
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&done],
             true,
             RETRY,
@@ -1023,7 +1209,17 @@ mod tests {
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
         st.upsert(entry(&v2, Stage::Config, State::Complete));
-        let o = step(&sv, st, BTreeMap::new(), &[], true, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
         assert_eq!(runs(&o), vec![("alpha".into(), Stage::Uninstall, 0)]);
         assert_eq!(
             state_of(&o, &v1),
@@ -1034,6 +1230,7 @@ mod tests {
             &sv,
             o.state,
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&done],
             true,
             RETRY,
@@ -1048,7 +1245,17 @@ mod tests {
         let sv = view(&pk, &none);
         let mut st = NodeState::default();
         st.upsert(entry(&gone, Stage::Config, State::Complete));
-        let o = step(&sv, st, BTreeMap::new(), &[], true, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
         let uninstall = o.actions.iter().find_map(|a| match a {
             NodeAction::Run {
                 package,
@@ -1067,6 +1274,7 @@ mod tests {
             &sv,
             o.state,
             BTreeMap::new(),
+            NodeFacts::default(),
             &[&done],
             true,
             RETRY,
@@ -1088,7 +1296,17 @@ mod tests {
         st.upsert(entry(&a, Stage::Config, State::Complete));
 
         // No record (e.g. Go-operator state): adopted as current, nothing re-runs.
-        let o = step(&sv, st.clone(), BTreeMap::new(), &[], true, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st.clone(),
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
         assert!(runs(&o).is_empty());
         assert_eq!(o.applied.get("alpha|1.0.0"), Some(&applied_hash(&a)));
 
@@ -1096,7 +1314,17 @@ mod tests {
         let applied: BTreeMap<String, String> =
             [("alpha|1.0.0".to_string(), applied_hash(&old))].into();
         assert!(has_drift(&sv, &st, &applied));
-        let o = step(&sv, st.clone(), applied, &[], true, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st.clone(),
+            applied,
+            NodeFacts::default(),
+            &[],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
         assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
 
         // Install drift (env) re-runs apply.
@@ -1107,7 +1335,17 @@ mod tests {
         );
         let applied: BTreeMap<String, String> =
             [("alpha|1.0.0".to_string(), applied_hash(&other))].into();
-        let o = step(&sv, st, applied, &[], true, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st,
+            applied,
+            NodeFacts::default(),
+            &[],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
         assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 0)]);
     }
 
@@ -1119,7 +1357,17 @@ mod tests {
         let sv = view(&pk, &none);
         let st = NodeState::parse(r#"{"alpha":{"name":"alpha","version":"1.0.0","image":"","stage":"config","state":"complete"},"gone":{"name":"gone","version":"1","image":"","stage":"config","state":"complete"}}"#)
             .expect("legacy state");
-        let o = step(&sv, st, BTreeMap::new(), &[], false, RETRY, 3, t(0));
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            NodeFacts::default(),
+            &[],
+            false,
+            RETRY,
+            3,
+            t(0),
+        );
         assert_eq!(o.state.0.keys().collect::<Vec<_>>(), vec!["alpha|1.0.0"]);
         assert_eq!(
             o.state.get("alpha", "1.0.0").map(|e| e.image.as_str()),

@@ -161,6 +161,8 @@ pub struct SkyhookFacts<'a> {
     pub started: &'a [(String, String, String)],
     /// Failures seen this pass, worded for humans.
     pub failures: &'a [String],
+    /// Why interrupt work is held on some nodes (protected pods, drains), worded for humans.
+    pub held: &'a [String],
     pub blocked_nodes: &'a [&'a str],
     pub ignored_nodes: &'a [&'a str],
     pub now: Timestamp,
@@ -335,6 +337,27 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
             f.now,
         );
     }
+    if f.held.is_empty() {
+        set_condition(
+            &mut s.conditions,
+            schema::NODE_BLOCKED_CONDITION,
+            false,
+            schema::NOT_BLOCKED_REASON,
+            "no node is held back".to_string(),
+            generation,
+            f.now,
+        );
+    } else {
+        set_condition(
+            &mut s.conditions,
+            schema::NODE_BLOCKED_CONDITION,
+            true,
+            schema::DRAIN_BLOCKED_REASON,
+            f.held.join("; "),
+            generation,
+            f.now,
+        );
+    }
     set_condition(
         &mut s.conditions,
         schema::TAINT_NOT_TOLERABLE_CONDITION,
@@ -362,6 +385,18 @@ pub fn transition(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<(Sta
         (Some(a), Some(b)) if a != b => Some((a, b)),
         _ => None,
     }
+}
+
+/// A node is newly held back (or held for a new reason): worth a Warning Event.
+pub fn newly_held(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
+    let find = |s: &SkyhookStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION && c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    let now = find(desired)?;
+    (find(prior).as_ref() != Some(&now)).then_some(now)
 }
 
 /// The spec just became invalid (or its problems changed): worth a Warning Event.

@@ -962,3 +962,155 @@ async fn config_change_reruns_only_config_and_env_change_reruns_apply() {
         vec!["apply", "apply", "apply", "config", "config", "config"]
     );
 }
+
+/// Issue 5 core: cordon first, wait for protected pods, drain by eviction, then
+/// apply → config → interrupt → post-interrupt, and uncordon at the end.
+#[tokio::test]
+async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
+    let env = setup("intr", 1, &[]).await;
+    let name = env.ctx.name("sk");
+    let node = env.nodes[0].clone();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let pod = |pname: &str, labels: Value| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({"metadata": {"name": pname, "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example.com/app:1"}]}}))
+        .expect("pod")
+    };
+    let protected = env.ctx.name("important");
+    let ordinary = env.ctx.name("ordinary");
+    pods.create(
+        &PostParams::default(),
+        &pod(&protected, json!({"dontmess": "withme"})),
+    )
+    .await
+    .expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &pod(&ordinary, json!({"app": "web"})),
+    )
+    .await
+    .expect("pod");
+    env.ctx
+        .wait_for("both pods Running", Duration::from_secs(30), || async {
+            let ok = |p: k8s_openapi::api::core::v1::Pod| {
+                p.status.and_then(|s| s.phase).as_deref() == Some("Running")
+            };
+            (ok(pods.get(&protected).await.ok()?) && ok(pods.get(&ordinary).await.ok()?))
+                .then_some(())
+        })
+        .await;
+
+    let mut dexter = pkg("1.2.3", sleep("1"));
+    dexter["interrupt"] = json!({"type": "reboot"});
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({
+            "podNonInterruptLabels": {"matchLabels": {"dontmess": "withme"}},
+            "packages": {"jason": pkg("1.0.0", sleep("1")), "dexter": dexter},
+        }),
+    ))
+    .await;
+
+    // Cordoned, held by the protected pod; the non-interrupt package completes meanwhile.
+    env.ctx
+        .wait_for(
+            "jason complete while dexter is held",
+            Duration::from_secs(90),
+            || async {
+                let (_, s) = env.node_state(&node, &name).await?;
+                (s.get("jason", "1.0.0")?.state == Some(State::Complete)
+                    && s.get("jason", "1.0.0")?.stage == Stage::Config)
+                    .then_some(())
+            },
+        )
+        .await;
+    let n = env.node_api.get(&node).await.expect("node");
+    assert_eq!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "node not cordoned"
+    );
+    assert_eq!(
+        n.annotations()
+            .get(&schema::cordon_annotation(&name))
+            .map(String::as_str),
+        Some("true")
+    );
+    let dexter_jobs = |jobs: &[Job]| {
+        jobs.iter()
+            .filter(|j| label(j, schema::PACKAGE_LABEL) == "dexter-1.2.3")
+            .count()
+    };
+    assert_eq!(
+        dexter_jobs(&env.jobs_of(&name).await),
+        0,
+        "dexter ran while a protected pod exists"
+    );
+    assert!(
+        pods.get_opt(&ordinary).await.expect("get").is_some(),
+        "ordinary pod evicted too early"
+    );
+    let sk = env.skyhooks.get(&name).await.expect("get");
+    let held = sk
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION)
+        .expect("NodeBlocked");
+    assert_eq!(held.status, "True");
+    assert!(held.message.contains(&protected), "{}", held.message);
+
+    // The protected pod goes: the ordinary one is evicted, then the stages run in order.
+    pods.delete(&protected, &Default::default())
+        .await
+        .expect("delete");
+    env.ctx
+        .wait_for(
+            "the ordinary pod to be evicted",
+            Duration::from_secs(60),
+            || async { pods.get_opt(&ordinary).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
+    let jobs = env.jobs_of(&name).await;
+    let mut dexter_runs: Vec<(jiff::Timestamp, String)> = jobs
+        .iter()
+        .filter(|j| label(j, schema::PACKAGE_LABEL) == "dexter-1.2.3")
+        .map(|j| {
+            (
+                j.metadata.creation_timestamp.clone().expect("created").0,
+                label(j, schema::STAGE_LABEL).to_string(),
+            )
+        })
+        .collect();
+    dexter_runs.sort();
+    let order: Vec<&str> = dexter_runs.iter().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(
+        order,
+        vec!["apply", "config", "interrupt", "post-interrupt"]
+    );
+    let intr = jobs
+        .iter()
+        .find(|j| label(j, schema::STAGE_LABEL) == "interrupt")
+        .expect("interrupt Job");
+    assert_eq!(label(intr, schema::INTERRUPT_LABEL), "True");
+    let (_, s) = env.node_state(&node, &name).await.expect("state");
+    assert_eq!(
+        s.get("dexter", "1.2.3").map(|e| (e.stage, e.state)),
+        Some((Stage::PostInterrupt, Some(State::Complete)))
+    );
+    let n = env.node_api.get(&node).await.expect("node");
+    assert_ne!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "node left cordoned"
+    );
+    assert!(
+        !n.annotations()
+            .contains_key(&schema::cordon_annotation(&name))
+    );
+}
