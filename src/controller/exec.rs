@@ -147,7 +147,11 @@ pub async fn execute(
         }
         let mut body = json!({"metadata": meta});
         if let Some(u) = p.unschedulable {
-            body["spec"] = json!({"unschedulable": u});
+            body["spec"]["unschedulable"] = json!(u);
+        }
+        if let Some(t) = &p.taints {
+            // A merge patch replaces the list, so send all of it (null when empty).
+            body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
         }
         match nodes
             .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))

@@ -50,11 +50,16 @@ pub struct NodePatch {
     pub annotations: BTreeMap<String, Option<String>>,
     pub labels: BTreeMap<String, Option<String>>,
     pub unschedulable: Option<bool>,
+    /// The node's whole taint list, when it changes.
+    pub taints: Option<Vec<Taint>>,
 }
 
 impl NodePatch {
     pub fn is_empty(&self) -> bool {
-        self.annotations.is_empty() && self.labels.is_empty() && self.unschedulable.is_none()
+        self.annotations.is_empty()
+            && self.labels.is_empty()
+            && self.unschedulable.is_none()
+            && self.taints.is_none()
     }
 }
 
@@ -561,6 +566,7 @@ pub fn plan(inp: &Inputs) -> Plan {
                 .annotations
                 .insert(schema::cordon_annotation(&name), None);
         }
+        runtime_required(sk, inp, s.node, complete, &mut patch);
         if o.applied != s.applied {
             let value = (!o.applied.is_empty())
                 .then(|| serde_json::to_string(&o.applied).unwrap_or_default());
@@ -653,6 +659,53 @@ pub fn plan(inp: &Inputs) -> Plan {
         cfg.default_interval
     });
     plan
+}
+
+/// §3.17: with `runtimeRequired`, new nodes get the runtime-required taint (`autoTaintNewNodes`)
+/// and lose it once every runtime-required Skyhook that targets them is complete there.
+fn runtime_required(
+    sk: &Skyhook,
+    inp: &Inputs,
+    node: &Node,
+    complete: bool,
+    patch: &mut NodePatch,
+) {
+    if !sk.spec.runtime_required {
+        return;
+    }
+    let taint = &inp.config.runtime_required_taint;
+    let taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let tainted = taints.iter().any(|t| taint.matches(t));
+    let touched = node.annotations().keys().any(|k| schema::is_skyhook_key(k));
+    if !tainted && sk.spec.auto_taint_new_nodes && !touched {
+        let mut next = taints;
+        next.push(taint.to_taint());
+        patch.taints = Some(next);
+        patch.annotations.insert(
+            schema::auto_taint_annotation(&taint.key),
+            Some(schema::TRUE_VALUE.to_string()),
+        );
+        return;
+    }
+    if !tainted || !complete {
+        return;
+    }
+    let me = sk.name_any();
+    let others_done = inp.skyhooks.iter().all(|o| {
+        o.name_any() == me
+            || !o.spec.runtime_required
+            || !Selector::try_from(o.spec.node_selectors.clone())
+                .is_ok_and(|s| s.matches(node.labels()))
+            || annotation(node, &schema::status_annotation(&o.name_any()))
+                == Some(Status::Complete.as_str())
+    });
+    if others_done {
+        patch.taints = Some(taints.into_iter().filter(|t| !taint.matches(t)).collect());
+    }
 }
 
 fn node_facts<'a>(n: &Node, inp: &'a Inputs) -> NodeFacts<'a> {

@@ -1114,3 +1114,98 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
             .contains_key(&schema::cordon_annotation(&name))
     );
 }
+
+#[tokio::test]
+async fn runtime_required_taint_leaves_only_complete_nodes() {
+    let mut env = setup("rtreq", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    let taint_of = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .any(|t| {
+                t.key == "skyhook.nvidia.com"
+                    && t.value.as_deref() == Some("runtime-required")
+                    && t.effect == "NoSchedule"
+            })
+    };
+    for n in &env.nodes {
+        let out = env.ctx.kubectl(&[
+            "taint",
+            "node",
+            n,
+            "skyhook.nvidia.com=runtime-required:NoSchedule",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({
+            "runtimeRequired": true, "autoTaintNewNodes": true, "interruptionBudget": {"count": 1},
+            "packages": {"driver": pkg("1.0.0", sleep("2"))},
+        }),
+    ))
+    .await;
+    // A node added during the rollout gets the taint.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let added = env.ctx.add_test_nodes(1);
+    env.nodes.extend(added.clone());
+    env.ctx
+        .wait_for(
+            "the new node to be auto-tainted",
+            Duration::from_secs(30),
+            || async { taint_of(&env.node_api.get(&added[0]).await.ok()?).then_some(()) },
+        )
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        for n in &env.nodes {
+            let node = env.node_api.get(n).await.expect("node");
+            let status = node
+                .annotations()
+                .get(&schema::status_annotation(&name))
+                .cloned();
+            assert!(
+                taint_of(&node) || status.as_deref() == Some("complete"),
+                "{n} lost the runtime-required taint while {status:?}"
+            );
+        }
+        let sk = env.skyhooks.get(&name).await.expect("get");
+        if sk.status.and_then(|s| s.status) == Some(schema::Status::Complete) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rollout did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    env.ctx
+        .wait_for(
+            "every node to lose the taint",
+            Duration::from_secs(30),
+            || async {
+                for n in &env.nodes {
+                    if taint_of(&env.node_api.get(n).await.ok()?) {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+    let n = env.node_api.get(&added[0]).await.expect("node");
+    assert_eq!(
+        n.annotations()
+            .get(&schema::auto_taint_annotation("skyhook.nvidia.com"))
+            .map(String::as_str),
+        Some("true")
+    );
+}
