@@ -240,9 +240,11 @@ pub fn step(
         version_changes(spec, &mut state);
         drift(spec, &mut state, &applied);
         let work = wanted(spec, &state);
-        let candidates: Vec<(String, Vec<Interrupt>)> = work
-            .iter()
-            .map(|(p, _)| (p.name.clone(), spec.interrupts(p)))
+        // §3.9.4: the merge spans every incomplete package at the frontier, including those
+        // already `skipped` at the interrupt stage.
+        let candidates: Vec<(String, Vec<Interrupt>)> = frontier(spec, &state)
+            .into_iter()
+            .map(|p| (p.name.clone(), spec.interrupts(p)))
             .collect();
         let merged =
             schema::merge_interrupts(candidates.iter().map(|(n, i)| (n.as_str(), i.iter())))
@@ -276,8 +278,10 @@ pub fn step(
                 }
                 continue;
             }
-            let needs_drain =
-                matches!(stage, Stage::Apply | Stage::Upgrade) && spec.has_interrupt(&pkg);
+            // Cordon and drain before the stages that lead to an interrupt (a config re-run whose
+            // keys match a configInterrupt included: §3.9.1 step 5).
+            let needs_drain = matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Config)
+                && spec.has_interrupt(&pkg);
             if needs_drain && !adopting && !ready_for_interrupt(facts, &mut out) {
                 continue;
             }
@@ -431,19 +435,7 @@ fn observe(
             let restarts = failures(&run) as i32;
             succeed(spec, state, &e, restarts);
             let key = schema::package_key(&e.name, &e.version);
-            match spec
-                .packages
-                .get(&e.name)
-                .filter(|p| p.version == e.version)
-            {
-                Some(p) if e.stage == Stage::terminal(spec.has_interrupt(p)) => {
-                    applied.insert(key, done.spec_hash.clone());
-                }
-                _ if e.stage == Stage::Uninstall => {
-                    applied.remove(&key);
-                }
-                _ => {}
-            }
+            record(applied, key, e.stage, &done.spec_hash);
             out.notes.push(NodeNote::Completed {
                 package: e.name.clone(),
                 version: e.version.clone(),
@@ -500,6 +492,27 @@ fn observe(
         }
     }
     let _ = now;
+}
+
+/// What a node has applied, updated as each stage succeeds: `apply`/`upgrade` install the whole
+/// spec; later stages only deliver the config (so an install change after `apply` still shows).
+fn record(applied: &mut BTreeMap<String, String>, key: String, stage: Stage, job_hash: &str) {
+    match stage {
+        Stage::Uninstall => {
+            applied.remove(&key);
+        }
+        Stage::Apply | Stage::Upgrade => {
+            applied.insert(key, job_hash.to_string());
+        }
+        _ => {
+            let config = job_hash.split('.').nth(1).unwrap_or_default();
+            let install = applied
+                .get(&key)
+                .and_then(|h| h.split('.').next().map(str::to_string))
+                .unwrap_or_else(|| job_hash.split('.').next().unwrap_or_default().to_string());
+            applied.insert(key, format!("{install}.{config}"));
+        }
+    }
 }
 
 fn set(state: &mut NodeState, e: &PackageStatus, stage: Stage, s: State, restarts: i32) {
@@ -682,6 +695,21 @@ fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)> {
         }
     }
     out
+}
+
+/// Spec packages whose dependencies are complete and that are not complete themselves.
+fn frontier<'a>(spec: &'a SpecView, state: &NodeState) -> Vec<&'a Package> {
+    let complete: BTreeSet<&str> = spec
+        .packages
+        .values()
+        .filter(|p| spec.package_complete(state, p))
+        .map(|p| p.name.as_str())
+        .collect();
+    spec.packages
+        .values()
+        .filter(|p| !complete.contains(p.name.as_str()))
+        .filter(|p| p.depends_on.keys().all(|d| complete.contains(d.as_str())))
+        .collect()
 }
 
 /// The stage package `p` should be in next on this node, if any.

@@ -1209,3 +1209,254 @@ async fn runtime_required_taint_leaves_only_complete_nodes() {
         Some("true")
     );
 }
+
+fn interrupt_arg(job: &Job) -> Value {
+    use base64::Engine as _;
+    let c = &job
+        .spec
+        .as_ref()
+        .expect("spec")
+        .template
+        .spec
+        .as_ref()
+        .expect("pod")
+        .containers[0];
+    assert_eq!(c.name, "interrupt");
+    let arg = c
+        .args
+        .as_ref()
+        .and_then(|a| a.get(3))
+        .expect("interrupt argument");
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(arg)
+        .expect("base64");
+    serde_json::from_slice(&raw).expect("json")
+}
+
+#[tokio::test]
+async fn interrupts_merge_into_one_job_per_node() {
+    let env = setup("merge", 2, &[]).await;
+    let svc = |services: Value| {
+        let mut p = pkg("1.0.0", sleep("1"));
+        p["interrupt"] = json!({"type": "service", "services": services});
+        p
+    };
+    let services = env.ctx.name("svc");
+    let reboot = env.ctx.name("rbt");
+    let (k, v) = env.ctx.test_label();
+    // Two Skyhooks, one node each, so they run side by side.
+    let mut a = skyhook(
+        &env.ctx,
+        &services,
+        json!({"packages": {"alpha": svc(json!(["foo", "log"])), "bravo": svc(json!(["bar"]))}}),
+    );
+    a.spec.node_selectors = serde_json::from_value(
+        json!({"matchLabels": {k.clone(): v.clone(), "kubernetes.io/hostname": env.nodes[0]}}),
+    )
+    .expect("sel");
+    let mut c = pkg("1.0.0", sleep("1"));
+    c["interrupt"] = json!({"type": "reboot"});
+    let mut b = skyhook(
+        &env.ctx,
+        &reboot,
+        json!({"packages": {"alpha": svc(json!(["foo"])), "charlie": c}}),
+    );
+    b.spec.node_selectors = serde_json::from_value(
+        json!({"matchLabels": {k: v, "kubernetes.io/hostname": env.nodes[1]}}),
+    )
+    .expect("sel");
+    env.create(&a).await;
+    env.create(&b).await;
+    env.wait_status(
+        &services,
+        schema::Status::Complete,
+        Duration::from_secs(120),
+    )
+    .await;
+    env.wait_status(&reboot, schema::Status::Complete, Duration::from_secs(120))
+        .await;
+
+    let interrupts = |jobs: Vec<Job>| -> Vec<Job> {
+        jobs.into_iter()
+            .filter(|j| label(j, schema::STAGE_LABEL) == "interrupt")
+            .collect()
+    };
+    let one = interrupts(env.jobs_of(&services).await);
+    assert_eq!(one.len(), 1, "one interrupt Job for two service packages");
+    assert_eq!(
+        interrupt_arg(&one[0]),
+        json!({"type": "service_restart", "services": ["bar", "foo", "log"]})
+    );
+    let two = interrupts(env.jobs_of(&reboot).await);
+    assert_eq!(two.len(), 1, "the reboot absorbs the service restart");
+    assert_eq!(interrupt_arg(&two[0]), json!({"type": "node_restart"}));
+    for (sk, node) in [(&services, &env.nodes[0]), (&reboot, &env.nodes[1])] {
+        let (_, s) = env.node_state(node, sk).await.expect("state");
+        assert!(
+            s.iter()
+                .all(|(_, e)| e.stage == Stage::PostInterrupt && e.state == Some(State::Complete)),
+            "{s:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn reboots_cordon_one_node_at_a_time_and_keep_an_admin_cordon() {
+    let env = setup("rboot", 3, &[]).await;
+    let name = env.ctx.name("sk");
+    let admin = env.nodes[2].clone();
+    let out = env.ctx.kubectl(&["cordon", &admin]);
+    assert!(out.status.success());
+    let mut p = pkg("1.0.0", sleep("1"));
+    p["interrupt"] = json!({"type": "reboot"});
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"interruptionBudget": {"count": 1}, "packages": {"kernel": p}}),
+    ))
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let mut cordoned = Vec::new();
+        for n in &env.nodes {
+            let node = env.node_api.get(n).await.expect("node");
+            if node
+                .annotations()
+                .contains_key(&schema::cordon_annotation(&name))
+            {
+                cordoned.push(n.clone());
+            }
+        }
+        assert!(cordoned.len() <= 1, "nodes cordoned at once: {cordoned:?}");
+        let sk = env.skyhooks.get(&name).await.expect("get");
+        if sk.status.and_then(|s| s.status) == Some(schema::Status::Complete) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rollout did not complete"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for n in &env.nodes {
+        let node = env.node_api.get(n).await.expect("node");
+        let unschedulable = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        assert_eq!(
+            unschedulable,
+            *n == admin,
+            "{n}: unschedulable={unschedulable}"
+        );
+        let (_, s) = env.node_state(n, &name).await.expect("state");
+        assert_eq!(
+            s.get("kernel", "1.0.0").map(|e| (e.stage, e.state)),
+            Some((Stage::PostInterrupt, Some(State::Complete)))
+        );
+    }
+}
+
+#[tokio::test]
+async fn config_interrupts_fire_only_for_matching_keys() {
+    let env = setup("cfgint", 1, &[]).await;
+    let name = env.ctx.name("sk");
+    let node = env.nodes[0].clone();
+    let with = |grub: &str, limits: &str| {
+        let mut p = pkg("1.0.0", sleep("1"));
+        p["configMap"] = json!({"grub.conf": grub, "ulimit.conf": limits});
+        p["configInterrupts"] = json!({"grub*": {"type": "reboot"}});
+        json!({"packages": {"tuning": p}})
+    };
+    env.create(&skyhook(&env.ctx, &name, with("a", "1"))).await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    let count = |jobs: &[Job], stage: &str| {
+        jobs.iter()
+            .filter(|j| label(j, schema::STAGE_LABEL) == stage)
+            .count()
+    };
+    let jobs = env.jobs_of(&name).await;
+    assert_eq!((count(&jobs, "config"), count(&jobs, "interrupt")), (1, 0));
+
+    let wait_generation = || async {
+        env.ctx
+            .wait_for(
+                "the new generation to complete",
+                Duration::from_secs(120),
+                || async {
+                    let sk = env.skyhooks.get(&name).await.ok()?;
+                    let st = sk.status.clone()?;
+                    (st.status == Some(schema::Status::Complete)
+                        && st.observed_generation == sk.metadata.generation.unwrap_or(0))
+                    .then_some(())
+                },
+            )
+            .await
+    };
+    // A key that matches nothing: config only, never cordoned.
+    let patch = json!({"spec": with("a", "2")});
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    let mut cordoned = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while count(&env.jobs_of(&name).await, "config") < 2 && std::time::Instant::now() < deadline {
+        let n = env.node_api.get(&node).await.expect("node");
+        cordoned |= n
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_generation().await;
+    let jobs = env.jobs_of(&name).await;
+    assert_eq!((count(&jobs, "config"), count(&jobs, "interrupt")), (2, 0));
+    assert!(!cordoned, "a non-matching key cordoned the node");
+
+    // A key matching the glob: config, then the interrupt, then post-interrupt.
+    let patch = json!({"spec": with("b", "2")});
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    env.wait_status(&name, schema::Status::InProgress, Duration::from_secs(60))
+        .await;
+    wait_generation().await;
+    let jobs = env.jobs_of(&name).await;
+    assert_eq!(
+        (
+            count(&jobs, "config"),
+            count(&jobs, "interrupt"),
+            count(&jobs, "post-interrupt")
+        ),
+        (3, 1, 1)
+    );
+    let mut order: Vec<(jiff::Timestamp, String)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                j.metadata.creation_timestamp.clone().expect("ts").0,
+                label(j, schema::STAGE_LABEL).to_string(),
+            )
+        })
+        .collect();
+    order.sort();
+    let tail: Vec<&str> = order
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .map(|(_, s)| s.as_str())
+        .collect();
+    assert_eq!(tail, vec!["config", "interrupt", "post-interrupt"]);
+    let n = env.node_api.get(&node).await.expect("node");
+    assert_ne!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "left cordoned"
+    );
+}

@@ -1,0 +1,446 @@
+//! Command line: global kubectl-style flags, the command tree, and one-line usage errors.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::output::OutputFormat;
+
+/// Namespace the operator runs in (reference default; the kubeconfig namespace is not used).
+pub const DEFAULT_NAMESPACE: &str = "skyhook";
+
+/// How kubectl finds plugins: `kubectl skyhook` runs `kubectl-skyhook`.
+const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
+const PLUGIN_INVOCATION: &str = "kubectl skyhook";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-skyhook",
+    about = "Skyhook SRE plugin",
+    long_about = "Skyhook SRE plugin\n\nkubectl-compatible helper for managing Skyhook deployments.",
+    disable_version_flag = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    /// Print the plugin version and exit
+    #[arg(long = "version")]
+    pub version: bool,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Flags every command accepts, before or after the subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Namespace the Skyhook operator runs in
+    #[arg(short = 'n', long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NAMESPACE")]
+    pub namespace: String,
+
+    /// Output format
+    #[arg(short = 'o', long, global = true, value_enum, ignore_case = true, default_value_t = OutputFormat::Table, value_name = "FORMAT")]
+    pub output: OutputFormat,
+
+    /// Disable colours (also disabled by NO_COLOR or when stdout is not a terminal)
+    #[arg(long, global = true)]
+    pub no_color: bool,
+
+    /// Time limit for each request to the API server, e.g. 30s or 1m ("0" waits forever)
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = parse_timeout)]
+    pub request_timeout: Timeout,
+
+    /// Print warnings, e.g. about nodes whose Skyhook annotations cannot be read
+    #[arg(short = 'v', long, global = true)]
+    pub verbose: bool,
+
+    /// Show what would change without changing anything
+    #[arg(long, global = true)]
+    pub dry_run: bool,
+}
+
+/// A parsed `--request-timeout`; `None` means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout(pub Option<Duration>);
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show plugin and Skyhook operator versions
+    Version(VersionArgs),
+    /// Pause a Skyhook: the operator starts no new work (running stages finish)
+    Pause(LifecycleArgs),
+    /// Resume a paused Skyhook
+    Resume(LifecycleArgs),
+    /// Disable a Skyhook completely
+    Disable(LifecycleArgs),
+    /// Enable a disabled Skyhook
+    Enable(LifecycleArgs),
+    /// Inspect and manage nodes targeted by Skyhooks
+    #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
+    Node(NodeCommand),
+    /// Inspect packages across nodes
+    #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
+    Package(PackageCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct VersionArgs {
+    /// Only print the plugin version, without querying the cluster
+    #[arg(long)]
+    pub client_only: bool,
+
+    /// Time limit for discovering the operator version
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct LifecycleArgs {
+    /// Name of the Skyhook
+    #[arg(value_name = "SKYHOOK")]
+    pub name: String,
+
+    /// Skip the confirmation prompt
+    #[arg(short = 'y', long)]
+    pub confirm: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List the nodes a Skyhook has state on, with a per-node summary
+    List {
+        /// Name of the Skyhook
+        #[arg(long, value_name = "SKYHOOK")]
+        skyhook: String,
+    },
+    /// Show all Skyhook activity on nodes (names or anchored regexes; default: every node)
+    Status {
+        /// Node names or regex patterns
+        #[arg(value_name = "NODE-PATTERN")]
+        patterns: Vec<String>,
+        /// Only show this Skyhook
+        #[arg(long, value_name = "SKYHOOK")]
+        skyhook: Option<String>,
+    },
+    /// Make every Skyhook skip node(s) (label skyhook.nvidia.com/ignore=true)
+    Ignore {
+        /// Node names or regex patterns
+        #[arg(value_name = "NODE-PATTERN", required = true)]
+        patterns: Vec<String>,
+    },
+    /// Remove the ignore label from node(s)
+    Unignore {
+        /// Node names or regex patterns
+        #[arg(value_name = "NODE-PATTERN", required = true)]
+        patterns: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PackageCommand {
+    /// Show a package's stage and state on every node
+    Status {
+        /// Package name (all versions are shown)
+        #[arg(value_name = "PACKAGE")]
+        package: String,
+        /// Name of the Skyhook
+        #[arg(long, value_name = "SKYHOOK")]
+        skyhook: String,
+        /// Node name or regex pattern (repeatable)
+        #[arg(long = "node", value_name = "NODE-PATTERN")]
+        nodes: Vec<String>,
+    },
+}
+
+/// What parsing the command line ended in.
+pub enum Parsed {
+    Run(Box<Cli>),
+    /// Help or usage errors: print `text` (to stdout when `code` is 0) and exit with `code`.
+    Exit { text: String, code: u8 },
+}
+
+/// `kubectl-skyhook` is shown as `kubectl skyhook`; any other executable name as itself.
+pub fn display_name(argv0: Option<&OsString>) -> String {
+    let file = argv0
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
+    match file.as_deref() {
+        None | Some(PLUGIN_EXECUTABLE) => PLUGIN_INVOCATION.to_string(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Parses `args` (including the executable name). Usage errors become one line, exit code 2.
+pub fn parse(args: Vec<OsString>) -> Parsed {
+    let name = display_name(args.first());
+    let mut cmd = Cli::command().bin_name(name.clone());
+    let matches = match cmd.try_get_matches_from_mut(args) {
+        Ok(m) => m,
+        Err(err) => return from_clap_error(&err, &name),
+    };
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) if cli.command.is_none() && !cli.version => Parsed::Exit {
+            text: cmd.render_help().to_string(),
+            code: 0,
+        },
+        Ok(cli) => Parsed::Run(Box::new(cli)),
+        Err(err) => from_clap_error(&err, &name),
+    }
+}
+
+fn from_clap_error(err: &clap::Error, bin: &str) -> Parsed {
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Parsed::Exit {
+            text: err.render().to_string(),
+            code: 0,
+        },
+        // `kubectl skyhook node` without a subcommand: the full help is the useful answer.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Parsed::Exit {
+            text: err.render().to_string(),
+            code: 2,
+        },
+        _ => Parsed::Exit {
+            text: format!("{}\n", usage_error_line(&err.render().to_string(), bin)),
+            code: 2,
+        },
+    }
+}
+
+/// Folds clap's multi-line error into one line that ends with where to get help.
+pub fn usage_error_line(rendered: &str, bin: &str) -> String {
+    let mut line = String::new();
+    let mut command = bin.to_string();
+    for raw in rendered.lines() {
+        let text = raw.trim();
+        if let Some(usage) = text.strip_prefix("Usage:") {
+            command = command_path(usage, bin);
+            break;
+        }
+        if text.is_empty() || text.starts_with("For more information") {
+            continue;
+        }
+        if line.is_empty() {
+            line.push_str(text);
+        } else if line.ends_with(':') {
+            line.push(' ');
+            line.push_str(text);
+        } else if text.starts_with('[') {
+            line.push(' ');
+            line.push_str(text);
+        } else {
+            line.push_str("; ");
+            line.push_str(text);
+        }
+    }
+    if !line.starts_with("error:") {
+        line = format!("error: {line}");
+    }
+    format!("{line}; see '{command} --help'")
+}
+
+/// The command words of a usage line (`kubectl skyhook node status [OPTIONS] ...`).
+fn command_path(usage: &str, bin: &str) -> String {
+    let words: Vec<&str> = usage
+        .split_whitespace()
+        .take_while(|w| {
+            !w.starts_with(['[', '<', '-'])
+                && !w.chars().any(|c| c.is_ascii_uppercase())
+                && !w.ends_with("...")
+        })
+        .collect();
+    if words.is_empty() {
+        bin.to_string()
+    } else {
+        words.join(" ")
+    }
+}
+
+/// `--request-timeout` as kubectl reads it: `0` is no limit, a bare number is seconds.
+fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    let d = parse_duration(s)?;
+    Ok(Timeout((!d.is_zero()).then_some(d)))
+}
+
+/// Go `time.ParseDuration` units (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`, combinable as in
+/// `1m30s`); a bare number means seconds, as kubectl's `--request-timeout` accepts.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let invalid = || format!("invalid duration {s:?} (use e.g. 30s, 2m, 1h30m)");
+    if s.is_empty() {
+        return Err(invalid());
+    }
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        if num_len == 0 {
+            return Err(invalid());
+        }
+        let value: f64 = rest[..num_len].parse().map_err(|_| invalid())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    fn exit_of(list: &[&str]) -> (String, u8) {
+        match parse(args(list)) {
+            Parsed::Exit { text, code } => (text, code),
+            Parsed::Run(cli) => panic!("expected an exit, parsed {cli:?}"),
+        }
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("10x").is_err());
+        assert_eq!(parse_timeout("0"), Ok(Timeout(None)));
+        assert_eq!(
+            parse_timeout("2s"),
+            Ok(Timeout(Some(Duration::from_secs(2))))
+        );
+    }
+
+    #[test]
+    fn invoked_as_kubectl_plugin() {
+        assert_eq!(
+            display_name(Some(&OsString::from("/usr/local/bin/kubectl-skyhook"))),
+            "kubectl skyhook"
+        );
+        assert_eq!(
+            display_name(Some(&OsString::from("./skyhook"))),
+            "skyhook"
+        );
+        let (help, code) = exit_of(&["kubectl-skyhook", "--help"]);
+        assert_eq!(code, 0);
+        assert!(help.contains("Usage: kubectl skyhook [OPTIONS] [COMMAND]"), "{help}");
+        assert!(help.contains("kubectl-compatible helper for managing Skyhook deployments."));
+    }
+
+    #[test]
+    fn global_flags_anywhere() {
+        let Parsed::Run(cli) = parse(args(&[
+            "kubectl-skyhook",
+            "node",
+            "status",
+            "node-1",
+            "-o",
+            "JSON",
+            "--namespace",
+            "ops",
+            "--no-color",
+            "--request-timeout",
+            "5s",
+        ])) else {
+            panic!("did not parse");
+        };
+        assert_eq!(cli.global.output, OutputFormat::Json);
+        assert_eq!(cli.global.namespace, "ops");
+        assert!(cli.global.no_color);
+        assert_eq!(
+            cli.global.request_timeout,
+            Timeout(Some(Duration::from_secs(5)))
+        );
+        let Parsed::Run(cli) = parse(args(&["kubectl-skyhook", "pause", "sh", "-y"])) else {
+            panic!("did not parse");
+        };
+        assert_eq!(cli.global.namespace, DEFAULT_NAMESPACE);
+        assert!(matches!(cli.command, Some(Command::Pause(LifecycleArgs { ref name, confirm: true })) if name == "sh"));
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_with_exit_code_2() {
+        for (argv, want) in [
+            (
+                &["kubectl-skyhook", "node", "list"][..],
+                "error: the following required arguments were not provided: --skyhook <SKYHOOK>; see 'kubectl skyhook node list --help'",
+            ),
+            (
+                &["kubectl-skyhook", "-o", "xml", "version"][..],
+                "error: invalid value 'xml' for '--output <FORMAT>' [possible values: table, wide, json, yaml]; see 'kubectl skyhook --help'",
+            ),
+            (
+                &["kubectl-skyhook", "frobnicate"][..],
+                "error: unrecognized subcommand 'frobnicate'; see 'kubectl skyhook --help'",
+            ),
+            (
+                &["kubectl-skyhook", "pause"][..],
+                "error: the following required arguments were not provided: <SKYHOOK>; see 'kubectl skyhook pause --help'",
+            ),
+        ] {
+            let (text, code) = exit_of(argv);
+            assert_eq!(code, 2, "{argv:?}");
+            assert_eq!(text.lines().count(), 1, "{argv:?}: {text}");
+            assert_eq!(text.trim_end(), want, "{argv:?}");
+        }
+        let (text, code) = exit_of(&["kubectl-skyhook", "node", "status", "--bogus"]);
+        assert_eq!(code, 2);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.starts_with("error: unexpected argument '--bogus' found"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("see 'kubectl skyhook node status --help'"));
+    }
+
+    #[test]
+    fn bare_invocation_prints_help() {
+        let (text, code) = exit_of(&["kubectl-skyhook"]);
+        assert_eq!(code, 0);
+        assert!(text.contains("Skyhook SRE plugin"));
+        let Parsed::Run(cli) = parse(args(&["kubectl-skyhook", "--version"])) else {
+            panic!("did not parse");
+        };
+        assert!(cli.version && cli.command.is_none());
+    }
+}
