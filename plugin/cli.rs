@@ -169,7 +169,10 @@ pub enum PackageCommand {
 pub enum Parsed {
     Run(Box<Cli>),
     /// Help or usage errors: print `text` (to stdout when `code` is 0) and exit with `code`.
-    Exit { text: String, code: u8 },
+    Exit {
+        text: String,
+        code: u8,
+    },
 }
 
 /// `kubectl-skyhook` is shown as `kubectl skyhook`; any other executable name as itself.
@@ -229,7 +232,11 @@ pub fn usage_error_line(rendered: &str, bin: &str) -> String {
             command = command_path(usage, bin);
             break;
         }
-        if text.is_empty() || text.starts_with("For more information") {
+        // The "to pass '--x' as a value, use '-- --x'" tip only adds noise.
+        if text.is_empty()
+            || text.starts_with("For more information")
+            || text.starts_with("tip: to pass")
+        {
             continue;
         }
         if line.is_empty() {
@@ -357,13 +364,13 @@ mod tests {
             display_name(Some(&OsString::from("/usr/local/bin/kubectl-skyhook"))),
             "kubectl skyhook"
         );
-        assert_eq!(
-            display_name(Some(&OsString::from("./skyhook"))),
-            "skyhook"
-        );
+        assert_eq!(display_name(Some(&OsString::from("./skyhook"))), "skyhook");
         let (help, code) = exit_of(&["kubectl-skyhook", "--help"]);
         assert_eq!(code, 0);
-        assert!(help.contains("Usage: kubectl skyhook [OPTIONS] [COMMAND]"), "{help}");
+        assert!(
+            help.contains("Usage: kubectl skyhook [OPTIONS] [COMMAND]"),
+            "{help}"
+        );
         assert!(help.contains("kubectl-compatible helper for managing Skyhook deployments."));
     }
 
@@ -395,7 +402,9 @@ mod tests {
             panic!("did not parse");
         };
         assert_eq!(cli.global.namespace, DEFAULT_NAMESPACE);
-        assert!(matches!(cli.command, Some(Command::Pause(LifecycleArgs { ref name, confirm: true })) if name == "sh"));
+        assert!(
+            matches!(cli.command, Some(Command::Pause(LifecycleArgs { ref name, confirm: true })) if name == "sh")
+        );
     }
 
     #[test]
@@ -407,7 +416,7 @@ mod tests {
             ),
             (
                 &["kubectl-skyhook", "-o", "xml", "version"][..],
-                "error: invalid value 'xml' for '--output <FORMAT>' [possible values: table, wide, json, yaml]; see 'kubectl skyhook --help'",
+                "error: invalid value 'xml' for '--output <FORMAT>' [possible values: table, wide, json, yaml]; tip: a similar value exists: 'yaml'; see 'kubectl skyhook --help'",
             ),
             (
                 &["kubectl-skyhook", "frobnicate"][..],
@@ -430,7 +439,10 @@ mod tests {
             text.starts_with("error: unexpected argument '--bogus' found"),
             "{text}"
         );
-        assert!(text.trim_end().ends_with("see 'kubectl skyhook node status --help'"));
+        assert!(
+            text.trim_end()
+                .ends_with("see 'kubectl skyhook node status --help'")
+        );
     }
 
     #[test]

@@ -1,7 +1,5 @@
 //! The plugin's errors: each renders as one line that names the object and what to do next.
 
-use std::error::Error as _;
-
 use skyhook::schema::SchemaError;
 
 /// Where to point people whose requests are forbidden.
@@ -56,6 +54,11 @@ pub enum CliError {
 
     #[error("cannot load the kubeconfig: {0}; pass --kubeconfig or set KUBECONFIG")]
     Kubeconfig(String),
+
+    #[error(
+        "context {0:?} not found in the kubeconfig; list them with: kubectl config get-contexts"
+    )]
+    NoSuchContext(String),
 
     #[error("{action}: {message}")]
     Api { action: String, message: String },
@@ -164,7 +167,10 @@ mod tests {
     #[test]
     fn classification_is_one_line() {
         let forbidden = CliError::from_kube(
-            api(403, "nodes is forbidden: User \"u\" cannot list resource \"nodes\""),
+            api(
+                403,
+                "nodes is forbidden: User \"u\" cannot list resource \"nodes\"",
+            ),
             "listing nodes",
             "https://k:6443",
         );

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config, ResourceExt};
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
@@ -44,18 +44,23 @@ impl Kube {
         };
         let mut config = match &global.kubeconfig {
             Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    CliError::Kubeconfig(one_line(&format!("{}: {e}", path.display())))
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| match e {
+                    KubeconfigError::ReadConfig(io, _) => CliError::Kubeconfig(format!(
+                        "cannot read {}: {}",
+                        path.display(),
+                        one_line(&io.to_string())
+                    )),
+                    other => kubeconfig_error(other),
                 })?;
                 Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|e| CliError::Kubeconfig(one_line(&e.to_string())))?
+                    .map_err(kubeconfig_error)?
             }
             None => match Config::from_kubeconfig(&options).await {
                 Ok(config) => config,
                 Err(kubeconfig_err) => match (global.context.is_none(), Config::incluster()) {
                     (true, Ok(config)) => config,
-                    _ => return Err(CliError::Kubeconfig(one_line(&kubeconfig_err.to_string()))),
+                    _ => return Err(kubeconfig_error(kubeconfig_err)),
                 },
             },
         };
@@ -180,6 +185,13 @@ impl Kube {
             .await
             .map(|l| l.items)
             .map_err(|e| self.fail(e, format!("listing deployments in namespace {namespace:?}")))
+    }
+}
+
+fn kubeconfig_error(err: KubeconfigError) -> CliError {
+    match err {
+        KubeconfigError::LoadContext(name) => CliError::NoSuchContext(name),
+        other => CliError::Kubeconfig(one_line(&other.to_string())),
     }
 }
 

@@ -75,9 +75,7 @@ pub fn tone(word: impl Into<Word>) -> Tone {
         }
         Word::Status(Status::Erroring) | Word::State(State::Erroring) => Tone::Bad,
         Word::Status(Status::Paused) => Tone::Held,
-        Word::Status(Status::Blocked | Status::Disabled) | Word::State(State::Skipped) => {
-            Tone::Off
-        }
+        Word::Status(Status::Blocked | Status::Disabled) | Word::State(State::Skipped) => Tone::Off,
         Word::Status(Status::Unknown) | Word::State(State::Unknown) => Tone::Faint,
     }
 }
@@ -229,7 +227,7 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<String, CliError> {
 
 /// YAML with the same field names as the JSON output.
 pub fn yaml<T: Serialize + ?Sized>(value: &T) -> Result<String, CliError> {
-    serde_saphyr::to_string(value).map_err(|e| CliError::Encode(e.to_string()))
+    serde_saphyr::to_string(&value).map_err(|e| CliError::Encode(e.to_string()))
 }
 
 /// JSON or YAML for `-o json|yaml`; `None` for the table formats.
@@ -291,7 +289,11 @@ mod tests {
         assert!(color_enabled(false, env(&[("NO_COLOR", "")]), true));
         assert!(!color_enabled(false, env(&[("TERM", "dumb")]), true));
         assert!(color_enabled(false, env(&[("CLICOLOR_FORCE", "1")]), false));
-        assert!(!color_enabled(false, env(&[("CLICOLOR_FORCE", "0")]), false));
+        assert!(!color_enabled(
+            false,
+            env(&[("CLICOLOR_FORCE", "0")]),
+            false
+        ));
         assert!(!color_enabled(
             false,
             env(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]),
@@ -342,7 +344,10 @@ mod tests {
     fn painter_respects_switch() {
         assert_eq!(Painter::new(false).paint("erroring", Tone::Bad), "erroring");
         let red = Painter::new(true).paint("erroring", Tone::Bad);
-        assert!(red.contains("\u{1b}[31m") && red.contains("erroring"), "{red:?}");
+        assert!(
+            red.contains("\u{1b}[31m") && red.contains("erroring"),
+            "{red:?}"
+        );
         let green = Painter::new(true).paint("complete", Tone::Good);
         assert_eq!(green, "\u{1b}[32mcomplete\u{1b}[39m");
     }
@@ -355,7 +360,11 @@ mod tests {
             b: Vec<u8>,
         }
         assert_eq!(
-            json(&S { a: "x<y", b: vec![1] }).unwrap(),
+            json(&S {
+                a: "x<y",
+                b: vec![1]
+            })
+            .unwrap(),
             "{\n  \"a\": \"x\\u003cy\",\n  \"b\": [\n    1\n  ]\n}\n"
         );
         let y = yaml(&S { a: "x", b: vec![] }).unwrap();

@@ -28,6 +28,11 @@ pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Res
             .await
             .map_err(|e| Error::Kubeconfig("(inferred)".to_string(), e.to_string()))?,
     };
+    // kube's default retry layer retries 429 up to 15 times with delays up to 1000 s: a PDB that
+    // refuses an eviction (429) would freeze the single reconcile worker. The controller retries
+    // failed reconciles itself, and a refused eviction must come back at once to be reported.
+    let mut config = config;
+    config.default_retry = false;
     Ok(Client::try_from(config)?)
 }
 

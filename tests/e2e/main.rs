@@ -2,4 +2,5 @@ mod admission;
 mod cluster;
 mod deploy;
 mod operator;
+mod plugin;
 mod support;

@@ -1063,10 +1063,78 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
     assert_eq!(held.status, "True");
     assert!(held.message.contains(&protected), "{}", held.message);
 
-    // The protected pod goes: the ordinary one is evicted, then the stages run in order.
+    // A PodDisruptionBudget that forbids the eviction is honoured and reported.
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let pdb_name = env.ctx.name("pdb");
+    let pdb = serde_json::from_value(json!({"metadata": {"name": pdb_name},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}}))
+    .expect("pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
+    // (A bare pod gives the disruption controller no scale to compute from: it allows 0
+    // disruptions, which is exactly the block under test.)
+
+    // The protected pod goes: the ordinary one is held by the PDB and the block is reported.
     pods.delete(&protected, &Default::default())
         .await
         .expect("delete");
+    env.ctx
+        .wait_for(
+            "the drain block to be reported",
+            Duration::from_secs(60),
+            || async {
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                let c = sk
+                    .status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION)?;
+                (c.status == "True" && c.message.contains(&ordinary) && c.message.contains("evict"))
+                    .then_some(())
+            },
+        )
+        .await;
+    let events: Api<Event> = Api::all(env.ctx.client.clone());
+    env.ctx
+        .wait_for(
+            "a DrainBlocked Warning event",
+            Duration::from_secs(30),
+            || async {
+                let evs = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                    .await
+                    .ok()?;
+                evs.items.into_iter().find(|e| {
+                    e.reason.as_deref() == Some(schema::DRAIN_BLOCKED_REASON)
+                        && e.type_.as_deref() == Some("Warning")
+                })
+            },
+        )
+        .await;
+    env.ctx
+        .holds_for(
+            "the PDB-protected pod stays while the budget exists",
+            Duration::from_secs(5),
+            || async {
+                match pods.get_opt(&ordinary).await {
+                    Ok(Some(_)) => Ok(()),
+                    other => Err(format!("pod gone: {other:?}")),
+                }
+            },
+        )
+        .await;
+    assert_eq!(
+        dexter_jobs(&env.jobs_of(&name).await),
+        0,
+        "dexter ran before the drain finished"
+    );
+
+    // Removing the budget lets the eviction through; then the stages run in order.
+    pdbs.delete(&pdb_name, &Default::default())
+        .await
+        .expect("delete pdb");
     env.ctx
         .wait_for(
             "the ordinary pod to be evicted",

@@ -1,0 +1,624 @@
+//! `node list`, `node status`, `node ignore` and `node unignore`: everything is read from node
+//! annotations and labels (one list call); the Skyhook object is only consulted to tell a
+//! missing Skyhook from one without activity.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use serde::Serialize;
+use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
+
+use crate::Ctx;
+use crate::error::CliError;
+use crate::kube::{Kube, NodeMeta};
+use crate::output::{Field, OutputFormat, Painter, structured, tone};
+
+/// Per-(node, Skyhook) roll-up of the package entries (§8.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    pub status: State,
+    pub complete: usize,
+    pub total: usize,
+    pub restarts: i64,
+}
+
+/// The reference rule, from package *states*: `erroring` if any entry is erroring; else
+/// `complete` if every entry (at least one) is complete; else `in_progress` if any entry is in
+/// progress or complete; else `unknown`.
+pub fn summarize(state: &NodeState) -> Summary {
+    let (mut complete, mut erroring, mut in_progress, mut restarts) = (0, false, false, 0i64);
+    for (_, entry) in state.iter() {
+        restarts += i64::from(entry.restarts);
+        match entry.state {
+            Some(State::Complete) => complete += 1,
+            Some(State::Erroring) => erroring = true,
+            Some(State::InProgress) => in_progress = true,
+            _ => {}
+        }
+    }
+    let total = state.0.len();
+    let status = if erroring {
+        State::Erroring
+    } else if total > 0 && complete == total {
+        State::Complete
+    } else if in_progress || complete > 0 {
+        State::InProgress
+    } else {
+        State::Unknown
+    };
+    Summary {
+        status,
+        complete,
+        total,
+        restarts,
+    }
+}
+
+/// Every `(skyhook, raw nodeState)` annotation of a node.
+pub fn skyhook_states(node: &NodeMeta) -> impl Iterator<Item = (&str, &str)> {
+    node.annotations
+        .iter()
+        .filter_map(|(k, v)| schema::skyhook_of_node_state_annotation(k).map(|sh| (sh, v.as_str())))
+}
+
+/// Parses one node-state annotation; unreadable ones are skipped (with a warning under `-v`).
+pub fn parse_state(ctx: &Ctx, node: &str, skyhook: Option<&str>, raw: &str) -> Option<NodeState> {
+    match NodeState::parse(raw) {
+        Ok(state) => Some(state),
+        Err(e) => {
+            match skyhook {
+                Some(sh) => ctx.warn(&format!(
+                    "skipping node {node:?} skyhook {sh:?} - invalid annotation: {e}"
+                )),
+                None => ctx.warn(&format!("skipping node {node:?} - invalid annotation: {e}")),
+            }
+            None
+        }
+    }
+}
+
+/// The node names the patterns select. Every pattern must match at least one node, so a typo
+/// is an error rather than an empty result.
+pub fn select_nodes<'a>(
+    patterns: &[String],
+    names: impl Iterator<Item = &'a str> + Clone,
+) -> Result<BTreeSet<String>, CliError> {
+    let mut selected = BTreeSet::new();
+    for p in patterns {
+        let pattern = NodePattern::new(p)?;
+        let mut any = false;
+        for name in names.clone().filter(|n| pattern.matches(n)) {
+            any = true;
+            selected.insert(name.to_string());
+        }
+        if !any {
+            return Err(if pattern.is_regex() {
+                CliError::NoNodeMatches(p.clone())
+            } else {
+                CliError::NodeNotFound(p.clone())
+            });
+        }
+    }
+    Ok(selected)
+}
+
+// ----- node list -----
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeListEntry {
+    pub node_name: String,
+    pub status: State,
+    pub packages_complete: usize,
+    pub packages_total: usize,
+    pub restarts: i64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeListOutput<'a> {
+    pub skyhook_name: &'a str,
+    pub nodes: &'a [NodeListEntry],
+}
+
+pub fn list_entries(ctx: &Ctx, nodes: &[NodeMeta], skyhook: &str) -> Vec<NodeListEntry> {
+    let key = schema::node_state_annotation(skyhook);
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let raw = n.annotations.get(&key)?;
+            let state = parse_state(ctx, &n.name, None, raw)?;
+            let s = summarize(&state);
+            Some(NodeListEntry {
+                node_name: n.name.clone(),
+                status: s.status,
+                packages_complete: s.complete,
+                packages_total: s.total,
+                restarts: s.restarts,
+            })
+        })
+        .collect()
+}
+
+pub fn render_list(
+    painter: &Painter,
+    format: OutputFormat,
+    skyhook: &str,
+    entries: &[NodeListEntry],
+) -> Result<String, CliError> {
+    if let Some(text) = structured(
+        format,
+        &NodeListOutput {
+            skyhook_name: skyhook,
+            nodes: entries,
+        },
+    )? {
+        return Ok(text);
+    }
+    if entries.is_empty() {
+        return Ok(format!("No nodes found for Skyhook {skyhook:?}\n"));
+    }
+    let total = entries.len();
+    let complete = entries
+        .iter()
+        .filter(|e| e.status == State::Complete)
+        .count();
+    let erroring = entries
+        .iter()
+        .filter(|e| e.status == State::Erroring)
+        .count();
+    let wide = format == OutputFormat::Wide;
+    let mut headers = vec!["NODE", "STATUS", "PACKAGES"];
+    if wide {
+        headers.push("RESTARTS");
+    }
+    let rows: Vec<Vec<Field>> = entries
+        .iter()
+        .map(|e| {
+            let word = if e.status == State::Erroring {
+                e.status.as_str().to_uppercase()
+            } else {
+                e.status.as_str().to_string()
+            };
+            let mut row = vec![
+                Field::from(e.node_name.as_str()),
+                Field::toned(word, tone(e.status)),
+                Field::from(format!("{}/{}", e.packages_complete, e.packages_total)),
+            ];
+            if wide {
+                row.push(Field::from(e.restarts.to_string()));
+            }
+            row
+        })
+        .collect();
+    Ok(format!(
+        "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)\n\n{}",
+        painter.paint(&complete.to_string(), tone(State::Complete)),
+        painter.paint(&erroring.to_string(), tone(State::Erroring)),
+        total - complete - erroring,
+        painter.table(&headers, &rows)
+    ))
+}
+
+pub async fn list(ctx: &Ctx, out: &mut dyn Write, skyhook: &str) -> Result<(), CliError> {
+    let kube = ctx.kube().await?;
+    let nodes = kube.nodes().await?;
+    let entries = list_entries(ctx, &nodes, skyhook);
+    if entries.is_empty() {
+        ensure_skyhook_exists(&kube, skyhook).await?;
+    }
+    out.write_all(render_list(&ctx.painter, ctx.global.output, skyhook, &entries)?.as_bytes())?;
+    Ok(())
+}
+
+/// With nothing on the nodes, a Skyhook that does not exist is an error, not an empty list.
+async fn ensure_skyhook_exists(kube: &Kube, skyhook: &str) -> Result<(), CliError> {
+    match kube.skyhook_exists(skyhook).await {
+        Some(false) => Err(CliError::SkyhookNotFound(skyhook.to_string())),
+        _ => Ok(()),
+    }
+}
+
+// ----- node status -----
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSkyhookSummary {
+    pub node_name: String,
+    pub skyhook_name: String,
+    pub status: State,
+    pub packages_complete: usize,
+    pub packages_total: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<NodePackage>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NodePackage {
+    pub name: String,
+    pub version: String,
+    pub stage: Stage,
+    /// `""` when the entry has no state yet (the reference prints the empty string).
+    pub state: &'static str,
+    pub restarts: i32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub image: String,
+}
+
+impl From<&PackageStatus> for NodePackage {
+    fn from(p: &PackageStatus) -> NodePackage {
+        NodePackage {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            stage: p.stage,
+            state: p.state.map_or("", State::as_str),
+            restarts: p.restarts,
+            image: p.image.clone(),
+        }
+    }
+}
+
+/// Summaries for the selected nodes (all when `selected` is `None`), sorted by node then
+/// Skyhook; packages sorted by name (then version).
+pub fn status_summaries(
+    ctx: &Ctx,
+    nodes: &[NodeMeta],
+    selected: Option<&BTreeSet<String>>,
+    skyhook: Option<&str>,
+) -> Vec<NodeSkyhookSummary> {
+    let mut out = Vec::new();
+    for node in nodes {
+        if selected.is_some_and(|s| !s.contains(&node.name)) {
+            continue;
+        }
+        for (sh, raw) in skyhook_states(node) {
+            if skyhook.is_some_and(|want| want != sh) {
+                continue;
+            }
+            let Some(state) = parse_state(ctx, &node.name, Some(sh), raw) else {
+                continue;
+            };
+            let s = summarize(&state);
+            let mut packages: Vec<NodePackage> =
+                state.iter().map(|(_, p)| NodePackage::from(p)).collect();
+            packages.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+            out.push(NodeSkyhookSummary {
+                node_name: node.name.clone(),
+                skyhook_name: sh.to_string(),
+                status: s.status,
+                packages_complete: s.complete,
+                packages_total: s.total,
+                packages,
+            });
+        }
+    }
+    out.sort_by(|a, b| (&a.node_name, &a.skyhook_name).cmp(&(&b.node_name, &b.skyhook_name)));
+    out
+}
+
+pub fn render_status(
+    painter: &Painter,
+    format: OutputFormat,
+    summaries: &[NodeSkyhookSummary],
+) -> Result<String, CliError> {
+    if let Some(text) = structured(format, summaries)? {
+        return Ok(text);
+    }
+    if summaries.is_empty() {
+        return Ok("No Skyhook activity found on specified nodes\n".to_string());
+    }
+    if format == OutputFormat::Wide {
+        let headers = [
+            "NODE", "SKYHOOK", "PACKAGE", "VERSION", "STAGE", "STATE", "RESTARTS", "IMAGE",
+        ];
+        let rows: Vec<Vec<Field>> = summaries
+            .iter()
+            .flat_map(|s| {
+                s.packages.iter().map(|p| {
+                    let state = match p.state.parse::<State>() {
+                        Ok(st) => Field::toned(p.state, tone(st)),
+                        Err(_) => Field::from(p.state),
+                    };
+                    vec![
+                        Field::from(s.node_name.as_str()),
+                        Field::from(s.skyhook_name.as_str()),
+                        Field::from(p.name.as_str()),
+                        Field::from(p.version.as_str()),
+                        Field::from(p.stage.as_str()),
+                        state,
+                        Field::from(p.restarts.to_string()),
+                        Field::from(p.image.as_str()),
+                    ]
+                })
+            })
+            .collect();
+        return Ok(painter.table(&headers, &rows));
+    }
+    let rows: Vec<Vec<Field>> = summaries
+        .iter()
+        .map(|s| {
+            vec![
+                Field::from(s.node_name.as_str()),
+                Field::from(s.skyhook_name.as_str()),
+                Field::toned(s.status.as_str(), tone(s.status)),
+                Field::from(format!("{}/{}", s.packages_complete, s.packages_total)),
+            ]
+        })
+        .collect();
+    Ok(painter.table(&["NODE", "SKYHOOK", "STATUS", "PACKAGES"], &rows))
+}
+
+pub async fn status(
+    ctx: &Ctx,
+    out: &mut dyn Write,
+    patterns: &[String],
+    skyhook: Option<&str>,
+) -> Result<(), CliError> {
+    // Bad patterns fail before any request.
+    for p in patterns {
+        NodePattern::new(p)?;
+    }
+    let kube = ctx.kube().await?;
+    let nodes = kube.nodes().await?;
+    let selected = if patterns.is_empty() {
+        None
+    } else {
+        Some(select_nodes(
+            patterns,
+            nodes.iter().map(|n| n.name.as_str()),
+        )?)
+    };
+    let summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook);
+    if let (true, Some(sh)) = (summaries.is_empty(), skyhook) {
+        ensure_skyhook_exists(&kube, sh).await?;
+    }
+    out.write_all(render_status(&ctx.painter, ctx.global.output, &summaries)?.as_bytes())?;
+    Ok(())
+}
+
+// ----- node ignore / unignore -----
+
+pub async fn ignore(
+    ctx: &Ctx,
+    out: &mut dyn Write,
+    patterns: &[String],
+    ignore: bool,
+) -> Result<(), CliError> {
+    for p in patterns {
+        NodePattern::new(p)?;
+    }
+    let kube = ctx.kube().await?;
+    let nodes = kube.nodes().await?;
+    let selected = select_nodes(patterns, nodes.iter().map(|n| n.name.as_str()))?;
+    let (action, verb, skip_note) = if ignore {
+        ("Ignoring", "ignored", "already ignored")
+    } else {
+        ("Unignoring", "unignored", "not ignored")
+    };
+    writeln!(out, "{action} {} node(s):", selected.len())?;
+    for name in &selected {
+        writeln!(out, "  - {name}")?;
+    }
+    if ctx.global.dry_run {
+        writeln!(out, "\n[dry-run] No changes applied")?;
+        return Ok(());
+    }
+    let mut errors = Vec::new();
+    let mut done = 0;
+    for node in nodes.iter().filter(|n| selected.contains(&n.name)) {
+        let ignored =
+            node.labels.get(schema::IGNORE_LABEL).map(String::as_str) == Some(schema::TRUE_VALUE);
+        if ignored == ignore {
+            writeln!(out, "  {}: {skip_note}", node.name)?;
+            continue;
+        }
+        let value = ignore.then_some(schema::TRUE_VALUE);
+        match kube
+            .set_node_label(&node.name, schema::IGNORE_LABEL, value)
+            .await
+        {
+            Ok(()) => done += 1,
+            Err(e) => errors.push(format!("{}: {e}", node.name)),
+        }
+    }
+    if !errors.is_empty() {
+        writeln!(out, "\nErrors updating some nodes:")?;
+        for e in &errors {
+            writeln!(out, "  - {e}")?;
+        }
+    }
+    if done > 0 {
+        writeln!(out, "\nSuccessfully {verb} {done} node(s)")?;
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::PartialFailure {
+            failed: errors.len(),
+            total: selected.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::Painter;
+
+    fn entry(name: &str, state: Option<State>, restarts: i32) -> PackageStatus {
+        PackageStatus {
+            name: name.into(),
+            version: "1.0.0".into(),
+            image: format!("ghcr.io/x/{name}"),
+            container_sha: None,
+            stage: Stage::Config,
+            state,
+            restarts,
+        }
+    }
+
+    fn state(entries: &[PackageStatus]) -> NodeState {
+        let mut s = NodeState::default();
+        for e in entries {
+            s.upsert(e.clone());
+        }
+        s
+    }
+
+    #[test]
+    fn status_rule() {
+        use State::*;
+        let cases: &[(&[Option<State>], State, usize)] = &[
+            (&[], Unknown, 0),
+            (&[Some(Complete), Some(Complete)], Complete, 2),
+            (&[Some(Complete), Some(Erroring)], Erroring, 1),
+            (&[Some(InProgress), Some(Erroring)], Erroring, 0),
+            (&[Some(Complete), Some(InProgress)], InProgress, 1),
+            (&[Some(Complete), None], InProgress, 1),
+            (&[Some(Complete), Some(Skipped)], InProgress, 1),
+            (&[Some(InProgress)], InProgress, 0),
+            (&[None, Some(Skipped)], Unknown, 0),
+            (&[Some(Unknown)], Unknown, 0),
+        ];
+        for (states, want, complete) in cases {
+            let entries: Vec<PackageStatus> = states
+                .iter()
+                .enumerate()
+                .map(|(i, s)| entry(&format!("p{i}"), *s, i as i32))
+                .collect();
+            let s = summarize(&state(&entries));
+            assert_eq!(s.status, *want, "{states:?}");
+            assert_eq!(s.complete, *complete, "{states:?}");
+            assert_eq!(s.total, states.len());
+            assert_eq!(
+                s.restarts,
+                (0..states.len() as i64).sum::<i64>(),
+                "{states:?}"
+            );
+        }
+    }
+
+    fn node(name: &str, annotations: &[(String, String)]) -> NodeMeta {
+        NodeMeta {
+            name: name.into(),
+            labels: Default::default(),
+            annotations: annotations.iter().cloned().collect(),
+        }
+    }
+
+    fn fixture() -> Vec<NodeMeta> {
+        let a = state(&[
+            entry("alpha", Some(State::Complete), 0),
+            entry("broken", Some(State::Erroring), 3),
+        ]);
+        let b = state(&[
+            entry("alpha", Some(State::Complete), 0),
+            entry("broken", Some(State::Complete), 1),
+        ]);
+        let other = state(&[entry("zed", Some(State::InProgress), 0)]);
+        vec![
+            node(
+                "worker-1",
+                &[
+                    (schema::node_state_annotation("sh"), a.to_annotation()),
+                    (
+                        schema::node_state_annotation("other"),
+                        other.to_annotation(),
+                    ),
+                    ("unrelated/key".into(), "x".into()),
+                ],
+            ),
+            node(
+                "worker-2",
+                &[(schema::node_state_annotation("sh"), b.to_annotation())],
+            ),
+            node(
+                "worker-3",
+                &[(schema::node_state_annotation("sh"), "not json".into())],
+            ),
+            node("worker-4", &[]),
+        ]
+    }
+
+    fn ctx() -> Ctx {
+        Ctx::for_tests()
+    }
+
+    #[test]
+    fn list_table_and_json() {
+        let nodes = fixture();
+        let entries = list_entries(&ctx(), &nodes, "sh");
+        assert_eq!(entries.len(), 2, "the unparsable node is skipped");
+        let p = Painter::new(false);
+        insta::with_settings!({snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!("node_list_table", render_list(&p, OutputFormat::Table, "sh", &entries).unwrap());
+            insta::assert_snapshot!("node_list_wide", render_list(&p, OutputFormat::Wide, "sh", &entries).unwrap());
+            insta::assert_snapshot!("node_list_json", render_list(&p, OutputFormat::Json, "sh", &entries).unwrap());
+        });
+        assert_eq!(
+            render_list(&p, OutputFormat::Table, "sh", &[]).unwrap(),
+            "No nodes found for Skyhook \"sh\"\n"
+        );
+        assert_eq!(
+            render_list(&p, OutputFormat::Json, "sh", &[]).unwrap(),
+            "{\n  \"skyhookName\": \"sh\",\n  \"nodes\": []\n}\n"
+        );
+    }
+
+    #[test]
+    fn status_table_wide_and_json() {
+        let nodes = fixture();
+        let all = status_summaries(&ctx(), &nodes, None, None);
+        assert_eq!(
+            all.iter()
+                .map(|s| (s.node_name.as_str(), s.skyhook_name.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("worker-1", "other"),
+                ("worker-1", "sh"),
+                ("worker-2", "sh")
+            ]
+        );
+        let only_sh = status_summaries(&ctx(), &nodes, None, Some("sh"));
+        assert_eq!(only_sh.len(), 2);
+        let p = Painter::new(false);
+        insta::with_settings!({snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!("node_status_table", render_status(&p, OutputFormat::Table, &all).unwrap());
+            insta::assert_snapshot!("node_status_wide", render_status(&p, OutputFormat::Wide, &all).unwrap());
+            insta::assert_snapshot!("node_status_json", render_status(&p, OutputFormat::Json, &only_sh).unwrap());
+            insta::assert_snapshot!("node_status_yaml", render_status(&p, OutputFormat::Yaml, &only_sh).unwrap());
+        });
+        assert_eq!(
+            render_status(&p, OutputFormat::Table, &[]).unwrap(),
+            "No Skyhook activity found on specified nodes\n"
+        );
+        assert_eq!(render_status(&p, OutputFormat::Json, &[]).unwrap(), "[]\n");
+    }
+
+    #[test]
+    fn node_selection() {
+        let names = ["node-1", "node-10", "node-2", "worker.a"];
+        let sel = |p: &[&str]| {
+            let p: Vec<String> = p.iter().map(|s| s.to_string()).collect();
+            select_nodes(&p, names.iter().copied())
+        };
+        assert_eq!(
+            sel(&["node-1"]).unwrap().into_iter().collect::<Vec<_>>(),
+            ["node-1"]
+        );
+        assert_eq!(
+            sel(&["node-1.*", "node-2"])
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["node-1", "node-10", "node-2"]
+        );
+        assert!(matches!(sel(&["node-3"]), Err(CliError::NodeNotFound(n)) if n == "node-3"));
+        assert!(matches!(sel(&["gpu-.*"]), Err(CliError::NoNodeMatches(n)) if n == "gpu-.*"));
+        let err = sel(&["node-["]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("matching nodes: invalid regex pattern \"node-[\": "),
+            "{err}"
+        );
+    }
+}
