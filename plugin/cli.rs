@@ -16,6 +16,9 @@ pub const DEFAULT_NAMESPACE: &str = "skyhook";
 const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
 const PLUGIN_INVOCATION: &str = "kubectl skyhook";
 
+/// Help section of the flags every command accepts.
+const GLOBAL: &str = "Global options";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kubectl-skyhook",
@@ -40,35 +43,35 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, value_name = "PATH", help_heading = GLOBAL)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
     pub context: Option<String>,
 
     /// Namespace the Skyhook operator runs in
-    #[arg(short = 'n', long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NAMESPACE")]
+    #[arg(short = 'n', long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NAMESPACE", help_heading = GLOBAL)]
     pub namespace: String,
 
     /// Output format
-    #[arg(short = 'o', long, global = true, value_enum, ignore_case = true, default_value_t = OutputFormat::Table, value_name = "FORMAT")]
+    #[arg(short = 'o', long, global = true, value_enum, ignore_case = true, default_value_t = OutputFormat::Table, value_name = "FORMAT", help_heading = GLOBAL)]
     pub output: OutputFormat,
 
     /// Disable colours (also disabled by NO_COLOR or when stdout is not a terminal)
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub no_color: bool,
 
     /// Time limit for each request to the API server, e.g. 30s or 1m ("0" waits forever)
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = parse_timeout)]
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = parse_timeout, help_heading = GLOBAL)]
     pub request_timeout: Timeout,
 
     /// Print warnings, e.g. about nodes whose Skyhook annotations cannot be read
-    #[arg(short = 'v', long, global = true)]
+    #[arg(short = 'v', long, global = true, help_heading = GLOBAL)]
     pub verbose: bool,
 
     /// Show what would change without changing anything
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub dry_run: bool,
 }
 
@@ -81,6 +84,9 @@ pub enum Command {
     /// Show plugin and Skyhook operator versions
     Version(VersionArgs),
     /// Pause a Skyhook: the operator starts no new work (running stages finish)
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook pause gpu-init\n  kubectl skyhook pause gpu-init --confirm\n  kubectl skyhook pause gpu-init --dry-run"
+    )]
     Pause(LifecycleArgs),
     /// Resume a paused Skyhook
     Resume(LifecycleArgs),
@@ -127,6 +133,9 @@ pub enum NodeCommand {
         skyhook: String,
     },
     /// Show all Skyhook activity on nodes (names or anchored regexes; default: every node)
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook node status\n  kubectl skyhook node status worker-1 'gpu-.*' --skyhook gpu-init\n  kubectl skyhook node status worker-1 -o wide"
+    )]
     Status {
         /// Node names or regex patterns
         #[arg(value_name = "NODE-PATTERN")]
@@ -152,6 +161,9 @@ pub enum NodeCommand {
 #[derive(Debug, Subcommand)]
 pub enum PackageCommand {
     /// Show a package's stage and state on every node
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook package status tuning --skyhook gpu-init\n  kubectl skyhook package status tuning --skyhook gpu-init --node 'worker-.*' -o json"
+    )]
     Status {
         /// Package name (all versions are shown)
         #[arg(value_name = "PACKAGE")]
@@ -241,10 +253,7 @@ pub fn usage_error_line(rendered: &str, bin: &str) -> String {
         }
         if line.is_empty() {
             line.push_str(text);
-        } else if line.ends_with(':') {
-            line.push(' ');
-            line.push_str(text);
-        } else if text.starts_with('[') {
+        } else if line.ends_with(':') || text.starts_with('[') {
             line.push(' ');
             line.push_str(text);
         } else {

@@ -193,11 +193,20 @@ pub fn render_list(
         .collect();
     Ok(format!(
         "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)\n\n{}",
-        painter.paint(&complete.to_string(), tone(State::Complete)),
-        painter.paint(&erroring.to_string(), tone(State::Erroring)),
+        count(painter, complete, State::Complete),
+        count(painter, erroring, State::Erroring),
         total - complete - erroring,
         painter.table(&headers, &rows)
     ))
+}
+
+/// A summary count, coloured like its state when it is not zero.
+fn count(painter: &Painter, n: usize, state: State) -> String {
+    if n == 0 {
+        n.to_string()
+    } else {
+        painter.paint(&n.to_string(), tone(state))
+    }
 }
 
 pub async fn list(ctx: &Ctx, out: &mut dyn Write, skyhook: &str) -> Result<(), CliError> {

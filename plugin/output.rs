@@ -24,12 +24,6 @@ pub enum OutputFormat {
     Yaml,
 }
 
-impl OutputFormat {
-    pub fn is_structured(self) -> bool {
-        matches!(self, OutputFormat::Json | OutputFormat::Yaml)
-    }
-}
-
 /// A status or state word as shown to users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Word {

@@ -263,14 +263,41 @@ pub fn plan(inp: &Inputs) -> Plan {
         erroring: bool,
     }
     let mut seen: Vec<Seen> = Vec::new();
+    let mut boot_ids: BTreeMap<String, String> = BTreeMap::new();
+    let mut reboots: Vec<String> = Vec::new();
     for n in &nodes {
         let node_name = n.name_any();
-        let prior_state = annotation(n, &schema::node_state_annotation(&name))
-            .and_then(|a| NodeState::parse(a).ok())
+        let boot = n
+            .status
+            .as_ref()
+            .and_then(|st| st.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
             .unwrap_or_default();
-        let applied: BTreeMap<String, String> = annotation(n, &schema::applied_annotation(&name))
-            .and_then(|a| serde_json::from_str(a).ok())
-            .unwrap_or_default();
+        // §3.18: a new boot id means the node rebooted; with REAPPLY_ON_REBOOT it starts over.
+        let rebooted = cfg.reapply_on_reboot
+            && !boot.is_empty()
+            && prior
+                .node_boot_ids
+                .get(&node_name)
+                .is_some_and(|b| *b != boot);
+        if !boot.is_empty() {
+            boot_ids.insert(node_name.clone(), boot);
+        }
+        let prior_state = if rebooted {
+            reboots.push(node_name.clone());
+            NodeState::default()
+        } else {
+            annotation(n, &schema::node_state_annotation(&name))
+                .and_then(|a| NodeState::parse(a).ok())
+                .unwrap_or_default()
+        };
+        let applied: BTreeMap<String, String> = if rebooted {
+            BTreeMap::new()
+        } else {
+            annotation(n, &schema::applied_annotation(&name))
+                .and_then(|a| serde_json::from_str(a).ok())
+                .unwrap_or_default()
+        };
         let js = by_node.get(node_name.as_str()).cloned().unwrap_or_default();
         let o = node::step(
             &spec_view,
@@ -584,8 +611,25 @@ pub fn plan(inp: &Inputs) -> Plan {
         node_statuses.insert(s.name.clone(), st);
     }
 
+    for node in &reboots {
+        plan.events.push(Note {
+            target: Target::Skyhook,
+            node: None,
+            warning: false,
+            reason: schema::REBOOT_REASON.to_string(),
+            message: schema::skyhook_reboot_message(node),
+        });
+        plan.events.push(Note {
+            target: Target::Node,
+            node: Some(node.clone()),
+            warning: false,
+            reason: schema::REBOOT_REASON.to_string(),
+            message: schema::node_reboot_message(&name),
+        });
+    }
     let mut prior_for_status = prior.clone();
     prior_for_status.config_updates = config_updates.clone();
+    prior_for_status.node_boot_ids = boot_ids;
     let desired = status::skyhook_status(&status::SkyhookFacts {
         skyhook: sk,
         prior: &prior_for_status,

@@ -1528,3 +1528,63 @@ async fn config_interrupts_fire_only_for_matching_keys() {
         "left cordoned"
     );
 }
+
+#[tokio::test]
+async fn a_reboot_reapplies_when_asked_to() {
+    let env = setup("reboot", 1, &[("REAPPLY_ON_REBOOT", "true")]).await;
+    let name = env.ctx.name("sk");
+    let node = env.nodes[0].clone();
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+    let sk = env
+        .wait_status(&name, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    let boot = sk
+        .status
+        .expect("status")
+        .node_boot_ids
+        .get(&node)
+        .cloned()
+        .expect("boot id recorded");
+    assert_eq!(env.jobs_of(&name).await.len(), 2);
+
+    // The node comes back with a new boot id.
+    let patch = json!({"status": {"nodeInfo": {"bootID": format!("{boot}-rebooted")}}});
+    env.node_api
+        .patch_status(&node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("reboot");
+    env.ctx
+        .wait_for(
+            "the package to run again after the reboot",
+            Duration::from_secs(90),
+            || async {
+                let jobs = env.jobs_of(&name).await;
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                let st = sk.status?;
+                (jobs.len() == 4
+                    && st.status == Some(schema::Status::Complete)
+                    && st
+                        .node_boot_ids
+                        .get(&node)
+                        .is_some_and(|b| b.ends_with("-rebooted")))
+                .then_some(())
+            },
+        )
+        .await;
+    let events: Api<Event> = Api::all(env.ctx.client.clone());
+    let evs = events
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .expect("events");
+    assert!(
+        evs.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some(schema::REBOOT_REASON)),
+        "no Reboot event"
+    );
+}
