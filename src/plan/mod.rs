@@ -563,6 +563,7 @@ pub fn plan(inp: &Inputs) -> Plan {
             complete,
             blocked: s.blocked.is_some(),
             gated: s.gated,
+            held: o.held,
             state: &o.state,
         });
         if complete && !spec_view.node_complete(&s.prior) {

@@ -195,6 +195,8 @@ pub struct NodeOutcome {
     pub evict: Vec<(String, String)>,
     /// Why interrupt work waits on this node, for humans.
     pub blocked: Option<String>,
+    /// Held back by a protected pod or a drain that cannot finish (reported as `blocked`).
+    pub held: bool,
 }
 
 /// Fold Jobs into `state` and decide the next Jobs. `may_start` is false when the node is
@@ -222,6 +224,7 @@ pub fn step(
         cordon: false,
         evict: Vec::new(),
         blocked: None,
+        held: false,
     };
     migrate_legacy(spec, &mut state);
     observe(spec, &mut state, &mut applied, jobs, &mut out, now);
@@ -353,6 +356,7 @@ fn ready_for_interrupt(facts: NodeFacts, out: &mut NodeOutcome) -> bool {
         .map(|p| format!("{}/{}", p.namespace, p.name))
         .collect();
     if !protected.is_empty() {
+        out.held = true;
         out.blocked = Some(format!(
             "waiting for protected pod(s) {} (podNonInterruptLabels) to finish",
             protected.join(", ")
@@ -366,6 +370,7 @@ fn ready_for_interrupt(facts: NodeFacts, out: &mut NodeOutcome) -> bool {
         .collect();
     if !evict.is_empty() {
         let names: Vec<String> = evict.iter().map(|(n, p)| format!("{n}/{p}")).collect();
+        out.held = true;
         out.blocked = Some(format!("draining: evicting {}", names.join(", ")));
         for e in evict {
             if !out.evict.contains(&e) {

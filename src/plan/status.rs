@@ -19,6 +19,8 @@ pub struct NodeFacts<'a> {
     pub complete: bool,
     pub blocked: bool,
     pub gated: bool,
+    /// Held back by a protected pod or a drain that cannot finish.
+    pub held: bool,
     pub state: &'a NodeState,
 }
 
@@ -31,7 +33,7 @@ pub fn node_status(f: &NodeFacts) -> Status {
         Status::Paused
     } else if f.complete {
         Status::Complete
-    } else if f.blocked {
+    } else if f.blocked || f.held {
         Status::Blocked
     } else if any(State::InProgress) {
         Status::InProgress

@@ -1062,6 +1062,21 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
         .expect("NodeBlocked");
     assert_eq!(held.status, "True");
     assert!(held.message.contains(&protected), "{}", held.message);
+    // The node's own status says it is held back.
+    env.ctx
+        .wait_for(
+            "the held node to report blocked",
+            Duration::from_secs(30),
+            || async {
+                let n = env.node_api.get(&node).await.ok()?;
+                (n.annotations()
+                    .get(&schema::status_annotation(&name))?
+                    .as_str()
+                    == "blocked")
+                    .then_some(())
+            },
+        )
+        .await;
 
     // A PodDisruptionBudget that forbids the eviction is honoured and reported.
     let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
