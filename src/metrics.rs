@@ -131,6 +131,26 @@ impl Default for Metrics {
             &|r, n, h| r.register(n, h, matched.clone()),
         );
         reg(
+            "skyhook_rollout_ceiling",
+            "Nodes the compartment may work on at once",
+            &|r, n, h| r.register(n, h, ceiling.clone()),
+        );
+        reg(
+            "skyhook_rollout_current_batch",
+            "Current batch number",
+            &|r, n, h| r.register(n, h, current_batch.clone()),
+        );
+        reg(
+            "skyhook_rollout_consecutive_failures",
+            "Consecutive failed batches",
+            &|r, n, h| r.register(n, h, consecutive_failures.clone()),
+        );
+        reg(
+            "skyhook_rollout_should_stop",
+            "1 when the rollout is halted",
+            &|r, n, h| r.register(n, h, should_stop.clone()),
+        );
+        reg(
             "skyhook_rollout_in_progress",
             "Compartment nodes in progress",
             &|r, n, h| r.register(n, h, in_progress.clone()),

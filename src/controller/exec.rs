@@ -36,13 +36,16 @@ pub async fn execute(
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let nodes: Api<Node> = Api::all(client.clone());
 
+    // The status replace below must carry the newest resourceVersion.
+    let mut resource_version = sk.resource_version();
     if plan.add_finalizer {
         let mut finalizers = sk.finalizers().to_vec();
         finalizers.push(schema::FINALIZER.to_string());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": sk.resource_version()}});
-        skyhooks
+        let patched = skyhooks
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        resource_version = patched.resource_version();
     }
 
     let apply = PatchParams::apply(MANAGER).force();
@@ -186,6 +189,7 @@ pub async fn execute(
         let mut obj = sk.clone();
         obj.status = Some(status);
         obj.metadata.managed_fields = None;
+        obj.metadata.resource_version = resource_version;
         skyhooks
             .replace_status(&name, &PostParams::default(), &obj)
             .await?;

@@ -197,6 +197,13 @@ pub async fn run(
         metrics,
     });
     server::spawn(ctx.clone()).await?;
+    // Ready once the caches have filled, whether or not any Skyhook exists to reconcile.
+    let readiness = ctx.clone();
+    tokio::spawn(async move {
+        if let Err(e) = readiness.wait_ready().await {
+            warn!(error = %e, "caches not ready");
+        }
+    });
 
     let for_nodes = skyhooks.clone();
     let for_policies = skyhooks.clone();
@@ -345,12 +352,26 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .collect();
     let mut normalized = (*sk).clone();
     crd::normalize(&mut normalized);
-    let invalid: Vec<String> = match crd::validate_skyhook(&normalized) {
+    let mut invalid: Vec<String> = match crd::validate_skyhook(&normalized) {
         Ok(()) => Vec::new(),
         Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
     };
     let skyhooks = ctx.skyhooks.state();
     let policies = ctx.policies.state();
+    // A referenced policy that CEL could not fully check is validated here: the policy has no
+    // status of its own, so its problems show on the Skyhooks that use it.
+    if let Some(policy) = normalized
+        .spec
+        .deployment_policy
+        .as_deref()
+        .and_then(|p| policies.iter().find(|x| x.name_any() == p))
+        && let Err(errs) = crd::validate_deployment_policy(policy)
+    {
+        invalid.extend(
+            errs.iter()
+                .map(|e| format!("deploymentPolicy {:?}: {e}", policy.name_any())),
+        );
+    }
     let configmaps: Vec<Arc<ConfigMap>> = ctx
         .configmaps
         .state()

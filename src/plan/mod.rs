@@ -676,6 +676,16 @@ pub fn plan(inp: &Inputs) -> Plan {
     if desired != prior {
         plan.status = Some(desired);
     }
+    if !valid {
+        // An invalid Skyhook is never acted upon: only its status says why.
+        plan.node_patches.clear();
+        plan.node_conditions.clear();
+        plan.configmaps.clear();
+        plan.create_jobs.clear();
+        plan.evictions.clear();
+        plan.requeue_after = Some(cfg.default_interval);
+        return plan;
+    }
     for p in sk
         .spec
         .packages

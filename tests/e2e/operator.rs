@@ -328,6 +328,9 @@ async fn rollout_three_packages_on_three_nodes() {
         format!(
             "skyhook_rollout_progress_percent{{skyhook_name=\"{name}\",policy_name=\"legacy\",compartment_name=\"__default__\",strategy=\"fixed\"}} 100"
         ),
+        format!(
+            "skyhook_rollout_ceiling{{skyhook_name=\"{name}\",policy_name=\"legacy\",compartment_name=\"__default__\",strategy=\"fixed\"}} 3"
+        ),
     ] {
         assert!(metrics.contains(&want), "metrics lack {want}:\n{metrics}");
     }
@@ -1602,4 +1605,116 @@ async fn a_reboot_reapplies_when_asked_to() {
             .any(|e| e.reason.as_deref() == Some(schema::REBOOT_REASON)),
         "no Reboot event"
     );
+}
+
+/// The invalid corpus entries that CEL cannot express are flagged by the operator (condition
+/// `Valid=False` naming the field) and left alone: no Job, no node write.
+#[tokio::test]
+async fn operator_flags_what_admission_cannot_check() {
+    let env = setup("flag", 1, &[]).await;
+    let (k, v) = env.ctx.test_label();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    let mut cases: Vec<(String, String)> = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("fixtures")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for (i, path) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(path).expect("read");
+        if !text.contains("# rejected-by: operator") {
+            continue;
+        }
+        let expect = text
+            .lines()
+            .find_map(|l| l.strip_prefix("# expect: "))
+            .expect("expect line")
+            .to_string();
+        let mut obj: Value = serde_saphyr::from_str(&text).expect("yaml");
+        let sk_name = env.ctx.name(&format!("f{i}"));
+        if obj["kind"] == "DeploymentPolicy" {
+            obj["metadata"]["name"] = json!(sk_name.clone());
+            let out = apply(&env, &obj);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let sk = json!({"apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+                "metadata": {"name": sk_name, "labels": {k.clone(): v.clone()}},
+                "spec": {"deploymentPolicy": sk_name, "nodeSelectors": {"matchLabels": {k.clone(): v.clone()}},
+                         "packages": {"tool": pkg("1.0.0", sleep("1"))}}});
+            let out = apply(&env, &sk);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            obj["metadata"]["name"] = json!(sk_name.clone());
+            obj["metadata"]["labels"] = json!({k.clone(): v.clone()});
+            let out = apply(&env, &obj);
+            assert!(
+                out.status.success(),
+                "{} was rejected at admission: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        cases.push((sk_name, expect));
+    }
+    assert!(cases.len() >= 10, "only {} operator fixtures", cases.len());
+    for (sk_name, expect) in &cases {
+        let cond = env
+            .ctx
+            .wait_for(
+                &format!("{sk_name} to be flagged ({expect})"),
+                Duration::from_secs(60),
+                || async {
+                    let sk = env.skyhooks.get(sk_name).await.ok()?;
+                    sk.status?
+                        .conditions
+                        .into_iter()
+                        .find(|c| c.type_ == schema::VALID_CONDITION && c.status == "False")
+                },
+            )
+            .await;
+        assert!(
+            cond.message.contains(expect.as_str()),
+            "{sk_name}: {} lacks {expect:?}",
+            cond.message
+        );
+        assert!(env.jobs_of(sk_name).await.is_empty(), "{sk_name} ran a Job");
+    }
+    let node = env.node_api.get(&env.nodes[0]).await.expect("node");
+    let touched: Vec<&String> = node
+        .annotations()
+        .keys()
+        .filter(|a| cases.iter().any(|(n, _)| a.ends_with(n.as_str())))
+        .collect();
+    assert!(touched.is_empty(), "invalid Skyhooks wrote {touched:?}");
+}
+
+fn apply(env: &Env, obj: &Value) -> std::process::Output {
+    use std::io::Write;
+    let mut child = env
+        .ctx
+        .cluster
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(obj.to_string().as_bytes())
+        .expect("write");
+    child.wait_with_output().expect("kubectl output")
 }
