@@ -1,12 +1,17 @@
 //! Command line: global kubectl-style flags, the command tree, and one-line usage errors.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use skyhook::schema::Stage;
+
+use clap_complete::engine::ArgValueCandidates;
+
+use crate::completion;
 use crate::output::OutputFormat;
 
 /// Namespace the operator runs in (reference default; the kubeconfig namespace is not used).
@@ -54,8 +59,12 @@ pub struct GlobalArgs {
     #[arg(short = 'n', long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NAMESPACE", help_heading = GLOBAL)]
     pub namespace: String,
 
-    /// Output format
-    #[arg(short = 'o', long, global = true, value_enum, ignore_case = true, default_value_t = OutputFormat::Table, value_name = "FORMAT", help_heading = GLOBAL)]
+    /// Output format: table, wide, json or yaml (for `debug collect`: the archive's path)
+    #[arg(short = 'o', long = "output", global = true, value_name = "FORMAT", help_heading = GLOBAL)]
+    pub output_arg: Option<String>,
+
+    /// `-o` read as a format (every command but `debug collect`, which takes a path).
+    #[arg(skip)]
     pub output: OutputFormat,
 
     /// Disable colours (also disabled by NO_COLOR or when stdout is not a terminal)
@@ -100,6 +109,189 @@ pub enum Command {
     /// Inspect packages across nodes
     #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
     Package(PackageCommand),
+    /// Remove a Skyhook's package state from every node (and reset its batch state) so every
+    /// package runs again
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook reset gpu-init --dry-run\n  kubectl skyhook reset gpu-init --confirm\n  kubectl skyhook reset gpu-init --skip-batch-reset -y"
+    )]
+    Reset(ResetArgs),
+    /// DeploymentPolicy rollout state of a Skyhook
+    #[command(
+        subcommand,
+        visible_alias = "dp",
+        subcommand_required = true,
+        arg_required_else_help = true
+    )]
+    DeploymentPolicy(PolicyCommand),
+    /// List the Jobs of a rollout: every stage and attempt, with its outcome
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook jobs --resource-id \"$SKYHOOK_RESOURCE_ID\"\n  kubectl skyhook jobs --skyhook gpu-init --node worker-1 --package tuning\n  kubectl skyhook jobs --skyhook gpu-init -o wide"
+    )]
+    Jobs(JobsArgs),
+    /// Print the logs of a package's stage Jobs on a node, in stage order
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook logs tuning --node worker-1\n  kubectl skyhook logs tuning --node worker-1 --skyhook gpu-init --stage config\n  kubectl skyhook logs tuning --node worker-1 -f"
+    )]
+    Logs(LogsArgs),
+    /// Support tools
+    #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
+    Debug(DebugCommand),
+    /// Print a shell completion script (bash, zsh, fish), or write kubectl's plugin completion
+    /// helper (kubectl-plugin)
+    #[command(
+        after_help = "Examples:\n  source <(kubectl-skyhook completion bash)\n  kubectl-skyhook completion zsh > \"${fpath[1]}/_kubectl-skyhook\"\n  kubectl-skyhook completion fish > ~/.config/fish/completions/kubectl-skyhook.fish\n  kubectl-skyhook completion kubectl-plugin --dir ~/.local/bin   # kubectl skyhook <TAB>"
+    )]
+    Completion(CompletionArgs),
+    /// Completion protocol of kubectl plugins (called by kubectl_complete-skyhook)
+    #[command(name = "__complete", hide = true)]
+    KubectlComplete {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// Name of the Skyhook
+    #[arg(value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    pub name: String,
+
+    /// Skip the confirmation prompt
+    #[arg(short = 'y', long)]
+    pub confirm: bool,
+
+    /// Keep the DeploymentPolicy batch state (compartment statuses)
+    #[arg(long)]
+    pub skip_batch_reset: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Reset every compartment's batch state so the rollout starts again from batch 1
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook deployment-policy reset gpu-init --dry-run\n  kubectl skyhook dp reset gpu-init -y"
+    )]
+    Reset(LifecycleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// A SKYHOOK_RESOURCE_ID (from a package pod's environment or a Job's
+    /// skyhook.nvidia.com/resource-id annotation)
+    #[arg(long, value_name = "ID", required_unless_present = "skyhook")]
+    pub resource_id: Option<String>,
+
+    /// Name of the Skyhook
+    #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    pub skyhook: Option<String>,
+
+    /// Only Jobs on this node
+    #[arg(long, value_name = "NODE", add = ArgValueCandidates::new(completion::nodes))]
+    pub node: Option<String>,
+
+    /// Only Jobs of this package
+    #[arg(long, value_name = "PACKAGE", add = ArgValueCandidates::new(completion::packages))]
+    pub package: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogsArgs {
+    /// Package name
+    #[arg(value_name = "PACKAGE", add = ArgValueCandidates::new(completion::packages))]
+    pub package: String,
+
+    /// Node name or regex pattern (default: every node the package ran on)
+    #[arg(long, value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes))]
+    pub node: Option<String>,
+
+    /// Name of the Skyhook (default: any Skyhook with this package on the node)
+    #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    pub skyhook: Option<String>,
+
+    /// Only this stage
+    #[arg(long, value_name = "STAGE", value_parser = parse_any_stage)]
+    pub stage: Option<Stage>,
+
+    /// Stream the running stage, then each following stage, until the package completes or
+    /// errors
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+
+    /// Lines of recent log to show per container (-1: all)
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
+    pub tail: i64,
+
+    /// Only logs newer than this duration, e.g. 5m or 1h
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    /// Prefix each line with its timestamp
+    #[arg(long)]
+    pub timestamps: bool,
+
+    /// Logs of the previous instance of each container
+    #[arg(short = 'p', long)]
+    pub previous: bool,
+
+    /// Every attempt of each stage (default: the newest attempt)
+    #[arg(long)]
+    pub all_attempts: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DebugCommand {
+    /// Collect a support archive (.tar.gz): Skyhooks, node state, Jobs, pods, logs, Events,
+    /// the operator's Deployment, logs and metrics
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook debug collect\n  kubectl skyhook debug collect --skyhook gpu-init --node 'worker-.*' -o ticket-1234.tar.gz\n  kubectl skyhook debug collect --since 2h --max-log-bytes 1048576\n\nExit codes: 0 everything was collected; 3 the archive was written but some pieces failed\n(see the *-errors.json files and manifest.json inside); 1 no archive was written."
+    )]
+    Collect(CollectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Only this Skyhook (default: every Skyhook)
+    #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    pub skyhook: Option<String>,
+
+    /// Only nodes matching this name or regex pattern (repeatable; default: every node a
+    /// collected Skyhook has state or Jobs on)
+    #[arg(long = "node", value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes))]
+    pub nodes: Vec<String>,
+
+    /// Only logs and Events newer than this duration, e.g. 2h
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub since: Option<Duration>,
+
+    /// Most bytes of log kept per container (the newest are kept)
+    #[arg(long, value_name = "BYTES", default_value_t = 5 * 1024 * 1024)]
+    pub max_log_bytes: u64,
+
+    /// Keep the values of env vars whose names look secret (TOKEN, PASSWORD, KEY, ...)
+    #[arg(long)]
+    pub no_redact: bool,
+}
+
+/// Shells `completion` writes scripts for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+    /// The `kubectl_complete-skyhook` helper kubectl runs for `kubectl skyhook <TAB>`
+    KubectlPlugin,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// Shell
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: CompletionShell,
+
+    /// kubectl-plugin: directory to write kubectl_complete-skyhook into (a directory on
+    /// PATH; default: the directory of this executable)
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -116,7 +308,7 @@ pub struct VersionArgs {
 #[derive(Debug, Args)]
 pub struct LifecycleArgs {
     /// Name of the Skyhook
-    #[arg(value_name = "SKYHOOK")]
+    #[arg(value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
     pub name: String,
 
     /// Skip the confirmation prompt
@@ -129,7 +321,7 @@ pub enum NodeCommand {
     /// List the nodes a Skyhook has state on, with a per-node summary
     List {
         /// Name of the Skyhook
-        #[arg(long, value_name = "SKYHOOK")]
+        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: String,
     },
     /// Show all Skyhook activity on nodes (names or anchored regexes; default: every node)
@@ -138,23 +330,38 @@ pub enum NodeCommand {
     )]
     Status {
         /// Node names or regex patterns
-        #[arg(value_name = "NODE-PATTERN")]
+        #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes))]
         patterns: Vec<String>,
         /// Only show this Skyhook
-        #[arg(long, value_name = "SKYHOOK")]
+        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: Option<String>,
     },
     /// Make every Skyhook skip node(s) (label skyhook.nvidia.com/ignore=true)
     Ignore {
         /// Node names or regex patterns
-        #[arg(value_name = "NODE-PATTERN", required = true)]
+        #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
         patterns: Vec<String>,
     },
     /// Remove the ignore label from node(s)
     Unignore {
         /// Node names or regex patterns
-        #[arg(value_name = "NODE-PATTERN", required = true)]
+        #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
         patterns: Vec<String>,
+    },
+    /// Remove a Skyhook's package state from node(s) so every package re-runs
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook node reset worker-1 --skyhook gpu-init\n  kubectl skyhook node reset 'gpu-.*' --skyhook gpu-init --confirm"
+    )]
+    Reset {
+        /// Node names or regex patterns
+        #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
+        patterns: Vec<String>,
+        /// Name of the Skyhook
+        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        skyhook: String,
+        /// Skip the confirmation prompt
+        #[arg(short = 'y', long)]
+        confirm: bool,
     },
 }
 
@@ -166,15 +373,39 @@ pub enum PackageCommand {
     )]
     Status {
         /// Package name (all versions are shown)
-        #[arg(value_name = "PACKAGE")]
+        #[arg(value_name = "PACKAGE", add = ArgValueCandidates::new(completion::packages))]
         package: String,
         /// Name of the Skyhook
-        #[arg(long, value_name = "SKYHOOK")]
+        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: String,
         /// Node name or regex pattern (repeatable)
-        #[arg(long = "node", value_name = "NODE-PATTERN")]
+        #[arg(long = "node", value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes))]
         nodes: Vec<String>,
     },
+    /// Make a package run again on node(s), from the start or from one stage
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook package rerun tuning --skyhook gpu-init --node worker-1\n  kubectl skyhook package rerun tuning --skyhook gpu-init --node 'worker-.*' --stage config -y"
+    )]
+    Rerun {
+        /// Package name
+        #[arg(value_name = "PACKAGE", add = ArgValueCandidates::new(completion::packages))]
+        package: String,
+        /// Name of the Skyhook
+        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        skyhook: String,
+        /// Node name or regex pattern (repeatable, at least one)
+        #[arg(long = "node", value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
+        nodes: Vec<String>,
+        /// Re-run from this stage (apply, config, interrupt, post-interrupt) instead of from
+        /// the start
+        #[arg(long, value_name = "STAGE", value_parser = parse_rerun_stage)]
+        stage: Option<Stage>,
+        /// Skip the confirmation prompt
+        #[arg(short = 'y', long)]
+        confirm: bool,
+    },
+    /// Print a package's stage logs (same as `kubectl skyhook logs`)
+    Logs(LogsArgs),
 }
 
 /// What parsing the command line ended in.
@@ -211,8 +442,57 @@ pub fn parse(args: Vec<OsString>) -> Parsed {
             text: cmd.render_help().to_string(),
             code: 0,
         },
-        Ok(cli) => Parsed::Run(Box::new(cli)),
+        Ok(mut cli) => match resolve_output(&cmd, &mut cli) {
+            Ok(()) => Parsed::Run(Box::new(cli)),
+            Err(err) => from_clap_error(&err, &name),
+        },
         Err(err) => from_clap_error(&err, &name),
+    }
+}
+
+/// `-o` is a format for every command but `debug collect`, where it names the archive; clap
+/// cannot give one global flag two types, so the format is checked here, with clap's own error.
+fn resolve_output(cmd: &clap::Command, cli: &mut Cli) -> Result<(), clap::Error> {
+    if matches!(cli.command, Some(Command::Debug(DebugCommand::Collect(_)))) {
+        return Ok(());
+    }
+    let Some(raw) = cli.global.output_arg.as_deref() else {
+        return Ok(());
+    };
+    let arg = cmd
+        .get_arguments()
+        .find(|a| a.get_id() == "output_arg")
+        .cloned()
+        .unwrap_or_else(|| clap::Arg::new("output_arg").long("output"))
+        .value_name("FORMAT")
+        .ignore_case(true);
+    let parser = clap::builder::EnumValueParser::<OutputFormat>::new();
+    cli.global.output =
+        clap::builder::TypedValueParser::parse_ref(&parser, cmd, Some(&arg), OsStr::new(raw))?;
+    Ok(())
+}
+
+/// A stage name, any of the six.
+fn parse_any_stage(s: &str) -> Result<Stage, String> {
+    s.parse::<Stage>().map_err(|_| {
+        let all: Vec<&str> = Stage::ALL.iter().map(|s| s.as_str()).collect();
+        format!("invalid stage {s:?}: must be one of {}", all.join(", "))
+    })
+}
+
+/// A stage `package rerun` can restart from (the reference's list).
+fn parse_rerun_stage(s: &str) -> Result<Stage, String> {
+    const RERUN: [Stage; 4] = [
+        Stage::Apply,
+        Stage::Config,
+        Stage::Interrupt,
+        Stage::PostInterrupt,
+    ];
+    match s.parse::<Stage>() {
+        Ok(stage) if RERUN.contains(&stage) => Ok(stage),
+        _ => Err(format!(
+            "invalid stage {s:?}: must be one of apply, config, interrupt, post-interrupt"
+        )),
     }
 }
 

@@ -35,6 +35,15 @@ pub enum CliError {
     },
 
     #[error(
+        "package {package:?} (version {version}) has no state on the matched nodes of skyhook {skyhook:?}; see where it ran with: kubectl skyhook package status {package} --skyhook {skyhook}"
+    )]
+    NoPackageState {
+        package: String,
+        version: String,
+        skyhook: String,
+    },
+
+    #[error(
         "cannot reach the Kubernetes API at {server}: {reason}; check that the cluster is up and that --kubeconfig/--context select it"
     )]
     Unreachable { server: String, reason: String },
@@ -81,6 +90,12 @@ pub enum CliError {
 
     #[error("failed to update {failed} of {total} node(s); see the errors above")]
     PartialFailure { failed: usize, total: usize },
+
+    #[error("reading confirmation: {0}")]
+    Confirmation(String),
+
+    #[error("completion: {0}")]
+    Completion(String),
 
     #[error("encoding output: {0}")]
     Encode(String),

@@ -82,7 +82,13 @@ impl Kube {
         &self.server
     }
 
-    fn fail(&self, err: kube::Error, action: impl Into<String>) -> CliError {
+    /// The underlying client, for commands with calls of their own.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Maps a failed call to a one-line error; `action` says what was attempted.
+    pub fn fail(&self, err: kube::Error, action: impl Into<String>) -> CliError {
         CliError::from_kube(err, action, &self.server)
     }
 
@@ -176,6 +182,67 @@ impl Kube {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
             Err(e) => Err(self.fail(e, format!("patching node {node:?}"))),
+        }
+    }
+
+    /// JSON merge patch of a node's metadata.
+    pub async fn merge_patch_node(&self, node: &str, patch: &Value) -> Result<(), CliError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api
+            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
+            Err(e) => Err(self.fail(e, format!("patching node {node:?}"))),
+        }
+    }
+
+    /// A node's annotations and resourceVersion.
+    pub async fn node_annotations(
+        &self,
+        node: &str,
+    ) -> Result<(BTreeMap<String, String>, String), CliError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api.get_metadata(node).await {
+            Ok(n) => Ok((
+                n.metadata.annotations.unwrap_or_default(),
+                n.metadata.resource_version.unwrap_or_default(),
+            )),
+            Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
+            Err(e) => Err(self.fail(e, format!("getting node {node:?}"))),
+        }
+    }
+
+    /// Merge patch carrying `metadata.resourceVersion`: `Ok(false)` when the node changed since
+    /// (409 Conflict), so the caller re-reads instead of overwriting someone else's write.
+    pub async fn merge_patch_node_unless_changed(
+        &self,
+        node: &str,
+        patch: &Value,
+    ) -> Result<bool, CliError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        match api
+            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
+            Err(e) => Err(self.fail(e, format!("patching node {node:?}"))),
+        }
+    }
+
+    /// JSON merge patch of a Skyhook's status subresource.
+    pub async fn patch_skyhook_status(&self, name: &str, patch: &Value) -> Result<(), CliError> {
+        let api: Api<Skyhook> = Api::all(self.client.clone());
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(CliError::SkyhookNotFound(name.to_string())),
+            Err(e) => Err(self.fail(e, format!("patching the status of skyhook {name:?}"))),
         }
     }
 

@@ -5,18 +5,26 @@
 //! errors exit with 2.
 
 mod cli;
+mod completion;
+mod debug;
 mod error;
+mod jobs;
 mod kube;
 mod lifecycle;
+mod logs;
 mod node;
 mod output;
 mod package;
+mod rerun;
+mod reset;
 mod version;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use crate::cli::{Command, GlobalArgs, NodeCommand, PackageCommand, Parsed};
+use crate::cli::{
+    Command, DebugCommand, GlobalArgs, NodeCommand, PackageCommand, Parsed, PolicyCommand,
+};
 use crate::error::{CliError, one_line};
 use crate::kube::Kube;
 use crate::lifecycle::Action;
@@ -52,6 +60,13 @@ impl Ctx {
 }
 
 fn main() -> ExitCode {
+    // `COMPLETE=<shell> kubectl-skyhook -- <words>`: the shell scripts of `completion` ask for
+    // candidates this way; answered before anything else is printed.
+    clap_complete::CompleteEnv::with_factory(|| {
+        <cli::Cli as clap::CommandFactory>::command().bin_name(completion::EXECUTABLE)
+    })
+    .var(completion::COMPLETE_VAR)
+    .complete();
     let cli = match cli::parse(std::env::args_os().collect()) {
         Parsed::Run(cli) => cli,
         Parsed::Exit { text, code } => {
@@ -63,6 +78,17 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Completion lookups run their own short-lived runtime, so they must not start inside one.
+    if let Some(Command::KubectlComplete { words }) = &cli.command {
+        let stdout = io::stdout();
+        return match completion::kubectl_complete(&mut stdout.lock(), words) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -74,7 +100,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(*cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             // `kubectl skyhook node status | head` closing the pipe is not a failure.
             if let Some(CliError::Output(io)) = err.downcast_ref::<CliError>()
@@ -88,7 +114,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: cli::Cli) -> anyhow::Result<()> {
+/// Runs one command; the exit code (0, or `debug collect`'s partial-failure code).
+async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
     let ctx = Ctx {
         painter: Painter::detect(cli.global.no_color),
         global: cli.global,
@@ -97,11 +124,12 @@ async fn run(cli: cli::Cli) -> anyhow::Result<()> {
     let mut out = stdout.lock();
     if cli.version {
         writeln!(out, "Skyhook plugin: {}", version::PLUGIN_VERSION).map_err(CliError::from)?;
-        return Ok(());
+        return Ok(0);
     }
     let Some(command) = cli.command else {
-        return Ok(());
+        return Ok(0);
     };
+    let mut code = 0;
     match command {
         Command::Version(args) => version::run(&ctx, &mut out, &args).await?,
         Command::Pause(args) => lifecycle_cmd(&ctx, &mut out, Action::Pause, &args).await?,
@@ -120,14 +148,59 @@ async fn run(cli: cli::Cli) -> anyhow::Result<()> {
         Command::Node(NodeCommand::Unignore { patterns }) => {
             node::ignore(&ctx, &mut out, &patterns, false).await?
         }
+        Command::Node(NodeCommand::Reset {
+            patterns,
+            skyhook,
+            confirm,
+        }) => {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            reset::nodes(&ctx, &mut out, &mut input, &patterns, &skyhook, confirm).await?
+        }
         Command::Package(PackageCommand::Status {
             package,
             skyhook,
             nodes,
         }) => package::status(&ctx, &mut out, &package, &skyhook, &nodes).await?,
+        Command::Package(PackageCommand::Rerun {
+            package,
+            skyhook,
+            nodes,
+            stage,
+            confirm,
+        }) => {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            let target = rerun::Target {
+                package: &package,
+                skyhook: &skyhook,
+                patterns: &nodes,
+                stage,
+            };
+            rerun::run(&ctx, &mut out, &mut input, &target, confirm).await?
+        }
+        Command::Package(PackageCommand::Logs(args)) | Command::Logs(args) => {
+            logs::run(&ctx, &mut out, &args).await?
+        }
+        Command::Reset(args) => {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            reset::skyhook(&ctx, &mut out, &mut input, &args).await?
+        }
+        Command::DeploymentPolicy(PolicyCommand::Reset(args)) => {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            reset::batch_state(&ctx, &mut out, &mut input, &args.name, args.confirm).await?
+        }
+        Command::Jobs(args) => jobs::run(&ctx, &mut out, &args).await?,
+        Command::Debug(DebugCommand::Collect(args)) => {
+            code = debug::collect(&ctx, &mut out, &args).await?
+        }
+        Command::Completion(args) => completion::run(&mut out, &args)?,
+        Command::KubectlComplete { .. } => {}
     }
     out.flush().map_err(CliError::from)?;
-    Ok(())
+    Ok(code)
 }
 
 async fn lifecycle_cmd(

@@ -160,3 +160,53 @@ pub struct BatchState {
     #[serde(default, skip_serializing_if = "is_false")]
     pub last_batch_failed: bool,
 }
+
+impl BatchState {
+    /// The state a rollout starts from: batch 1, every counter cleared.
+    pub fn fresh() -> BatchState {
+        BatchState {
+            current_batch: 1,
+            ..BatchState::default()
+        }
+    }
+
+    /// [`BatchState::fresh`] with every field spelled out. A JSON merge patch of the Go-style
+    /// serialisation (zeros omitted) would leave stale counters and `shouldStop: true` behind
+    /// (reference bug, spec §8.5), so resets send this form.
+    pub fn fresh_explicit() -> serde_json::Value {
+        serde_json::json!({
+            "currentBatch": 1,
+            "consecutiveFailures": 0,
+            "completedNodes": 0,
+            "failedNodes": 0,
+            "shouldStop": false,
+            "lastBatchSize": 0,
+            "lastBatchFailed": false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_fresh_batch_state_names_every_field() {
+        let busy = BatchState {
+            current_batch: 4,
+            consecutive_failures: 2,
+            completed_nodes: 9,
+            failed_nodes: 3,
+            should_stop: true,
+            last_batch_size: 8,
+            last_batch_failed: true,
+        };
+        let busy = serde_json::to_value(&busy).unwrap();
+        let fresh = BatchState::fresh_explicit();
+        let busy_keys: Vec<&String> = busy.as_object().unwrap().keys().collect();
+        let fresh_keys: Vec<&String> = fresh.as_object().unwrap().keys().collect();
+        assert_eq!(busy_keys, fresh_keys);
+        let decoded: BatchState = serde_json::from_value(fresh).unwrap();
+        assert_eq!(decoded, BatchState::fresh());
+    }
+}

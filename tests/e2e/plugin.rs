@@ -1,9 +1,6 @@
 //! The `kubectl-skyhook` plugin against the real control plane and a private operator.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -13,70 +10,8 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, Stage, State, Status};
 
+use crate::support::plugin::{plugin, plugin_with, token_kubeconfig};
 use crate::support::{Operator, TestCtx, free_port, install_crds, run};
-
-const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-skyhook");
-
-/// One plugin run.
-#[derive(Debug)]
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    /// Exit 0; returns stdout.
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "plugin failed: {self:?}");
-        &self.stdout
-    }
-
-    /// Exit `code`, nothing on stdout, exactly one line on stderr, containing `needle`.
-    fn fails(&self, code: i32, needle: &str) {
-        assert_eq!(self.code, code, "{self:?}");
-        assert_eq!(self.stdout, "", "{self:?}");
-        assert_eq!(self.stderr.lines().count(), 1, "{self:?}");
-        assert!(self.stderr.ends_with('\n'), "{self:?}");
-        assert!(self.stderr.starts_with("error: "), "{self:?}");
-        assert!(self.stderr.contains(needle), "want {needle:?} in {self:?}");
-        assert!(!self.stderr.contains("panicked"), "{self:?}");
-    }
-}
-
-/// Runs the plugin with the test cluster's kubeconfig, no colour variables inherited, and the
-/// given stdin (none: closed).
-fn plugin_with(ctx: &TestCtx, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Ran {
-    let mut cmd = Command::new(PLUGIN);
-    cmd.args(args)
-        .env("KUBECONFIG", &ctx.cluster.kubeconfig)
-        .env_remove("NO_COLOR")
-        .env_remove("CLICOLOR_FORCE")
-        .env_remove("FORCE_COLOR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("start kubectl-skyhook");
-    {
-        let mut input = child.stdin.take().expect("stdin");
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).expect("write stdin");
-        }
-    }
-    let out = child.wait_with_output().expect("run kubectl-skyhook");
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn plugin(ctx: &TestCtx, args: &[&str]) -> Ran {
-    plugin_with(ctx, args, &[], None)
-}
 
 fn skyhook_object(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
     let (k, v) = ctx.test_label();
@@ -613,20 +548,6 @@ async fn plugin_inspects_and_controls_a_rollout() {
 }
 
 /// A kubeconfig for the test cluster that authenticates with `token`.
-fn token_kubeconfig(ctx: &TestCtx, file: &Path, token: &str) {
-    let kc = kube::config::Kubeconfig::read_from(&ctx.cluster.kubeconfig).expect("kubeconfig");
-    let cluster = kc.clusters[0].cluster.as_ref().expect("cluster");
-    let server = cluster.server.clone().expect("server");
-    let ca = cluster
-        .certificate_authority_data
-        .clone()
-        .expect("certificate-authority-data");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n"
-    );
-    std::fs::write(file, text).expect("write kubeconfig");
-}
-
 #[tokio::test]
 async fn plugin_reports_cluster_errors_in_one_line() {
     install_crds();

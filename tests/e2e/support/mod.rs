@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod plugin;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
