@@ -734,6 +734,73 @@ mod tests {
         );
     }
 
+    /// Every command form of the reference plugin (spec §8.8) parses with the same flags.
+    #[test]
+    fn reference_command_lines_parse() {
+        for line in [
+            "version",
+            "version --client-only --timeout 5s",
+            "pause sh",
+            "pause sh -y",
+            "resume sh --confirm",
+            "disable sh -y --dry-run",
+            "enable sh -y",
+            "reset sh",
+            "reset sh -y --skip-batch-reset",
+            "deployment-policy reset sh -y",
+            "dp reset sh --confirm",
+            "node list --skyhook sh",
+            "node list --skyhook sh -o wide",
+            "node status",
+            "node status worker-1 gpu-.* --skyhook sh -o json",
+            "node reset worker-1 --skyhook sh -y",
+            "node ignore worker-1 worker-2",
+            "node unignore gpu-.* --dry-run",
+            "package status pkg --skyhook sh --node a --node b -o yaml",
+            "package rerun pkg --skyhook sh --node a --node b --stage config -y",
+            "package logs pkg --skyhook sh --node a --stage apply -f --tail 10",
+            "package logs pkg --skyhook sh",
+            "-n ops --context c --kubeconfig /k --request-timeout 30s -v node status",
+        ] {
+            let mut argv = vec!["kubectl-skyhook"];
+            argv.extend(line.split_whitespace());
+            match parse(args(&argv)) {
+                Parsed::Run(_) => {}
+                Parsed::Exit { text, code } => panic!("{line}: exit {code}: {text}"),
+            }
+        }
+        let (text, code) = exit_of(&["kubectl-skyhook", "package", "rerun", "p", "--skyhook", "s"]);
+        assert_eq!(code, 2);
+        assert!(text.contains("--node <NODE-PATTERN>"), "{text}");
+    }
+
+    #[test]
+    fn debug_collect_takes_a_path_for_dash_o() {
+        let Parsed::Run(cli) = parse(args(&[
+            "kubectl-skyhook",
+            "debug",
+            "collect",
+            "-o",
+            "ticket.tar.gz",
+        ])) else {
+            panic!("did not parse");
+        };
+        assert_eq!(cli.global.output_arg.as_deref(), Some("ticket.tar.gz"));
+        let (text, code) = exit_of(&[
+            "kubectl-skyhook",
+            "jobs",
+            "--skyhook",
+            "s",
+            "-o",
+            "ticket.tar.gz",
+        ]);
+        assert_eq!(code, 2);
+        assert!(
+            text.starts_with("error: invalid value 'ticket.tar.gz' for '--output <FORMAT>'"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn bare_invocation_prints_help() {
         let (text, code) = exit_of(&["kubectl-skyhook"]);

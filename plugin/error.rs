@@ -94,6 +94,14 @@ pub enum CliError {
     #[error("reading confirmation: {0}")]
     Confirmation(String),
 
+    #[error(
+        "no Jobs found for {what} in namespace {namespace:?}; successful Jobs are deleted a day after they finish (COMPLETED_JOB_TTL), and -n must name the operator's namespace"
+    )]
+    NoJobs { what: String, namespace: String },
+
+    #[error("{0}")]
+    Follow(String),
+
     #[error("completion: {0}")]
     Completion(String),
 

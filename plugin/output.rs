@@ -184,6 +184,28 @@ impl Painter {
     }
 }
 
+/// Colours of labels that only need telling apart (log prefixes per stage), not meaning.
+const SLOT_COLORS: [AnsiColors; 6] = [
+    AnsiColors::Cyan,
+    AnsiColors::Blue,
+    AnsiColors::Magenta,
+    AnsiColors::Green,
+    AnsiColors::Yellow,
+    AnsiColors::BrightCyan,
+];
+
+impl Painter {
+    /// `text` in the colour of `slot`, so the same stage always has the same colour.
+    pub fn paint_slot(&self, text: &str, slot: usize) -> String {
+        if self.color {
+            text.color(SLOT_COLORS[slot % SLOT_COLORS.len()])
+                .to_string()
+        } else {
+            text.to_string()
+        }
+    }
+}
+
 /// One table cell: text, and the tone to colour it with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
