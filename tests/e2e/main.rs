@@ -4,5 +4,6 @@ mod deploy;
 mod operator;
 mod plugin;
 mod plugin_completion;
+mod plugin_jobs_logs;
 mod plugin_reset;
 mod support;
