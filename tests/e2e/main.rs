@@ -1,9 +1,11 @@
 mod admission;
+mod binaries;
 mod cluster;
 mod deploy;
 mod operator;
 mod plugin;
 mod plugin_completion;
+mod plugin_debug;
 mod plugin_jobs_logs;
 mod plugin_reset;
 mod support;
