@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema;
 
-use crate::support::plugin::{PLUGIN, plugin};
+use crate::support::plugin::{PLUGIN, plugin, plugin_with};
 use crate::support::{Operator, TestCtx, install_crds};
 
 const TUNING_TEXT: &str = "tuning-says-hello";
@@ -145,6 +145,20 @@ async fn jobs_and_logs_follow_a_rollout() {
     .await;
     let out = plugin(&ctx, &["logs", "tuning", "--node", &node3, "-n", &ns]);
     assert_stage_order(out.ok(), "tuning", TUNING_TEXT);
+    assert!(!out.stdout.contains('\u{1b}'), "colour on a pipe: {out:?}");
+    let coloured = plugin_with(
+        &ctx,
+        &["logs", "tuning", "--node", &node3, "-n", &ns],
+        &[("CLICOLOR_FORCE", "1")],
+        None,
+    );
+    assert!(
+        coloured
+            .ok()
+            .lines()
+            .any(|l| l.starts_with("\u{1b}[") && l.contains("[apply/tuning-apply]")),
+        "{coloured:?}"
+    );
     let out = plugin(
         &ctx,
         &[
