@@ -1,19 +1,645 @@
-//! `debug collect`: a support archive.
+//! `debug collect`: a support archive (`.tar.gz`) of everything needed to diagnose a rollout.
+//!
+//! Every part ("piece") is collected independently: a failure (RBAC, timeout, missing object)
+//! is recorded in `<piece>-errors.json` and the rest is still written, so the archive is
+//! useful precisely when the cluster is misbehaving. Only a named Skyhook that does not exist
+//! and an unwritable output path stop the command.
 
-use std::io::Write;
+mod archive;
+mod describe;
+mod logs;
+mod redact;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, GetParams, ListParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::{Value, json};
+use skyhook::crd::{DeploymentPolicy, Skyhook};
+use skyhook::schema::{self, NodePattern};
+
+use self::archive::{Archive, Piece, human_size};
 use crate::Ctx;
-use crate::cli::CollectArgs;
-use crate::error::CliError;
+use crate::cli::{CollectArgs, Timeout};
+use crate::error::{CliError, is_not_found};
+use crate::kube::Kube;
+use crate::version::{PLUGIN_VERSION, find_operator};
+
+/// Per-request limit when `--request-timeout` is not given: a hung API server must not hang
+/// the command people run because something is wrong.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The metrics Service of `deploy/metrics-service.yaml` and its port name.
+const METRICS_SERVICE: &str = "skyhook-operator-metrics:metrics";
+
+/// Namespace of the Events of cluster-scoped objects (Skyhooks, Nodes).
+const CLUSTER_EVENTS_NAMESPACE: &str = "default";
+
+/// Pieces besides the per-container logs, for the progress bar's length.
+const PIECES: u64 = 9;
 
 /// Returns the exit code: 0, or 3 when some pieces failed but the archive was written.
-pub async fn collect(
-    _ctx: &Ctx,
-    _out: &mut dyn Write,
-    _args: &CollectArgs,
-) -> Result<u8, CliError> {
-    Err(CliError::Api {
-        action: "debug collect".into(),
-        message: "being written (placeholder while the tree is under construction)".into(),
-    })
+pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Result<u8, CliError> {
+    let mut global = ctx.global.clone();
+    if global.request_timeout.0.is_none() {
+        global.request_timeout = Timeout(Some(DEFAULT_REQUEST_TIMEOUT));
+    }
+    let patterns = args
+        .nodes
+        .iter()
+        .map(|p| NodePattern::new(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let kube = Kube::connect(&global).await?;
+    // Checked before anything else so a typo fails fast and leaves no archive behind.
+    let named = match &args.skyhook {
+        Some(name) => Some(kube.skyhook(name).await?),
+        None => None,
+    };
+    let path = archive_path(ctx.global.output_arg.as_deref());
+    let root = archive_root(&path);
+    let bar = progress_bar();
+    let mut c = Collector {
+        kube,
+        ns: global.namespace.clone(),
+        args,
+        patterns,
+        redact: !args.no_redact,
+        timeout: global.request_timeout.0.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+        archive: Archive::default(),
+        bar: bar.clone(),
+    };
+    let skyhooks = c.skyhooks(named).await;
+    c.policies(&skyhooks).await;
+    let names: Vec<String> = skyhooks.iter().map(|s| s.name_any()).collect();
+    let jobs = c.jobs(&names).await;
+    let pods = c.pods(&names).await;
+    let nodes = c.nodes(&names, &jobs, &pods).await;
+    c.logs(&pods).await;
+    c.events(&names, &nodes, &jobs, &pods).await;
+    c.operator().await;
+    c.versions().await;
+    bar.finish_and_clear();
+
+    let about = json!({
+        "createdAt": jiff::Timestamp::now().to_string(),
+        "pluginVersion": PLUGIN_VERSION,
+        "server": c.kube.server(),
+        "namespace": c.ns,
+        "skyhook": args.skyhook,
+        "nodePatterns": args.nodes,
+        "since": args.since.map(|d| format!("{}s", d.as_secs())),
+        "maxLogBytes": args.max_log_bytes,
+        "redacted": c.redact,
+    });
+    let error_files = c.archive.error_files().to_vec();
+    let size = c
+        .archive
+        .write(&path, &root, about)
+        .map_err(|e| CliError::Api {
+            action: format!("writing {}", path.display()),
+            message: e.to_string(),
+        })?;
+    writeln!(out, "Wrote {} ({})", path.display(), human_size(size))?;
+    if error_files.is_empty() {
+        return Ok(0);
+    }
+    writeln!(
+        out,
+        "Some pieces could not be collected; see {} in the archive",
+        error_files.join(", ")
+    )?;
+    Ok(3)
+}
+
+/// `-o`, else `skyhook-debug-<UTC timestamp>.tar.gz` in the current directory.
+fn archive_path(output: Option<&str>) -> PathBuf {
+    match output {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ");
+            PathBuf::from(format!("skyhook-debug-{stamp}.tar.gz"))
+        }
+    }
+}
+
+/// The directory every entry sits under, so unpacking never spills files into the cwd.
+fn archive_root(path: &std::path::Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = [".tar.gz", ".tgz", ".gz", ".tar"]
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext))
+        .unwrap_or(&name);
+    if stem.is_empty() {
+        "skyhook-debug".into()
+    } else {
+        stem.to_string()
+    }
+}
+
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(PIECES);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+struct Collector<'a> {
+    kube: Kube,
+    ns: String,
+    args: &'a CollectArgs,
+    patterns: Vec<NodePattern>,
+    redact: bool,
+    /// Bound on single calls whose server side may outlast the client's read timeout.
+    timeout: Duration,
+    archive: Archive,
+    bar: ProgressBar,
+}
+
+impl Collector<'_> {
+    fn start(&self, name: &'static str) -> Piece {
+        self.bar.set_message(name);
+        Piece::start(name)
+    }
+
+    fn finish(&mut self, piece: Piece) {
+        self.archive.finish(piece);
+        self.bar.inc(1);
+    }
+
+    fn error(&self, err: kube::Error, action: &str) -> String {
+        self.kube.fail(err, action).to_string()
+    }
+
+    fn node_selected(&self, node: &str) -> bool {
+        self.patterns.is_empty() || self.patterns.iter().any(|p| p.matches(node))
+    }
+
+    /// YAML of an object, without managedFields and (unless --no-redact) secret env values.
+    fn add_yaml<T: Serialize>(&mut self, piece: &mut Piece, path: String, object: &T) {
+        let text = serde_json::to_value(object)
+            .map_err(|e| CliError::Encode(e.to_string()))
+            .and_then(|mut v| {
+                redact::strip_noise(&mut v);
+                if self.redact {
+                    redact::redact(&mut v);
+                }
+                crate::output::yaml(&v)
+            });
+        match text {
+            Ok(text) => self.archive.add(path, text),
+            Err(e) => piece.object_failed(path, e),
+        }
+    }
+
+    async fn skyhooks(&mut self, named: Option<Skyhook>) -> Vec<Skyhook> {
+        let mut piece = self.start("skyhooks");
+        let skyhooks = match named {
+            Some(sk) => vec![sk],
+            None => match Api::<Skyhook>::all(self.kube.client())
+                .list(&ListParams::default())
+                .await
+            {
+                Ok(list) => list.items,
+                Err(e) => {
+                    piece.request_failed("list skyhooks", self.error(e, "listing skyhooks"));
+                    Vec::new()
+                }
+            },
+        };
+        for sk in &skyhooks {
+            self.add_yaml(&mut piece, format!("skyhooks/{}.yaml", sk.name_any()), sk);
+        }
+        self.finish(piece);
+        skyhooks
+    }
+
+    /// The policies the Skyhooks name; every policy when no Skyhook was named.
+    async fn policies(&mut self, skyhooks: &[Skyhook]) {
+        let mut piece = self.start("deploymentpolicies");
+        let api: Api<DeploymentPolicy> = Api::all(self.kube.client());
+        let mut found = Vec::new();
+        if self.args.skyhook.is_none() {
+            match api.list(&ListParams::default()).await {
+                Ok(list) => found = list.items,
+                Err(e) => piece.request_failed(
+                    "list deploymentpolicies",
+                    self.error(e, "listing deploymentpolicies"),
+                ),
+            }
+        } else {
+            let wanted: BTreeSet<&str> = skyhooks
+                .iter()
+                .filter_map(|s| s.spec.deployment_policy.as_deref())
+                .filter(|p| !p.is_empty())
+                .collect();
+            for name in wanted {
+                match api.get(name).await {
+                    Ok(p) => found.push(p),
+                    Err(e) if is_not_found(&e) => {
+                        piece.object_failed(format!("deploymentpolicy {name}"), "not found")
+                    }
+                    Err(e) => piece.object_failed(
+                        format!("deploymentpolicy {name}"),
+                        self.error(e, &format!("getting deploymentpolicy {name:?}")),
+                    ),
+                }
+            }
+        }
+        for p in &found {
+            self.add_yaml(
+                &mut piece,
+                format!("deploymentpolicies/{}.yaml", p.name_any()),
+                p,
+            );
+        }
+        self.finish(piece);
+    }
+
+    /// Lists the namespaced objects of each Skyhook by their name label.
+    async fn list_labelled<K>(&self, piece: &mut Piece, kind: &str, skyhooks: &[String]) -> Vec<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.kube.client(), &self.ns);
+        let mut items = Vec::new();
+        for sk in skyhooks {
+            let params = ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL));
+            match api.list(&params).await {
+                Ok(list) => items.extend(list.items),
+                Err(e) => piece.request_failed(
+                    format!("list {kind} -n {} -l {}={sk}", self.ns, schema::NAME_LABEL),
+                    self.error(e, &format!("listing {kind} in namespace {:?}", self.ns)),
+                ),
+            }
+        }
+        items
+    }
+
+    async fn jobs(&mut self, skyhooks: &[String]) -> Vec<Job> {
+        let mut piece = self.start("jobs");
+        let jobs: Vec<Job> = self
+            .list_labelled::<Job>(&mut piece, "jobs", skyhooks)
+            .await
+            .into_iter()
+            .filter(|j| self.node_selected(j.labels().get(schema::NODE_LABEL).map_or("", |n| n)))
+            .collect();
+        for job in &jobs {
+            let name = job.name_any();
+            self.archive
+                .add(format!("jobs/{name}.txt"), describe::job(job));
+            self.add_yaml(&mut piece, format!("jobs/{name}.yaml"), job);
+        }
+        self.finish(piece);
+        jobs
+    }
+
+    async fn pods(&mut self, skyhooks: &[String]) -> Vec<Pod> {
+        let mut piece = self.start("pods");
+        let pods: Vec<Pod> = self
+            .list_labelled::<Pod>(&mut piece, "pods", skyhooks)
+            .await
+            .into_iter()
+            .filter(|p| self.node_selected(&pod_node(p)))
+            .collect();
+        for pod in &pods {
+            let name = pod.name_any();
+            self.archive
+                .add(format!("pods/{name}.txt"), describe::pod(pod));
+            self.add_yaml(&mut piece, format!("pods/{name}.yaml"), pod);
+        }
+        self.finish(piece);
+        pods
+    }
+
+    /// Nodes a Skyhook has state, Jobs or pods on (and that match `--node`).
+    async fn nodes(&mut self, skyhooks: &[String], jobs: &[Job], pods: &[Pod]) -> Vec<String> {
+        let mut piece = self.start("nodes");
+        let mut involved: BTreeSet<String> = jobs
+            .iter()
+            .filter_map(|j| j.labels().get(schema::NODE_LABEL).cloned())
+            .collect();
+        involved.extend(pods.iter().map(pod_node).filter(|n| !n.is_empty()));
+        let state_keys: Vec<String> = skyhooks
+            .iter()
+            .map(|s| schema::node_state_annotation(s))
+            .collect();
+        let mut written = Vec::new();
+        match Api::<Node>::all(self.kube.client())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => {
+                for node in &list.items {
+                    let name = node.name_any();
+                    let has_state = state_keys
+                        .iter()
+                        .any(|k| node.annotations().contains_key(k));
+                    if !self.node_selected(&name) || !(has_state || involved.contains(&name)) {
+                        continue;
+                    }
+                    let state = describe::node_state(node, skyhooks);
+                    match crate::output::json(&state) {
+                        Ok(text) => self.archive.add(format!("nodes/{name}.json"), text),
+                        Err(e) => piece.object_failed(format!("node {name}"), e),
+                    }
+                    written.push(name);
+                }
+            }
+            Err(e) => {
+                piece.request_failed("list nodes", self.error(e, "listing nodes"));
+                // Without the list, the Events of the nodes the Jobs ran on are still useful.
+                written.extend(involved.into_iter().filter(|n| self.node_selected(n)));
+            }
+        }
+        self.finish(piece);
+        written
+    }
+
+    async fn logs(&mut self, pods: &[Pod]) {
+        let mut piece = self.start("logs");
+        let targets: Vec<logs::Target> =
+            pods.iter().flat_map(|p| logs::targets(p, "logs")).collect();
+        self.bar.inc_length(targets.len() as u64);
+        let bar = self.bar.clone();
+        let results = logs::fetch(
+            self.kube.client(),
+            targets,
+            self.args.since,
+            self.args.max_log_bytes,
+            self.timeout,
+            move || bar.inc(1),
+        )
+        .await;
+        for (target, result) in results {
+            match result {
+                Ok(bytes) => self.archive.add(target.path, bytes),
+                Err(e) => {
+                    let what = target.describe();
+                    piece.object_failed(what.clone(), self.error(e, &format!("getting {what}")));
+                }
+            }
+        }
+        self.finish(piece);
+    }
+
+    /// The Events of every collected object, beside it as `<object>.events.yaml`.
+    async fn events(&mut self, skyhooks: &[String], nodes: &[String], jobs: &[Job], pods: &[Pod]) {
+        let mut piece = self.start("events");
+        let mut wanted: BTreeMap<(String, String, String), String> = BTreeMap::new();
+        let cluster_ns = CLUSTER_EVENTS_NAMESPACE.to_string();
+        for sk in skyhooks {
+            wanted.insert(
+                (cluster_ns.clone(), "Skyhook".into(), sk.clone()),
+                format!("skyhooks/{sk}"),
+            );
+        }
+        for n in nodes {
+            wanted.insert(
+                (cluster_ns.clone(), "Node".into(), n.clone()),
+                format!("nodes/{n}"),
+            );
+        }
+        for j in jobs {
+            let name = j.name_any();
+            wanted.insert(
+                (self.ns.clone(), "Job".into(), name.clone()),
+                format!("jobs/{name}"),
+            );
+        }
+        for p in pods {
+            let name = p.name_any();
+            wanted.insert(
+                (self.ns.clone(), "Pod".into(), name.clone()),
+                format!("pods/{name}"),
+            );
+        }
+        let namespaces: BTreeSet<String> = wanted.keys().map(|(ns, _, _)| ns.clone()).collect();
+        let cutoff = self.args.since.and_then(|d| {
+            jiff::Timestamp::now()
+                .checked_sub(jiff::SignedDuration::try_from(d).ok()?)
+                .ok()
+        });
+        let mut found: BTreeMap<String, Vec<Event>> = BTreeMap::new();
+        for ns in namespaces {
+            let api: Api<Event> = Api::namespaced(self.kube.client(), &ns);
+            let list = match api.list(&ListParams::default()).await {
+                Ok(list) => list.items,
+                Err(e) => {
+                    piece.request_failed(
+                        format!("list events -n {ns}"),
+                        self.error(e, &format!("listing events in namespace {ns:?}")),
+                    );
+                    continue;
+                }
+            };
+            for ev in list {
+                let o = &ev.involved_object;
+                let key = (
+                    ns.clone(),
+                    o.kind.clone().unwrap_or_default(),
+                    o.name.clone().unwrap_or_default(),
+                );
+                let recent = cutoff.is_none_or(|c| event_time(&ev).is_none_or(|t| t >= c));
+                if let (Some(path), true) = (wanted.get(&key), recent) {
+                    found.entry(path.clone()).or_default().push(ev);
+                }
+            }
+        }
+        for (path, mut events) in found {
+            events.sort_by_key(event_time);
+            self.add_yaml(&mut piece, format!("{path}.events.yaml"), &events);
+        }
+        self.finish(piece);
+    }
+
+    /// The operator's Deployment, its pods' logs and a metrics snapshot.
+    async fn operator(&mut self) {
+        let mut piece = self.start("operator");
+        let ns = self.ns.clone();
+        let deployments = match self.kube.deployments(&ns).await {
+            Ok(d) => d,
+            Err(e) => {
+                piece.request_failed(format!("list deployments -n {ns}"), e);
+                return self.finish(piece);
+            }
+        };
+        let Some(deployment) = deployments
+            .iter()
+            .find(|d| find_operator(std::slice::from_ref(d), &ns).is_ok())
+        else {
+            piece.object_failed(
+                format!("operator deployment in namespace {ns}"),
+                format!("no operator Deployment found in namespace {ns:?}"),
+            );
+            return self.finish(piece);
+        };
+        self.add_yaml(&mut piece, "operator/deployment.yaml".into(), deployment);
+
+        let selector = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.as_ref())
+            .map(|labels| {
+                labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.kube.client(), &ns);
+        match pods.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => {
+                let targets: Vec<logs::Target> = list
+                    .items
+                    .iter()
+                    .flat_map(|p| logs::targets(p, "operator/logs"))
+                    .collect();
+                let results = logs::fetch(
+                    self.kube.client(),
+                    targets,
+                    self.args.since,
+                    self.args.max_log_bytes,
+                    self.timeout,
+                    || {},
+                )
+                .await;
+                for (target, result) in results {
+                    match result {
+                        Ok(bytes) => self.archive.add(target.path, bytes),
+                        Err(e) => {
+                            let what = target.describe();
+                            piece.object_failed(
+                                what.clone(),
+                                self.error(e, &format!("getting {what}")),
+                            );
+                        }
+                    }
+                }
+            }
+            Err(e) => piece.request_failed(
+                format!("list pods -n {ns} -l {selector}"),
+                self.error(e, "listing the operator's pods"),
+            ),
+        }
+
+        // Through the API server's service proxy: works from outside the cluster network.
+        let url = format!("/api/v1/namespaces/{ns}/services/{METRICS_SERVICE}/proxy");
+        let request = format!("GET {url}/metrics");
+        let available = deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        if available == 0 {
+            // The API server keeps retrying a Service without endpoints for minutes.
+            piece.request_failed(
+                request,
+                "skipped: the operator Deployment has no available replicas",
+            );
+            return self.finish(piece);
+        }
+        let result = match kube::core::Request::new(&url).get("metrics", &GetParams::default()) {
+            Ok(req) => {
+                let client = self.kube.client();
+                let call = client.request_text(req);
+                match tokio::time::timeout(self.timeout, call).await {
+                    Ok(result) => result.map_err(|e| self.error(e, "getting operator metrics")),
+                    Err(_) => Err(format!(
+                        "getting operator metrics: no answer within {:?}",
+                        self.timeout
+                    )),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match result {
+            Ok(text) => self.archive.add("operator/metrics.txt", text),
+            Err(e) => piece.request_failed(request, e),
+        }
+        self.finish(piece);
+    }
+
+    async fn versions(&mut self) {
+        let mut piece = self.start("versions");
+        let server = match self.kube.client().apiserver_version().await {
+            Ok(info) => serde_json::to_value(info).unwrap_or(Value::Null),
+            Err(e) => {
+                let message = self.error(e, "getting the server version");
+                piece.request_failed("GET /version", &message);
+                json!({"error": message})
+            }
+        };
+        // Not a failure of this piece: the operator piece records why it is unknown.
+        let operator = match crate::version::discover(&self.kube, &self.ns).await {
+            Ok(info) => {
+                json!({"version": info.version, "thisImplementation": info.this_implementation})
+            }
+            Err(e) => json!({"error": e}),
+        };
+        let versions = json!({"plugin": PLUGIN_VERSION, "server": server, "operator": operator});
+        match crate::output::json(&versions) {
+            Ok(text) => self.archive.add("versions.json", text),
+            Err(e) => piece.object_failed("versions.json", e),
+        }
+        self.finish(piece);
+    }
+}
+
+/// The node a pod runs on (or was meant for, by the operator's label, while still pending).
+fn pod_node(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .or_else(|| pod.labels().get(schema::NODE_LABEL).cloned())
+        .unwrap_or_default()
+}
+
+fn event_time(ev: &Event) -> Option<jiff::Timestamp> {
+    ev.last_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| ev.event_time.as_ref().map(|t| t.0))
+        .or_else(|| ev.first_timestamp.as_ref().map(|t| t.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_names() {
+        assert_eq!(archive_path(Some("t.tgz")), PathBuf::from("t.tgz"));
+        let default = archive_path(None).to_string_lossy().into_owned();
+        assert!(
+            default.starts_with("skyhook-debug-") && default.ends_with("Z.tar.gz"),
+            "{default}"
+        );
+        assert_eq!(
+            archive_root(std::path::Path::new("/tmp/ticket-1.tar.gz")),
+            "ticket-1"
+        );
+        assert_eq!(archive_root(std::path::Path::new("x.tgz")), "x");
+        assert_eq!(archive_root(std::path::Path::new("plain")), "plain");
+    }
 }

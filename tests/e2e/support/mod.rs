@@ -338,13 +338,10 @@ pub fn install_crds() {
     CRDS.get_or_init(|| {
         let c = cluster();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
-        run(c
-            .kubectl()
-            .arg("apply")
-            .arg("--server-side")
-            .arg("--force-conflicts")
-            .arg("-f")
-            .arg(&dir));
+        // Client-side apply, as `kubectl apply -k deploy/` (README, e2e `deploy`) does: a
+        // server-side apply over a client-side applied CRD makes kubectl 1.36's next client-side
+        // apply fail ("expected a struct, but received a nil").
+        run(c.kubectl().arg("apply").arg("-f").arg(&dir));
         run(c.kubectl().args([
             "wait",
             "--for=condition=Established",
