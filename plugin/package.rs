@@ -143,17 +143,8 @@ pub async fn status(
     let statuses = collect(ctx, &nodes, skyhook, package, selected.as_ref());
     // A package that is neither in the spec nor on any node is a typo. (One removed from the
     // spec but still on nodes is shown.)
-    if statuses.is_empty() && !sk.spec.packages.contains_key(package) {
-        let known: Vec<&str> = sk.spec.packages.keys().map(String::as_str).collect();
-        return Err(CliError::PackageNotFound {
-            package: package.to_string(),
-            skyhook: skyhook.to_string(),
-            known: if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            },
-        });
+    if statuses.is_empty() {
+        crate::rerun::spec_version(&sk, skyhook, package)?;
     }
     let text = render(
         &ctx.painter,
