@@ -299,10 +299,7 @@ async fn drain_view(
                     .spec
                     .as_ref()
                     .and_then(|s| s.tolerations.as_ref())
-                    .is_some_and(|ts| {
-                        ts.iter()
-                            .any(|t| t.key.as_deref() == Some(schema::UNSCHEDULABLE_TAINT_KEY))
-                    });
+                    .is_some_and(|ts| plan::tolerates_cordon(ts));
                 let namespace = p.namespace().unwrap_or_default();
                 plan::node::PodInfo {
                     protected: protected.as_ref().is_some_and(|s| s.matches(p.labels())),

@@ -149,6 +149,17 @@ fn annotation<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
         .map(String::as_str)
 }
 
+/// Whether a pod with these tolerations ignores a cordon (the `unschedulable` NoSchedule taint),
+/// as the scheduler decides it: a keyless `Exists` toleration tolerates every taint.
+pub fn tolerates_cordon(tolerations: &[Toleration]) -> bool {
+    let cordon = Taint {
+        key: schema::UNSCHEDULABLE_TAINT_KEY.to_string(),
+        effect: "NoSchedule".to_string(),
+        ..Default::default()
+    };
+    tolerations.iter().any(|t| tolerates(t, &cordon))
+}
+
 fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     let effect_ok = t
         .effect
@@ -884,4 +895,35 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
 /// Packages in spec, by name (helper for tests and the executor).
 pub fn package<'a>(sk: &'a Skyhook, name: &str) -> Option<&'a Package> {
     sk.spec.packages.get(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tol(key: Option<&str>, op: &str, effect: Option<&str>) -> Toleration {
+        Toleration {
+            key: key.map(str::to_string),
+            operator: Some(op.to_string()),
+            effect: effect.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cordon_toleration_matches_like_the_scheduler() {
+        let key = Some(schema::UNSCHEDULABLE_TAINT_KEY);
+        assert!(tolerates_cordon(&[tol(key, "Exists", Some("NoSchedule"))]));
+        assert!(tolerates_cordon(&[tol(key, "Exists", None)]));
+        // A catch-all toleration tolerates the cordon too.
+        assert!(tolerates_cordon(&[tol(None, "Exists", None)]));
+        assert!(tolerates_cordon(&[tol(
+            Some(""),
+            "Exists",
+            Some("NoSchedule")
+        )]));
+        assert!(!tolerates_cordon(&[tol(None, "Exists", Some("NoExecute"))]));
+        assert!(!tolerates_cordon(&[tol(Some("other"), "Exists", None)]));
+        assert!(!tolerates_cordon(&[]));
+    }
 }

@@ -1124,21 +1124,38 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
                     .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
                     .await
                     .ok()?;
+                // Not any DrainBlocked (one was already sent while the protected pod held the
+                // drain): the one naming the budget and the pod it blocks.
                 evs.items.into_iter().find(|e| {
+                    let message = e.message.as_deref().unwrap_or_default();
                     e.reason.as_deref() == Some(schema::DRAIN_BLOCKED_REASON)
                         && e.type_.as_deref() == Some("Warning")
+                        && message.contains("PodDisruptionBudget")
+                        && message.contains(&ordinary)
                 })
             },
         )
         .await;
     env.ctx
         .holds_for(
-            "the PDB-protected pod stays while the budget exists",
-            Duration::from_secs(5),
+            "the PDB-protected pod stays and the block stays reported while the budget exists",
+            Duration::from_secs(8),
             || async {
                 match pods.get_opt(&ordinary).await {
-                    Ok(Some(_)) => Ok(()),
-                    other => Err(format!("pod gone: {other:?}")),
+                    Ok(Some(_)) => {}
+                    other => return Err(format!("pod gone: {other:?}")),
+                }
+                let sk = env.skyhooks.get(&name).await.map_err(|e| e.to_string())?;
+                let blocked = sk
+                    .status
+                    .into_iter()
+                    .flat_map(|s| s.conditions)
+                    .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION)
+                    .is_some_and(|c| c.status == "True" && c.message.contains(&ordinary));
+                if blocked {
+                    Ok(())
+                } else {
+                    Err("the NodeBlocked condition stopped reporting the blocked eviction".into())
                 }
             },
         )
@@ -1162,6 +1179,21 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
         .await;
     env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
         .await;
+    env.ctx
+        .wait_for(
+            "the NodeBlocked condition to clear",
+            Duration::from_secs(30),
+            || async {
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                sk.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION)
+                    .is_some_and(|c| c.status == "False")
+                    .then_some(())
+            },
+        )
+        .await;
     let jobs = env.jobs_of(&name).await;
     let mut dexter_runs: Vec<(jiff::Timestamp, String)> = jobs
         .iter()
@@ -1179,6 +1211,36 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
         order,
         vec!["apply", "config", "interrupt", "post-interrupt"]
     );
+    // Each stage's Job was created only once the previous one had completed (timestamps have
+    // second precision, so equal seconds pass; a stage created early would show as earlier).
+    let job_of = |stage: &str| {
+        jobs.iter()
+            .find(|j| {
+                label(j, schema::STAGE_LABEL) == stage
+                    && (stage == "interrupt" || label(j, schema::PACKAGE_LABEL) == "dexter-1.2.3")
+            })
+            .unwrap_or_else(|| panic!("no {stage} Job"))
+    };
+    for pair in ["apply", "config", "interrupt", "post-interrupt"].windows(2) {
+        let done = job_of(pair[0])
+            .status
+            .as_ref()
+            .and_then(|s| s.completion_time.clone())
+            .unwrap_or_else(|| panic!("{} Job not complete", pair[0]))
+            .0;
+        let next = job_of(pair[1])
+            .metadata
+            .creation_timestamp
+            .clone()
+            .expect("created")
+            .0;
+        assert!(
+            next >= done,
+            "{} Job created at {next} before {} completed at {done}",
+            pair[1],
+            pair[0]
+        );
+    }
     let intr = jobs
         .iter()
         .find(|j| label(j, schema::STAGE_LABEL) == "interrupt")
