@@ -586,6 +586,16 @@ async fn pause_and_disable() {
             },
         )
         .await;
+    // The stage that was running when the pause came has finished meanwhile.
+    let finished = |j: &Job| j.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) > 0;
+    let jobs = env.jobs_of(&name).await;
+    assert!(
+        jobs.iter().all(finished),
+        "an in-flight Job did not finish while paused: {:?}",
+        jobs.iter()
+            .map(|j| (j.name_any(), j.status.clone()))
+            .collect::<Vec<_>>()
+    );
     let resume = json!({"metadata": {"annotations": {schema::PAUSE_ANNOTATION: null}}});
     env.skyhooks
         .patch(&name, &PatchParams::default(), &Patch::Merge(&resume))
@@ -594,7 +604,41 @@ async fn pause_and_disable() {
     env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
         .await;
 
-    // Disable: status disabled, nothing runs.
+    // Disable in the middle of a rollout: status disabled, no new Job.
+    let mid = env.ctx.name("mid");
+    sk.metadata.name = Some(mid.clone());
+    env.create(&sk).await;
+    env.ctx
+        .wait_for(
+            "a Job of the second Skyhook",
+            Duration::from_secs(60),
+            || async { (!env.jobs_of(&mid).await.is_empty()).then_some(()) },
+        )
+        .await;
+    let disable = json!({"metadata": {"annotations": {schema::DISABLE_ANNOTATION: "true"}}});
+    env.skyhooks
+        .patch(&mid, &PatchParams::default(), &Patch::Merge(&disable))
+        .await
+        .expect("disable");
+    env.wait_status(&mid, schema::Status::Disabled, Duration::from_secs(30))
+        .await;
+    let count = env.jobs_of(&mid).await.len();
+    env.ctx
+        .holds_for(
+            "no new Job once disabled",
+            Duration::from_secs(8),
+            || async {
+                let n = env.jobs_of(&mid).await.len();
+                if n == count {
+                    Ok(())
+                } else {
+                    Err(format!("{n} Jobs, had {count}"))
+                }
+            },
+        )
+        .await;
+
+    // Created disabled: status disabled, nothing runs.
     sk.metadata.name = Some(env.ctx.name("off"));
     sk.metadata.annotations =
         Some([(schema::DISABLE_ANNOTATION.to_string(), "true".to_string())].into());
