@@ -764,6 +764,22 @@ async fn version_bump_upgrades_within_the_budget() {
             busy.len() <= 1,
             "nodes in progress at once during the upgrade: {busy:?}"
         );
+        // The same, from one snapshot of the Jobs: unfinished Jobs sit on one node at most.
+        let running: std::collections::BTreeSet<String> = env
+            .jobs_of(&name)
+            .await
+            .iter()
+            .filter(|j| {
+                let st = j.status.as_ref();
+                st.and_then(|s| s.succeeded).unwrap_or(0) == 0
+                    && st.and_then(|s| s.failed).unwrap_or(0) == 0
+            })
+            .map(|j| label(j, schema::NODE_LABEL).to_string())
+            .collect();
+        assert!(
+            running.len() <= 1,
+            "unfinished Jobs on several nodes at once: {running:?}"
+        );
         let sk = env.skyhooks.get(&name).await.expect("get");
         let st = sk.status.clone().unwrap_or_default();
         if st.status == Some(schema::Status::Complete)
@@ -794,6 +810,32 @@ async fn version_bump_upgrades_within_the_budget() {
         let mut sorted = stages.clone();
         sorted.sort();
         assert_eq!(sorted, vec!["config", "upgrade"], "stages on {node}");
+        // upgrade, then config: config created only once upgrade had completed.
+        let job = |stage: &str| {
+            jobs.iter()
+                .find(|j| {
+                    label(j, schema::NODE_LABEL) == node
+                        && label(j, schema::PACKAGE_LABEL) == "tool-1.1.0"
+                        && label(j, schema::STAGE_LABEL) == stage
+                })
+                .expect("Job")
+        };
+        let upgraded = job("upgrade")
+            .status
+            .as_ref()
+            .and_then(|s| s.completion_time.clone())
+            .expect("upgrade completed")
+            .0;
+        let configured = job("config")
+            .metadata
+            .creation_timestamp
+            .clone()
+            .expect("created")
+            .0;
+        assert!(
+            configured >= upgraded,
+            "config created at {configured} before upgrade completed at {upgraded} on {node}"
+        );
     }
 }
 
