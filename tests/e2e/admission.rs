@@ -20,6 +20,8 @@ enum RejectedBy {
 struct Fixture {
     path: PathBuf,
     expect: String,
+    /// The field path the API server's error must name (admission fixtures).
+    field: Option<String>,
     rejected_by: RejectedBy,
 }
 
@@ -33,6 +35,7 @@ fn file_name(path: &Path) -> String {
 fn parse_header(path: &Path) -> Result<Fixture, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     let mut expect = None;
+    let mut field = None;
     let mut rejected_by = None;
     for line in text.lines() {
         let line = line.trim();
@@ -45,6 +48,8 @@ fn parse_header(path: &Path) -> Result<Fixture, String> {
         let comment = comment.trim();
         if let Some(v) = comment.strip_prefix("expect:") {
             expect = Some(v.trim().to_string());
+        } else if let Some(v) = comment.strip_prefix("field:") {
+            field = Some(v.trim().to_string());
         } else if let Some(v) = comment.strip_prefix("rejected-by:") {
             rejected_by = Some(match v.trim() {
                 "admission" => RejectedBy::Admission,
@@ -59,9 +64,13 @@ fn parse_header(path: &Path) -> Result<Fixture, String> {
     }
     let rejected_by =
         rejected_by.ok_or("no `# rejected-by: admission|operator` line at the top")?;
+    if rejected_by == RejectedBy::Admission && field.is_none() {
+        return Err("no `# field: <path>` line: the rejection must name the field".into());
+    }
     Ok(Fixture {
         path: path.to_path_buf(),
         expect,
+        field,
         rejected_by,
     })
 }
@@ -149,6 +158,17 @@ async fn invalid_fixtures_are_rejected_by_admission() {
                 mismatches.push(format!(
                     "{name}: rejected, but the error does not contain {:?}:\n      {}",
                     f.expect,
+                    stderr.trim().replace('\n', "\n      ")
+                ))
+            }
+            (RejectedBy::Admission, Err(stderr))
+                if f.field
+                    .as_ref()
+                    .is_some_and(|p| !stderr.contains(p.as_str())) =>
+            {
+                mismatches.push(format!(
+                    "{name}: rejected, but the error does not name the field {:?}:\n      {}",
+                    f.field,
                     stderr.trim().replace('\n', "\n      ")
                 ))
             }

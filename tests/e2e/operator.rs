@@ -1835,8 +1835,47 @@ async fn operator_flags_what_admission_cannot_check() {
             "{sk_name}: {} lacks {expect:?}",
             cond.message
         );
-        assert!(env.jobs_of(sk_name).await.is_empty(), "{sk_name} ran a Job");
+        // And a Warning Event on the Skyhook that says the same.
+        let events: Api<Event> = Api::all(env.ctx.client.clone());
+        env.ctx
+            .wait_for(
+                &format!("an InvalidSpec Warning event for {sk_name}"),
+                Duration::from_secs(30),
+                || async {
+                    let list = events
+                        .list(
+                            &ListParams::default()
+                                .fields(&format!("involvedObject.name={sk_name}")),
+                        )
+                        .await
+                        .ok()?;
+                    list.items.into_iter().find(|e| {
+                        e.reason.as_deref() == Some(schema::INVALID_SPEC_REASON)
+                            && e.type_.as_deref() == Some("Warning")
+                            && e.message
+                                .as_deref()
+                                .unwrap_or_default()
+                                .contains(expect.as_str())
+                    })
+                },
+            )
+            .await;
     }
+    // Left alone, not just at first: no Job appears for any of them.
+    env.ctx
+        .holds_for(
+            "no Job for an invalid Skyhook",
+            Duration::from_secs(5),
+            || async {
+                for (sk_name, _) in &cases {
+                    if !env.jobs_of(sk_name).await.is_empty() {
+                        return Err(format!("{sk_name} ran a Job"));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await;
     let node = env.node_api.get(&env.nodes[0]).await.expect("node");
     let touched: Vec<&String> = node
         .annotations()
