@@ -303,6 +303,25 @@ async fn foreground_deletion_waits_for_dependents() {
         "owner finalizers {finalizers:?} lack foregroundDeletion"
     );
 
+    // It stays, marked, for as long as the dependent is there.
+    ctx.holds_for(
+        "the owner stays visible while the Job exists",
+        Duration::from_secs(4),
+        || async {
+            let cm = cms.get_opt(&owner).await.map_err(|e| e.to_string())?;
+            let job = jobs.get_opt(&dependent).await.map_err(|e| e.to_string())?;
+            match (cm, job) {
+                (Some(cm), Some(_)) if cm.metadata.deletion_timestamp.is_some() => Ok(()),
+                (cm, job) => Err(format!(
+                    "owner present: {}, Job present: {}",
+                    cm.is_some(),
+                    job.is_some()
+                )),
+            }
+        },
+    )
+    .await;
+
     let release = json!({"metadata": {"finalizers": null}});
     jobs.patch(&dependent, &PatchParams::default(), &Patch::Merge(&release))
         .await
