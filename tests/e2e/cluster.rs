@@ -449,9 +449,39 @@ async fn down_leaves_nothing_running() {
         );
     }
 
+    // Every process that works on this cluster names its state directory in its arguments
+    // (data dir, kubeconfig, log files): children such as the log agent's kubectl included.
+    let state_text = state.to_string_lossy().into_owned();
+    let using_state = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .chars()
+                    .all(|c| c.is_ascii_digit())
+            })
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                cmd.contains(&state_text)
+                    .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+            })
+            .collect()
+    };
+    assert!(
+        using_state().len() >= 3,
+        "the /proc scan finds no cluster process: {:?}",
+        using_state()
+    );
+
     let mut down = Command::new(cluster_dir().join("down"));
     with_env(&mut down);
     run(&mut down);
+    let left = using_state();
+    assert!(left.is_empty(), "processes left after down: {left:#?}");
     for pid in &pids {
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
             && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
