@@ -845,20 +845,53 @@ async fn operator_survives_sigkill_without_duplicate_jobs() {
     let name = env.ctx.name("sk");
     let mut b = pkg("1.0.0", sleep("2"));
     b["dependsOn"] = json!({"alpha": "1.0.0"});
-    env.create(&skyhook(&env.ctx, &name, json!({"packages": {"alpha": pkg("1.0.0", sleep("2")), "bravo": b, "charlie": pkg("1.0.0", sleep("1"))}}))).await;
-    // Kill at varied moments of the rollout, restarting each time.
-    let pauses = [
-        700u64, 1300, 400, 2100, 900, 1600, 300, 1100, 2500, 800, 1900,
-    ];
-    for (i, ms) in pauses.iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(*ms)).await;
+    // One node at a time, so the rollout lasts long enough for every kill to land in it.
+    env.create(&skyhook(&env.ctx, &name, json!({"interruptionBudget": {"count": 1}, "packages": {"alpha": pkg("1.0.0", sleep("2")), "bravo": b, "charlie": pkg("1.0.0", sleep("1"))}}))).await;
+    // Kill at random moments of the rollout, restarting each time. The seed is printed so a
+    // failure can be replayed with SKYHOOK_KILL_SEED.
+    let mut seed: u64 = std::env::var("SKYHOOK_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                | 1
+        });
+    eprintln!("SKYHOOK_KILL_SEED={seed}");
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut mid_rollout = 0;
+    for _ in 0..14 {
+        if mid_rollout == 12 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300 + next() % 2200)).await;
+        let status = env
+            .skyhooks
+            .get(&name)
+            .await
+            .ok()
+            .and_then(|s| s.status)
+            .and_then(|s| s.status);
+        if status != Some(schema::Status::Complete) {
+            mid_rollout += 1;
+        }
         env.op.kill();
-        if i % 3 == 0 {
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        if next() % 3 == 0 {
+            tokio::time::sleep(Duration::from_millis(next() % 1000)).await;
         }
         env.op.restart(&env.ctx);
     }
-    assert!(pauses.len() >= 10);
+    assert!(
+        mid_rollout >= 10,
+        "only {mid_rollout} kills landed before the rollout completed"
+    );
     env.wait_status(&name, schema::Status::Complete, Duration::from_secs(240))
         .await;
     let jobs = env.jobs_of(&name).await;
