@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use thiserror::Error;
 
-use crate::schema::TaintSpec;
+use crate::schema::{TaintSpec, parse_go_duration};
 
 #[derive(Debug, Error)]
 #[error("invalid skyhook operator options: {}", .0.join("; "))]
@@ -223,43 +223,6 @@ fn bind_address(addr: &str) -> String {
     }
 }
 
-/// Parse Go `time.ParseDuration` syntax (`10m`, `1h30m`, `1.5s`, `300ms`), as the reference's
-/// settings use it.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?} (use Go syntax such as 30s, 10m, 1h30m)");
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut rest = s;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let (num, tail) = rest.split_at(num_end);
-        let value: f64 = num.parse().map_err(|_| bad())?;
-        let unit_end = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_end);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += value * scale;
-        rest = tail;
-    }
-    Ok(Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,17 +232,6 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         settings: Settings,
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("300ms"), Ok(Duration::from_millis(300)));
-        assert!(parse_go_duration("10").is_err());
-        assert!(parse_go_duration("ten minutes").is_err());
-        assert!(parse_go_duration("").is_err());
     }
 
     #[test]

@@ -40,7 +40,8 @@ use sha2::{Digest, Sha256};
 
 use crate::crd::{Package, PackageResources, Skyhook};
 use crate::schema::{self, PackageAnnotation, Stage};
-use crate::settings::{Config, parse_go_duration};
+use crate::schema::parse_go_duration;
+use crate::settings::Config;
 
 /// Requests and limits of the interrupt container (§4.3, fixed by the reference).
 const INTERRUPT_CPU: &str = "500m";

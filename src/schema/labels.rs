@@ -4,7 +4,7 @@
 //! Full values go into annotations; labels carry these deterministic forms, so a selector can
 //! be computed from the full value alone.
 
-use super::names::sha256_hex;
+use super::digest::sha256_hex;
 use super::validation::is_valid_label_value;
 
 /// Prefix budget: 52 + `-` + 10 hex digits = 63.
@@ -17,7 +17,7 @@ const HASH_HEX_LEN: usize = 10;
 /// bare hash). Always a valid label value of at most 63 characters; the hash covers the whole
 /// value, so values that share a prefix or differ only in replaced characters stay distinct.
 fn hashed_label(value: &str) -> String {
-    let hash = sha256_hex(value);
+    let hash = sha256_hex(value, 64);
     let hash = &hash[..HASH_HEX_LEN];
     let sanitised: String = value
         .chars()
@@ -86,14 +86,14 @@ mod tests {
             label,
             format!(
                 "simple-skyhook-6f1c7b0e-8a3d-4d5e-9b2a-0c1d2e3f4a5b-{}",
-                &sha256_hex(id)[..10]
+                &sha256_hex(id, 10)
             )
         );
         let full = resource_id_label(&"a".repeat(80));
         assert_eq!(full.len(), 63);
 
         let short = resource_id_label("a-b-1");
-        assert_eq!(short, format!("a-b-1-{}", &sha256_hex("a-b-1")[..10]));
+        assert_eq!(short, format!("a-b-1-{}", &sha256_hex("a-b-1", 10)));
         for odd in [
             "",
             "-",

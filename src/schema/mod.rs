@@ -11,6 +11,8 @@
 
 pub mod agent;
 pub mod conditions;
+pub mod digest;
+pub mod duration;
 mod error;
 pub mod events;
 pub mod glob;
@@ -31,6 +33,8 @@ pub mod validation;
 
 pub use agent::*;
 pub use conditions::*;
+pub use digest::sha256_hex;
+pub use duration::{DurationError, MAX_GO_DURATION, parse_go_duration};
 pub use error::SchemaError;
 pub use events::*;
 pub use glob::glob_match;

@@ -1,17 +1,8 @@
 //! Object names, directories and ids derived from Skyhook, package and node names.
 
-use sha2::{Digest, Sha256};
-
+use super::digest::sha256_hex;
 use super::validation::is_dns1123_subdomain;
 use super::{InterruptType, SchemaError, Stage};
-
-/// Lowercase hex SHA-256.
-pub(crate) fn sha256_hex(input: &str) -> String {
-    Sha256::digest(input.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// Longest prefix of `s` of at most `max` bytes that ends on a char boundary.
 fn truncate_bytes(s: &str, max: usize) -> &str {
@@ -27,7 +18,7 @@ fn truncate_bytes(s: &str, max: usize) -> &str {
 /// and the first 8 hex digits of the hash, lowercase. The result is at most `max_len` long.
 pub fn safe_name(max_len: usize, parts: &[&str]) -> String {
     let joined = parts.join("-").replace('.', "-");
-    let hash = sha256_hex(&joined);
+    let hash = sha256_hex(&joined, 64);
     let kept = truncate_bytes(&joined, max_len.saturating_sub(9));
     format!("{kept}-{}", &hash[..8]).to_lowercase()
 }
@@ -119,7 +110,7 @@ pub fn package_configmap_name(skyhook: &str, package: &str, version: &str) -> St
     if is_dns1123_subdomain(&lowered) {
         return lowered;
     }
-    let hash = sha256_hex(&original);
+    let hash = sha256_hex(&original, 64);
     let sanitised: String = lowered
         .chars()
         .map(|c| {
@@ -213,7 +204,7 @@ mod tests {
         let dotted = safe_name(63, &["test.name", "node.1"]);
         assert_eq!(dotted.len(), 25);
         assert!(dotted.starts_with("test-name-node-1-"), "{dotted}");
-        assert_eq!(&dotted[17..], &sha256_hex("test-name-node-1")[..8]);
+        assert_eq!(&dotted[17..], &sha256_hex("test-name-node-1", 8));
     }
 
     #[test]
