@@ -6,7 +6,7 @@ pub mod exec;
 pub mod server;
 pub mod start;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -250,71 +250,27 @@ pub async fn run(
     Ok(())
 }
 
-/// Pods on this Skyhook's cordoned nodes, classified for the drain (§3.9.3). Only cordoned
+/// Pods on this Skyhook's cordoned nodes, classified by the planner's drain step. Only cordoned
 /// nodes are listed, on demand: the operator never caches every pod in the cluster.
 async fn drain_view(
     ctx: &Ctx,
     sk: &Skyhook,
     nodes: &[Arc<Node>],
-) -> Result<std::collections::BTreeMap<String, Vec<plan::node::PodInfo>>, Error> {
-    let mut out = std::collections::BTreeMap::new();
+) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
+    let mut out = BTreeMap::new();
     let cordoned = plan::targeted(sk, nodes).into_iter().filter(|n| {
         n.spec
             .as_ref()
             .and_then(|s| s.unschedulable)
             .unwrap_or(false)
     });
-    let selector = &sk.spec.pod_non_interrupt_labels;
-    let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(|e| e.is_empty());
-    let protected = if empty {
-        None
-    } else {
-        Selector::try_from(selector.clone()).ok()
-    };
+    let protected = plan::drain::protection(&sk.spec.pod_non_interrupt_labels);
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     for n in cordoned {
         let node = n.name_any();
         let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = pods.list(&lp).await?;
-        let infos = list
-            .items
-            .iter()
-            .filter(|p| {
-                let phase = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase.as_deref())
-                    .unwrap_or("Pending");
-                matches!(phase, "Running" | "Pending")
-            })
-            .map(|p| {
-                let owned_by_ds = p.owner_references().iter().any(|o| o.kind == "DaemonSet");
-                let mirror = p.annotations().contains_key("kubernetes.io/config.mirror");
-                let ours = p.labels().contains_key(schema::NAME_LABEL);
-                let tolerates_cordon = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.tolerations.as_ref())
-                    .is_some_and(|ts| plan::tolerates_cordon(ts));
-                let namespace = p.namespace().unwrap_or_default();
-                plan::node::PodInfo {
-                    protected: protected.as_ref().is_some_and(|s| s.matches(p.labels())),
-                    evictable: !(owned_by_ds
-                        || mirror
-                        || ours
-                        || tolerates_cordon
-                        || namespace == "kube-system"
-                        || p.metadata.deletion_timestamp.is_some()),
-                    namespace,
-                    name: p.name_any(),
-                }
-            })
-            .collect();
-        out.insert(node, infos);
+        out.insert(node, plan::drain::classify(&list.items, protected.as_ref()));
     }
     Ok(out)
 }
@@ -334,41 +290,12 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
         return Ok(Action::await_change());
     }
-    let mut pod_by_job: HashMap<String, Arc<Pod>> = HashMap::new();
-    for p in ctx.pods.state() {
-        if let Some(j) = p.labels().get("batch.kubernetes.io/job-name") {
-            pod_by_job.insert(j.clone(), p.clone());
-        }
-    }
-    let views: Vec<JobView> = ctx
-        .jobs
-        .state()
-        .iter()
-        .filter(|j| j.labels().get(schema::NAME_LABEL) == Some(&name))
-        .filter_map(|j| JobView::from_job(j, pod_by_job.get(&j.name_any()).map(|p| p.as_ref())))
-        .collect();
     let mut normalized = (*sk).clone();
     crd::normalize(&mut normalized);
-    let mut invalid: Vec<String> = match crd::validate_skyhook(&normalized) {
-        Ok(()) => Vec::new(),
-        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
-    };
     let skyhooks = ctx.skyhooks.state();
     let policies = ctx.policies.state();
-    // A referenced policy that CEL could not fully check is validated here: the policy has no
-    // status of its own, so its problems show on the Skyhooks that use it.
-    if let Some(policy) = normalized
-        .spec
-        .deployment_policy
-        .as_deref()
-        .and_then(|p| policies.iter().find(|x| x.name_any() == p))
-        && let Err(errs) = crd::validate_deployment_policy(policy)
-    {
-        invalid.extend(
-            errs.iter()
-                .map(|e| format!("deploymentPolicy {:?}: {e}", policy.name_any())),
-        );
-    }
+    let invalid = problems(&normalized, &policies);
+    let views = job_views(&ctx, &name);
     let configmaps: Vec<Arc<ConfigMap>> = ctx
         .configmaps
         .state()
@@ -376,15 +303,7 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
         .collect();
     let pods_on_nodes = drain_view(&ctx, &normalized, &nodes).await?;
-    let busy_nodes: std::collections::BTreeSet<String> = ctx
-        .jobs
-        .state()
-        .iter()
-        .filter(|j| j.labels().get(schema::NAME_LABEL) != Some(&name))
-        .filter_map(|j| JobView::from_job(j, None))
-        .filter(|v| !v.finished())
-        .map(|v| v.node)
-        .collect();
+    let busy_nodes = busy_elsewhere(&ctx, &name);
     let plan = plan::plan(&Inputs {
         skyhook: &normalized,
         skyhooks: &skyhooks,
@@ -400,14 +319,63 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         now: jiff::Timestamp::now(),
     });
     let requeue = plan.requeue_after;
-    let ceiling = plan::rollout::batch_size(
-        &normalized,
-        &policies,
-        plan::targeted(&normalized, &nodes).len(),
-    );
+    let targeted = plan::targeted(&normalized, &nodes).len();
+    let ceiling = plan::rollout::batch_size(&normalized, &policies, targeted);
     if let Some(status) = plan.status.as_ref().or(sk.status.as_ref()) {
         ctx.metrics.observe(&normalized, status, ceiling);
     }
     exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// What the operator-side validation finds wrong with the Skyhook and the policy it names (the
+/// policy has no status of its own, so its problems show on the Skyhooks that use it).
+fn problems(sk: &Skyhook, policies: &[Arc<DeploymentPolicy>]) -> Vec<String> {
+    let mut invalid: Vec<String> = match crd::validate_skyhook(sk) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
+    };
+    let policy = sk
+        .spec
+        .deployment_policy
+        .as_deref()
+        .and_then(|p| policies.iter().find(|x| x.name_any() == p));
+    if let Some(policy) = policy
+        && let Err(errs) = crd::validate_deployment_policy(policy)
+    {
+        let name = policy.name_any();
+        invalid.extend(
+            errs.iter()
+                .map(|e| format!("deploymentPolicy {name:?}: {e}")),
+        );
+    }
+    invalid
+}
+
+/// This Skyhook's Jobs, each with its pod (for waiting reasons the Job cannot see).
+fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<JobView> {
+    let mut pod_by_job: HashMap<String, Arc<Pod>> = HashMap::new();
+    for p in ctx.pods.state() {
+        if let Some(j) = p.labels().get("batch.kubernetes.io/job-name") {
+            pod_by_job.insert(j.clone(), p.clone());
+        }
+    }
+    ctx.jobs
+        .state()
+        .iter()
+        .filter(|j| j.labels().get(schema::NAME_LABEL).map(String::as_str) == Some(skyhook))
+        .filter_map(|j| JobView::from_job(j, pod_by_job.get(&j.name_any()).map(|p| p.as_ref())))
+        .collect()
+}
+
+/// Nodes where a Job of another Skyhook runs.
+fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
+    ctx.jobs
+        .state()
+        .iter()
+        .filter(|j| j.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(skyhook))
+        .filter_map(|j| JobView::from_job(j, None))
+        .filter(|v| !v.finished())
+        .map(|v| v.node)
+        .collect()
 }

@@ -5,151 +5,10 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::ResourceExt;
 
-use super::NodePatch;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::schema::{self, NodeState, State, Status};
-
-pub struct NodeFacts<'a> {
-    pub disabled: bool,
-    pub paused: bool,
-    pub complete: bool,
-    pub blocked: bool,
-    pub gated: bool,
-    /// Held back by a protected pod or a drain that cannot finish.
-    pub held: bool,
-    pub state: &'a NodeState,
-}
-
-/// One node's status for one Skyhook.
-pub fn node_status(f: &NodeFacts) -> Status {
-    let any = |s: State| f.state.iter().any(|(_, e)| e.state == Some(s));
-    if f.disabled {
-        Status::Disabled
-    } else if f.paused {
-        Status::Paused
-    } else if f.complete {
-        Status::Complete
-    } else if f.blocked || f.held {
-        Status::Blocked
-    } else if any(State::InProgress) {
-        Status::InProgress
-    } else if any(State::Erroring) || any(State::Unknown) {
-        Status::Erroring
-    } else {
-        Status::Waiting
-    }
-}
-
-/// Annotation and label writes that bring `node` to `state` and `status`.
-pub fn node_patch(
-    skyhook: &str,
-    node: &Node,
-    state: &NodeState,
-    status: Status,
-    operator_version: &str,
-) -> NodePatch {
-    let mut p = NodePatch {
-        node: node.name_any(),
-        ..NodePatch::default()
-    };
-    let annotations = node.annotations();
-    let mut want = |key: String, value: Option<String>| {
-        if annotations.get(&key) != value.as_ref() {
-            p.annotations.insert(key, value);
-        }
-    };
-    let encoded = (!state.is_empty()).then(|| state.to_annotation());
-    // Keep an equivalent annotation written by someone else (e.g. the Go operator) byte for byte.
-    let same = annotations
-        .get(&schema::node_state_annotation(skyhook))
-        .and_then(|a| NodeState::parse(a).ok())
-        .is_some_and(|s| &s == state);
-    if !same {
-        want(schema::node_state_annotation(skyhook), encoded);
-    }
-    want(
-        schema::status_annotation(skyhook),
-        Some(status.as_str().to_string()),
-    );
-    want(
-        schema::node_version_annotation(skyhook),
-        Some(operator_version.to_string()),
-    );
-    let label = schema::status_label(skyhook);
-    if node.labels().get(&label).map(String::as_str) != Some(status.as_str()) {
-        p.labels.insert(label, Some(status.as_str().to_string()));
-    }
-    p
-}
-
-/// The two node conditions of §2.4, when they need writing.
-pub fn node_conditions(
-    skyhook: &str,
-    node: &Node,
-    state: &NodeState,
-    complete: bool,
-    now: Timestamp,
-) -> Option<Vec<NodeCondition>> {
-    let erroring = state
-        .iter()
-        .any(|(_, e)| matches!(e.state, Some(State::Erroring) | Some(State::Unknown)));
-    let want = [
-        (
-            schema::node_not_ready_condition(skyhook),
-            if complete { "False" } else { "True" },
-            if complete {
-                schema::NOT_READY_REASON_COMPLETE
-            } else {
-                schema::NOT_READY_REASON_INCOMPLETE
-            },
-            schema::node_not_ready_message(skyhook),
-        ),
-        (
-            schema::node_erroring_condition(skyhook),
-            if erroring { "True" } else { "False" },
-            if erroring {
-                schema::ERRORING_REASON_ERRORING
-            } else {
-                schema::ERRORING_REASON_NOT_ERRORING
-            },
-            schema::node_erroring_message(skyhook),
-        ),
-    ];
-    let existing = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
-    let current = |t: &str| existing.iter().find(|c| c.type_ == t);
-    let up_to_date = want.iter().all(|(t, s, r, _)| {
-        current(t).is_some_and(|c| c.status == *s && c.reason.as_deref() == Some(*r))
-    });
-    if up_to_date {
-        return None;
-    }
-    Some(
-        want.into_iter()
-            .map(|(t, s, r, m)| {
-                let since = current(&t)
-                    .filter(|c| c.status == s)
-                    .and_then(|c| c.last_transition_time.clone())
-                    .unwrap_or(Time(now));
-                NodeCondition {
-                    type_: t,
-                    status: s.to_string(),
-                    reason: Some(r.to_string()),
-                    message: Some(m),
-                    last_heartbeat_time: Some(Time(now)),
-                    last_transition_time: Some(since),
-                }
-            })
-            .collect(),
-    )
-}
 
 pub struct SkyhookFacts<'a> {
     pub skyhook: &'a Skyhook,
@@ -165,8 +24,8 @@ pub struct SkyhookFacts<'a> {
     pub failures: &'a [String],
     /// Why interrupt work is held on some nodes (protected pods, drains), worded for humans.
     pub held: &'a [String],
-    pub blocked_nodes: &'a [&'a str],
-    pub ignored_nodes: &'a [&'a str],
+    pub blocked_nodes: Vec<String>,
+    pub ignored_nodes: Vec<String>,
     pub now: Timestamp,
 }
 
@@ -234,32 +93,9 @@ fn set_condition(
 
 /// The whole desired `.status`.
 pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
-    let sk = f.skyhook;
-    let generation = sk.metadata.generation.unwrap_or(0);
+    let generation = f.skyhook.metadata.generation.unwrap_or(0);
     let mut s = f.prior.clone();
-    let targeted = f.node_statuses.len();
-    let count = |want: Status| f.node_statuses.values().filter(|x| **x == want).count();
-    s.node_state = f
-        .node_states
-        .iter()
-        .filter(|(_, st)| !st.is_empty())
-        .map(|(n, st)| (n.clone(), st.clone()))
-        .collect();
-    s.node_status = f.node_statuses.clone();
-    s.node_boot_ids
-        .retain(|n, _| f.node_statuses.contains_key(n));
-    s.node_priority
-        .retain(|n, _| f.node_statuses.contains_key(n));
-    s.complete_nodes = format!("{}/{}", count(Status::Complete), targeted);
-    s.nodes_in_progress = (count(Status::InProgress) + count(Status::Erroring)) as i64;
-    let mut packages: Vec<String> = sk
-        .spec
-        .packages
-        .values()
-        .map(|p| format!("{}:{}", p.name, p.version))
-        .collect();
-    packages.sort();
-    s.package_list = packages.join(",");
+    progress(&mut s, f);
     let status = aggregate(f);
     if status == Status::Complete && s.status != Some(Status::Complete) {
         s.observed_generation = generation;
@@ -279,9 +115,44 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
         );
     }
     s.status = Some(status);
+    work_conditions(&mut s.conditions, f, generation);
+    node_conditions(&mut s.conditions, f, generation);
+    s
+}
+
+/// Per-node maps and counters.
+fn progress(s: &mut SkyhookStatus, f: &SkyhookFacts) {
+    let targeted = f.node_statuses.len();
+    let count = |want: Status| f.node_statuses.values().filter(|x| **x == want).count();
+    s.node_state = f
+        .node_states
+        .iter()
+        .filter(|(_, st)| !st.is_empty())
+        .map(|(n, st)| (n.clone(), st.clone()))
+        .collect();
+    s.node_status = f.node_statuses.clone();
+    s.node_boot_ids
+        .retain(|n, _| f.node_statuses.contains_key(n));
+    s.node_priority
+        .retain(|n, _| f.node_statuses.contains_key(n));
+    s.complete_nodes = format!("{}/{}", count(Status::Complete), targeted);
+    s.nodes_in_progress = (count(Status::InProgress) + count(Status::Erroring)) as i64;
+    let mut packages: Vec<String> = f
+        .skyhook
+        .spec
+        .packages
+        .values()
+        .map(|p| format!("{}:{}", p.name, p.version))
+        .collect();
+    packages.sort();
+    s.package_list = packages.join(",");
+}
+
+/// Conditions about the work itself: the last package started, validity, erroring packages.
+fn work_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
     if let Some((pkg, ver, node)) = f.started.last() {
         set_condition(
-            &mut s.conditions,
+            list,
             schema::APPLY_PACKAGE_CONDITION,
             true,
             schema::APPLY_PACKAGE_REASON,
@@ -290,37 +161,29 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
             f.now,
         );
     }
-    if f.invalid.is_empty() {
-        set_condition(
-            &mut s.conditions,
-            schema::VALID_CONDITION,
-            true,
-            schema::VALID_REASON,
-            "the spec is valid".to_string(),
-            generation,
-            f.now,
-        );
+    let (valid, reason, message) = if f.invalid.is_empty() {
+        (true, schema::VALID_REASON, "the spec is valid".to_string())
     } else {
-        set_condition(
-            &mut s.conditions,
-            schema::VALID_CONDITION,
-            false,
-            schema::INVALID_SPEC_REASON,
-            format!(
-                "the Skyhook is not acted upon until fixed: {}",
-                f.invalid.join("; ")
-            ),
-            generation,
-            f.now,
-        );
-    }
+        let problems = f.invalid.join("; ");
+        let message = format!("the Skyhook is not acted upon until fixed: {problems}");
+        (false, schema::INVALID_SPEC_REASON, message)
+    };
+    set_condition(
+        list,
+        schema::VALID_CONDITION,
+        valid,
+        reason,
+        message,
+        generation,
+        f.now,
+    );
     let erroring = f
         .node_states
         .values()
         .any(|st| st.iter().any(|(_, e)| e.state == Some(State::Erroring)));
     if let Some(latest) = f.failures.last() {
         set_condition(
-            &mut s.conditions,
+            list,
             schema::PACKAGE_ERRORING_CONDITION,
             true,
             schema::PACKAGE_ERRORING_REASON,
@@ -330,7 +193,7 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
         );
     } else if !erroring {
         set_condition(
-            &mut s.conditions,
+            list,
             schema::PACKAGE_ERRORING_CONDITION,
             false,
             schema::NO_PACKAGE_ERRORING_REASON,
@@ -339,46 +202,47 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
             f.now,
         );
     }
-    if f.held.is_empty() {
-        set_condition(
-            &mut s.conditions,
-            schema::NODE_BLOCKED_CONDITION,
-            false,
-            schema::NOT_BLOCKED_REASON,
-            "no node is held back".to_string(),
-            generation,
-            f.now,
-        );
+}
+
+/// Conditions about nodes that cannot proceed: held back, untolerated taints, ignored.
+fn node_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let (held, reason, message) = if f.held.is_empty() {
+        let message = "no node is held back".to_string();
+        (false, schema::NOT_BLOCKED_REASON, message)
     } else {
-        set_condition(
-            &mut s.conditions,
-            schema::NODE_BLOCKED_CONDITION,
-            true,
-            schema::DRAIN_BLOCKED_REASON,
-            f.held.join("; "),
-            generation,
-            f.now,
-        );
-    }
+        (true, schema::DRAIN_BLOCKED_REASON, f.held.join("; "))
+    };
     set_condition(
-        &mut s.conditions,
+        list,
+        schema::NODE_BLOCKED_CONDITION,
+        held,
+        reason,
+        message,
+        generation,
+        f.now,
+    );
+    set_condition(
+        list,
         schema::TAINT_NOT_TOLERABLE_CONDITION,
         !f.blocked_nodes.is_empty(),
         schema::TAINT_NOT_TOLERABLE_REASON,
-        schema::taint_not_tolerable_message(f.blocked_nodes),
+        schema::taint_not_tolerable_message(&refs(&f.blocked_nodes)),
         0,
         f.now,
     );
     set_condition(
-        &mut s.conditions,
+        list,
         schema::NODES_IGNORED_CONDITION,
         !f.ignored_nodes.is_empty(),
         schema::NODES_IGNORED_REASON,
-        schema::nodes_ignored_message(f.ignored_nodes),
+        schema::nodes_ignored_message(&refs(&f.ignored_nodes)),
         0,
         f.now,
     );
-    s
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }
 
 /// The aggregate status changed (and there was one before).

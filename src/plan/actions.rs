@@ -1,0 +1,120 @@
+//! What a pass decides: the [`Plan`] the executor applies, in the order of its fields.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
+
+use crate::crd::SkyhookStatus;
+
+/// A metadata change of one node: `None` values remove the key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodePatch {
+    pub node: String,
+    pub annotations: BTreeMap<String, Option<String>>,
+    pub labels: BTreeMap<String, Option<String>>,
+    pub unschedulable: Option<bool>,
+    /// The node's whole taint list, when it changes.
+    pub taints: Option<Vec<Taint>>,
+}
+
+impl NodePatch {
+    pub fn new(node: &str) -> Self {
+        NodePatch {
+            node: node.to_string(),
+            ..NodePatch::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.annotations.is_empty()
+            && self.labels.is_empty()
+            && self.unschedulable.is_none()
+            && self.taints.is_none()
+    }
+}
+
+/// Operations on existing Jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobOp {
+    /// Folded into the node state; `ttl` lets the TTL controller collect a successful Job.
+    Record {
+        job: String,
+        ttl: Option<u64>,
+    },
+    /// End a Job whose pod can never start, recording why.
+    Fail {
+        job: String,
+        reason: String,
+        message: String,
+    },
+    Delete {
+        job: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Skyhook,
+    Node,
+}
+
+/// An Event to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub target: Target,
+    /// Node name for node events.
+    pub node: Option<String>,
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Note {
+    pub fn skyhook(reason: &str, message: String) -> Self {
+        Note {
+            target: Target::Skyhook,
+            node: None,
+            warning: false,
+            reason: reason.to_string(),
+            message,
+        }
+    }
+
+    pub fn node(node: &str, reason: &str, message: String) -> Self {
+        Note {
+            target: Target::Node,
+            node: Some(node.to_string()),
+            ..Note::skyhook(reason, message)
+        }
+    }
+
+    pub fn warning(self) -> Self {
+        Note {
+            warning: true,
+            ..self
+        }
+    }
+}
+
+/// Everything the executor must write, in this order: finalizer, ConfigMaps, Jobs, Job
+/// operations, evictions, owned objects, nodes, node conditions, status, events.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub add_finalizer: bool,
+    pub remove_finalizer: bool,
+    pub configmaps: Vec<ConfigMap>,
+    pub create_jobs: Vec<Job>,
+    pub job_ops: Vec<JobOp>,
+    /// Pods to evict through the Eviction API (namespace, name).
+    pub evictions: Vec<(String, String)>,
+    /// Delete every Job and ConfigMap this Skyhook owns (deletion).
+    pub delete_owned: bool,
+    pub node_patches: Vec<NodePatch>,
+    /// Conditions to set (by type) and condition types to remove, per node.
+    pub node_conditions: Vec<(String, Vec<NodeCondition>, Vec<String>)>,
+    pub status: Option<SkyhookStatus>,
+    pub events: Vec<Note>,
+    pub requeue_after: Option<Duration>,
+}

@@ -1,0 +1,126 @@
+//! What the planner knows about each targeted node before deciding anything: its stored
+//! progress, its cordon and pods, whether it may be touched at all, and its boot.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Toleration};
+use kube::ResourceExt;
+
+use super::Inputs;
+use super::select::{self, Block, annotation};
+use super::stage::Host;
+use crate::crd::Skyhook;
+use crate::schema::{self, NodeState};
+
+/// The Skyhook's switches for this pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Switches {
+    pub paused: bool,
+    pub disabled: bool,
+    /// The spec passed validation; an invalid Skyhook is never acted upon.
+    pub valid: bool,
+}
+
+impl Switches {
+    pub fn of(sk: &Skyhook, valid: bool) -> Self {
+        Switches {
+            paused: select::flag(sk, schema::PAUSE_ANNOTATION),
+            disabled: select::flag(sk, schema::DISABLE_ANNOTATION),
+            valid,
+        }
+    }
+
+    /// New work may start.
+    pub fn can_run(&self) -> bool {
+        self.valid && !self.paused && !self.disabled
+    }
+}
+
+/// One targeted node, as read at the start of the pass.
+pub struct NodeFacts<'a> {
+    pub node: &'a Node,
+    pub name: String,
+    /// The node state of this Skyhook (empty when the node rebooted and REAPPLY_ON_REBOOT is set).
+    pub prior: NodeState,
+    /// `<pkg>|<ver>` → spec hash the node completed.
+    pub applied: BTreeMap<String, String>,
+    pub host: Host<'a>,
+    /// The node carries this Skyhook's cordon mark (so the cordon is ours to lift).
+    pub holds_cordon: bool,
+    pub block: Option<Block>,
+    /// Waits for a Skyhook ordered before this one (§3.14).
+    pub gated: bool,
+    pub boot_id: Option<String>,
+    /// A new boot id and REAPPLY_ON_REBOOT: the node starts over (§3.18).
+    pub rebooted: bool,
+}
+
+impl NodeFacts<'_> {
+    /// Neither blocked nor gated: new work may start here when the batch allows.
+    pub fn eligible(&self) -> bool {
+        self.block.is_none() && !self.gated
+    }
+}
+
+/// Facts of every targeted node, oldest node first.
+pub fn gather<'a>(inp: &Inputs<'a>, tolerations: &[Toleration]) -> Vec<NodeFacts<'a>> {
+    select::targeted(inp.skyhook, inp.nodes)
+        .into_iter()
+        .map(|n| read(inp, n, tolerations))
+        .collect()
+}
+
+fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> NodeFacts<'a> {
+    let sk = inp.skyhook;
+    let skyhook = sk.name_any();
+    let name = node.name_any();
+    let boot_id = node
+        .status
+        .as_ref()
+        .and_then(|st| st.node_info.as_ref())
+        .map(|i| i.boot_id.clone())
+        .filter(|b| !b.is_empty());
+    let prior_boot = sk.status.as_ref().and_then(|s| s.node_boot_ids.get(&name));
+    let rebooted = inp.config.reapply_on_reboot
+        && boot_id
+            .as_ref()
+            .is_some_and(|b| prior_boot.is_some_and(|p| p != b));
+    let (prior, applied) = if rebooted {
+        (NodeState::default(), BTreeMap::new())
+    } else {
+        stored_progress(node, &skyhook)
+    };
+    NodeFacts {
+        host: Host {
+            cordoned: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
+            other_busy: inp.busy_nodes.contains(&name),
+        },
+        holds_cordon: node
+            .annotations()
+            .contains_key(&schema::cordon_annotation(&skyhook)),
+        block: select::block(node, tolerations),
+        gated: select::gated(sk, inp.skyhooks, node),
+        node,
+        name,
+        prior,
+        applied,
+        boot_id,
+        rebooted,
+    }
+}
+
+/// The node state and applied record of `skyhook` on `node`; unreadable values read as empty.
+fn stored_progress(node: &Node, skyhook: &str) -> (NodeState, BTreeMap<String, String>) {
+    let state = annotation(node, &schema::node_state_annotation(skyhook))
+        .and_then(|a| NodeState::parse(a).ok())
+        .unwrap_or_default();
+    let applied = annotation(node, &schema::applied_annotation(skyhook))
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or_default();
+    (state, applied)
+}

@@ -1,0 +1,87 @@
+//! What to run next on a node: uninstalls first, then the `dependsOn` frontier (§3.7) at each
+//! package's next stage (§3.3).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::crd::Package;
+use crate::plan::spec::SpecView;
+use crate::schema::{NodeState, PackageStatus, Stage, State};
+
+/// The (package, stage) pairs to run now: uninstalls first, then the dependency frontier
+/// (packages whose dependencies are all complete and that are not complete themselves).
+pub(crate) fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)> {
+    let mut out = Vec::new();
+    for (_, e) in state.iter() {
+        if e.stage == Stage::Uninstall
+            && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
+        {
+            out.push((uninstall_package(spec, e), Stage::Uninstall));
+        }
+    }
+    let complete: BTreeSet<&str> = spec
+        .packages
+        .values()
+        .filter(|p| spec.package_complete(state, p))
+        .map(|p| p.name.as_str())
+        .collect();
+    for p in spec.packages.values() {
+        if complete.contains(p.name.as_str()) {
+            continue;
+        }
+        let deps_done = p.depends_on.keys().all(|d| complete.contains(d.as_str()));
+        // An uninstall of another version of this package goes first (downgrades).
+        let uninstalling = state.iter().any(|(_, e)| {
+            e.name == p.name && e.version != p.version && e.stage == Stage::Uninstall
+        });
+        if !deps_done || uninstalling {
+            continue;
+        }
+        if let Some(stage) = next_stage(spec, state, p) {
+            out.push((p.clone(), stage));
+        }
+    }
+    out
+}
+
+/// Spec packages whose dependencies are complete and that are not complete themselves.
+pub(crate) fn frontier<'a>(spec: &'a SpecView, state: &NodeState) -> Vec<&'a Package> {
+    let complete: BTreeSet<&str> = spec
+        .packages
+        .values()
+        .filter(|p| spec.package_complete(state, p))
+        .map(|p| p.name.as_str())
+        .collect();
+    spec.packages
+        .values()
+        .filter(|p| !complete.contains(p.name.as_str()))
+        .filter(|p| p.depends_on.keys().all(|d| complete.contains(d.as_str())))
+        .collect()
+}
+
+/// The stage package `p` should be in next on this node, if any.
+pub(crate) fn next_stage(spec: &SpecView, state: &NodeState, p: &Package) -> Option<Stage> {
+    let Some(e) = state.get(&p.name, &p.version) else {
+        return Some(Stage::Apply);
+    };
+    match e.state {
+        Some(State::Complete) => e.stage.next(spec.has_interrupt(p)),
+        Some(State::Skipped) => None,
+        _ => Some(e.stage),
+    }
+}
+
+/// Uninstalls run with the old version's identity only (§3.6): no env, configMap or resources.
+pub(crate) fn uninstall_package(spec: &SpecView, e: &PackageStatus) -> Package {
+    let mut p = spec.packages.get(&e.name).cloned().unwrap_or_default();
+    p.name = e.name.clone();
+    p.version = e.version.clone();
+    p.image = e.image.clone();
+    p.container_sha = None;
+    p.env = Vec::new();
+    p.config_map = BTreeMap::new();
+    p.resources = None;
+    p.interrupt = None;
+    p.config_interrupts = BTreeMap::new();
+    p.depends_on = BTreeMap::new();
+    p
+}

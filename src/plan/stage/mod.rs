@@ -1,0 +1,259 @@
+//! The per-node package state machine (§3.2, §3.3, §3.6, §3.7, §3.10, §3.11) over Jobs: fold
+//! finished Jobs into the node state, then decide which stage Jobs to start.
+
+pub(super) mod frontier;
+mod observe;
+mod start;
+mod versions;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::drain::{self, PodInfo, Readiness};
+use super::interrupt::{self, Turn};
+use super::spec::SpecView;
+use crate::crd::Package;
+use crate::jobs::JobView;
+use crate::schema::{self, Interrupt, NodeState, Stage, State};
+
+/// Retry timing after a failed stage.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// Delay before attempt number `failures + 1`: base·2^(failures-1), capped.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(20);
+        self.base.saturating_mul(1 << exp).min(self.max)
+    }
+}
+
+/// What the machine knows about the node itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Host<'a> {
+    /// `spec.unschedulable` (set by us or by an administrator).
+    pub cordoned: bool,
+    /// Pods on the node; listed only for cordoned nodes.
+    pub pods: Option<&'a [PodInfo]>,
+    /// A Job of another Skyhook runs on the node.
+    pub other_busy: bool,
+}
+
+/// One node's input to the machine.
+pub struct StepInput<'a> {
+    pub spec: &'a SpecView<'a>,
+    pub state: NodeState,
+    /// `<pkg>|<ver>` → spec hash of what the node completed.
+    pub applied: BTreeMap<String, String>,
+    pub host: Host<'a>,
+    /// This Skyhook's Jobs on the node.
+    pub jobs: &'a [&'a JobView],
+    /// False outside the current batch, paused, disabled, gated or blocked: running work is
+    /// still observed, but nothing new starts.
+    pub may_start: bool,
+    pub retry: RetryPolicy,
+    pub failed_jobs_kept: usize,
+    pub now: Timestamp,
+}
+
+/// What stays fixed while one node is stepped.
+pub(super) struct Machine<'a> {
+    pub spec: &'a SpecView<'a>,
+    pub jobs: &'a [&'a JobView],
+    pub retry: RetryPolicy,
+    pub now: Timestamp,
+}
+
+/// What the node machine wants done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeAction {
+    /// Start attempt `attempt` of `stage` for `package` (a spec package, or a synthesised old
+    /// version for uninstalls).
+    Run {
+        package: Box<Package>,
+        stage: Stage,
+        attempt: u32,
+        spec_hash: String,
+        /// For the interrupt stage: the node's merged interrupt (§3.9.4).
+        interrupt: Option<Interrupt>,
+    },
+    /// Mark a Job recorded and, when it succeeded, let the TTL controller collect it.
+    Record { job: String, succeeded: bool },
+    /// Fail a Job now (its pod can never start), naming why.
+    FailNow {
+        job: String,
+        reason: String,
+        message: String,
+    },
+    /// Remove a Job (a stale attempt, or failed attempts beyond the number kept).
+    Delete { job: String },
+}
+
+/// Something worth an Event and a condition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeNote {
+    Started {
+        package: String,
+        version: String,
+        stage: Stage,
+    },
+    Completed {
+        package: String,
+        version: String,
+        stage: Stage,
+    },
+    Failed {
+        package: String,
+        version: String,
+        stage: Stage,
+        reason: String,
+        message: String,
+        restarts: i32,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct NodeOutcome {
+    pub state: NodeState,
+    /// `<pkg>|<ver>` → spec hash of what the node completed.
+    pub applied: BTreeMap<String, String>,
+    pub actions: Vec<NodeAction>,
+    pub notes: Vec<NodeNote>,
+    /// The earliest moment a retry becomes due.
+    pub retry_at: Option<Timestamp>,
+    /// A Job of this Skyhook is running on the node.
+    pub active: bool,
+    /// Cordon the node before anything else (it is not yet unschedulable).
+    pub cordon: bool,
+    /// Pods to evict (namespace, name).
+    pub evict: Vec<(String, String)>,
+    /// Why interrupt work waits on this node, for humans.
+    pub blocked: Option<String>,
+    /// Held back by a protected pod or a drain that cannot finish (reported as `blocked`).
+    pub held: bool,
+}
+
+impl NodeOutcome {
+    pub fn any_state(&self, s: State) -> bool {
+        self.state.iter().any(|(_, e)| e.state == Some(s))
+    }
+}
+
+/// Folds the node's Jobs into its state and decides the next Jobs.
+pub fn step(input: StepInput) -> NodeOutcome {
+    let StepInput {
+        spec,
+        mut state,
+        mut applied,
+        host,
+        jobs,
+        may_start,
+        retry,
+        failed_jobs_kept,
+        now,
+    } = input;
+    let mut out = NodeOutcome::default();
+    observe::migrate_legacy(spec, &mut state);
+    observe::observe(spec, &mut state, &mut applied, jobs, &mut out);
+    observe::prune_failed(jobs, failed_jobs_kept, &mut out);
+    out.active = jobs.iter().any(|j| !j.finished() && !j.deleting);
+    adopt_unrecorded(spec, &state, &mut applied);
+    if may_start {
+        versions::version_changes(spec, &mut state);
+        versions::drift(spec, &mut state, &applied);
+        let m = Machine {
+            spec,
+            jobs,
+            retry,
+            now,
+        };
+        run_work(&m, host, &mut state, &mut out);
+    }
+    out.state = state;
+    out.applied = applied;
+    out
+}
+
+/// Complete packages with no record (state written by the Go operator, or before this
+/// bookkeeping existed) are taken as current rather than re-run.
+fn adopt_unrecorded(spec: &SpecView, state: &NodeState, applied: &mut BTreeMap<String, String>) {
+    for p in spec.packages.values() {
+        let key = schema::package_key(&p.name, &p.version);
+        if spec.package_complete(state, p) && !applied.contains_key(&key) {
+            applied.insert(key, spec.hash_of(&p.name).to_string());
+        }
+    }
+    applied.retain(|k, _| state.0.contains_key(k));
+}
+
+fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcome) {
+    let merged = interrupt::merged(m.spec, state);
+    for (pkg, stage) in frontier::wanted(m.spec, state) {
+        let adopting = observe::current(m.jobs, &pkg.name, &pkg.version, stage)
+            .last()
+            .is_some_and(|j| !j.finished());
+        if stage == Stage::Interrupt && !adopting {
+            match interrupt::turn(merged.as_ref(), &pkg.name, out.active || host.other_busy) {
+                Turn::Run(i) => start::start(m, state, &pkg, stage, Some(&i), out),
+                Turn::WaitAlone => {
+                    out.blocked = Some(
+                        "waiting for other stages on the node to finish before the interrupt"
+                            .into(),
+                    );
+                }
+                Turn::Skip => start::mark(state, &pkg, Stage::Interrupt, State::Skipped, 0),
+            }
+            continue;
+        }
+        // Cordon and drain before the stages that lead to an interrupt (a config re-run whose
+        // keys match a configInterrupt included: §3.9.1 step 5).
+        let needs_drain = matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Config)
+            && m.spec.has_interrupt(&pkg);
+        if needs_drain && !adopting && !ready(host, out) {
+            continue;
+        }
+        start::start(m, state, &pkg, stage, None, out);
+    }
+}
+
+/// Applies the drain decision to the outcome; true when the node is ready for the interrupt.
+fn ready(host: Host, out: &mut NodeOutcome) -> bool {
+    match drain::readiness(host.cordoned, host.pods) {
+        Readiness::Ready => true,
+        Readiness::Cordon => {
+            out.cordon = true;
+            false
+        }
+        Readiness::Listing => {
+            out.blocked = Some("listing the pods on the node".into());
+            false
+        }
+        Readiness::Protected(pods) => {
+            out.held = true;
+            out.blocked = Some(format!(
+                "waiting for protected pod(s) {} (podNonInterruptLabels) to finish",
+                pods.join(", ")
+            ));
+            false
+        }
+        Readiness::Evict(pods) => {
+            let names: Vec<String> = pods.iter().map(|(n, p)| format!("{n}/{p}")).collect();
+            out.held = true;
+            out.blocked = Some(format!("draining: evicting {}", names.join(", ")));
+            for e in pods {
+                if !out.evict.contains(&e) {
+                    out.evict.push(e);
+                }
+            }
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,255 @@
+//! Folding finished Jobs into the node state (§3.11): success moves a package on, a failure
+//! marks it erroring with its reason, a pod that can never start fails its Job now.
+
+use std::collections::BTreeMap;
+
+use super::{NodeAction, NodeNote, NodeOutcome};
+use crate::jobs::{JobView, Outcome};
+use crate::plan::spec::{SpecView, config_part, install_part};
+use crate::schema::{self, NodeState, PackageStatus, Stage, State};
+
+/// §7.1: pre-v0.5 entries are keyed by bare name and lack an image.
+pub(super) fn migrate_legacy(spec: &SpecView, state: &mut NodeState) {
+    let legacy: Vec<(String, PackageStatus)> = state
+        .legacy_entries()
+        .map(|(k, e)| (k.to_string(), e.clone()))
+        .collect();
+    for (key, mut entry) in legacy {
+        state.0.remove(&key);
+        if let Some(p) = spec
+            .packages
+            .get(&entry.name)
+            .filter(|p| p.version == entry.version)
+        {
+            entry.image = p.image.clone();
+            state.upsert(entry);
+        }
+    }
+}
+
+/// Jobs of `stage` for (name, version) not yet folded into the state, oldest attempt first.
+pub(super) fn current<'j>(
+    jobs: &[&'j JobView],
+    name: &str,
+    version: &str,
+    stage: Stage,
+) -> Vec<&'j JobView> {
+    let mut v: Vec<&JobView> = jobs
+        .iter()
+        .copied()
+        .filter(|j| j.package == name && j.version == version && j.stage == stage && !j.recorded)
+        .collect();
+    v.sort_by_key(|j| j.attempt);
+    v
+}
+
+pub(super) fn failures(jobs: &[&JobView]) -> usize {
+    jobs.iter()
+        .filter(|j| matches!(j.outcome, Outcome::Failed { .. }))
+        .count()
+}
+
+pub(super) fn observe(
+    spec: &SpecView,
+    state: &mut NodeState,
+    applied: &mut BTreeMap<String, String>,
+    jobs: &[&JobView],
+    out: &mut NodeOutcome,
+) {
+    let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
+    for e in entries {
+        if !matches!(e.state, Some(State::InProgress) | Some(State::Erroring)) {
+            continue;
+        }
+        let run = current(jobs, &e.name, &e.version, e.stage);
+        let Some(latest) = run.last() else { continue };
+        if let Some(done) = run
+            .iter()
+            .find(|j| matches!(j.outcome, Outcome::Complete { .. }))
+        {
+            completed(spec, state, applied, &e, &run, done, out);
+            continue;
+        }
+        let failed = failures(&run) as i32;
+        match &latest.outcome {
+            Outcome::Running => match &latest.stuck {
+                Some((container, reason, message)) => {
+                    out.actions.push(NodeAction::FailNow {
+                        job: latest.name.clone(),
+                        reason: reason.clone(),
+                        message: format!("container {container}: {message}"),
+                    });
+                    set(state, &e, e.stage, State::Erroring, failed + 1);
+                    let message = format!("container {container}: {message}");
+                    out.notes.push(failed_note(&e, reason, message, failed + 1));
+                }
+                None if e.state != Some(State::InProgress) || e.restarts != failed => {
+                    set(state, &e, e.stage, State::InProgress, failed);
+                }
+                None => {}
+            },
+            Outcome::Failed {
+                reason, message, ..
+            } => {
+                if e.state != Some(State::Erroring) || e.restarts != failed {
+                    set(state, &e, e.stage, State::Erroring, failed);
+                    out.notes
+                        .push(failed_note(&e, reason, message.clone(), failed));
+                }
+            }
+            Outcome::Complete { .. } => {}
+        }
+    }
+}
+
+fn failed_note(e: &PackageStatus, reason: &str, message: String, restarts: i32) -> NodeNote {
+    NodeNote::Failed {
+        package: e.name.clone(),
+        version: e.version.clone(),
+        stage: e.stage,
+        reason: reason.to_string(),
+        message,
+        restarts,
+    }
+}
+
+/// A stage of `e` succeeded in Job `done`: move the package on, record what the node now has,
+/// and mark every attempt of the stage recorded (only the successful one gets a TTL).
+fn completed(
+    spec: &SpecView,
+    state: &mut NodeState,
+    applied: &mut BTreeMap<String, String>,
+    e: &PackageStatus,
+    run: &[&JobView],
+    done: &JobView,
+    out: &mut NodeOutcome,
+) {
+    succeed(spec, state, e, failures(run) as i32);
+    let key = schema::package_key(&e.name, &e.version);
+    record(applied, key, e.stage, &done.spec_hash);
+    out.notes.push(NodeNote::Completed {
+        package: e.name.clone(),
+        version: e.version.clone(),
+        stage: e.stage,
+    });
+    for j in run {
+        out.actions.push(NodeAction::Record {
+            job: j.name.clone(),
+            succeeded: j.name == done.name,
+        });
+    }
+}
+
+/// What a node has applied, updated as each stage succeeds: `apply`/`upgrade` install the whole
+/// spec; later stages only deliver the config (so an install change after `apply` still shows).
+pub(super) fn record(
+    applied: &mut BTreeMap<String, String>,
+    key: String,
+    stage: Stage,
+    job_hash: &str,
+) {
+    match stage {
+        Stage::Uninstall => {
+            applied.remove(&key);
+        }
+        Stage::Apply | Stage::Upgrade => {
+            applied.insert(key, job_hash.to_string());
+        }
+        _ => {
+            let install = applied
+                .get(&key)
+                .map_or_else(|| install_part(job_hash), |h| install_part(h))
+                .to_string();
+            applied.insert(key, format!("{install}.{}", config_part(job_hash)));
+        }
+    }
+}
+
+pub(super) fn set(state: &mut NodeState, e: &PackageStatus, stage: Stage, s: State, restarts: i32) {
+    let mut n = e.clone();
+    n.stage = stage;
+    n.state = Some(s);
+    n.restarts = restarts;
+    state.upsert(n);
+}
+
+/// §3.11 step 3: what a successful stage means for the node state.
+pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus, restarts: i32) {
+    match e.stage {
+        Stage::Interrupt => {
+            let skipped: Vec<PackageStatus> = state
+                .iter()
+                .map(|(_, x)| x.clone())
+                .filter(|x| x.stage == Stage::Interrupt && x.state == Some(State::Skipped))
+                .filter(|x| {
+                    spec.packages
+                        .get(&x.name)
+                        .is_some_and(|p| spec.has_interrupt(p))
+                })
+                .collect();
+            for x in skipped {
+                set(state, &x, Stage::Interrupt, State::Complete, x.restarts);
+            }
+            set(state, e, Stage::Interrupt, State::Complete, restarts);
+        }
+        Stage::Upgrade => {
+            let others: Vec<String> = state
+                .iter()
+                .filter(|(_, x)| x.name == e.name && x.version != e.version)
+                .map(|(_, x)| x.version.clone())
+                .collect();
+            for v in others {
+                state.remove(&e.name, &v);
+            }
+            set(state, e, Stage::Upgrade, State::Complete, restarts);
+        }
+        Stage::Uninstall => {
+            if let Some(p) = spec
+                .packages
+                .get(&e.name)
+                .filter(|p| p.version != e.version)
+            {
+                let mut next =
+                    state
+                        .get(&p.name, &p.version)
+                        .cloned()
+                        .unwrap_or_else(|| PackageStatus {
+                            name: p.name.clone(),
+                            version: p.version.clone(),
+                            image: p.image.clone(),
+                            container_sha: p.container_sha.clone(),
+                            stage: Stage::Uninstall,
+                            state: None,
+                            restarts: 0,
+                        });
+                next.stage = Stage::Uninstall;
+                next.state = Some(State::Complete);
+                state.upsert(next);
+            }
+            state.remove(&e.name, &e.version);
+        }
+        stage => set(state, e, stage, State::Complete, restarts),
+    }
+}
+
+/// Keep only the newest `kept` failed, recorded-or-not Jobs per (package, version, stage).
+pub(super) fn prune_failed(jobs: &[&JobView], kept: usize, out: &mut NodeOutcome) {
+    let mut groups: BTreeMap<(String, String, &str), Vec<&JobView>> = BTreeMap::new();
+    for j in jobs
+        .iter()
+        .filter(|j| matches!(j.outcome, Outcome::Failed { .. }) && !j.deleting)
+    {
+        groups
+            .entry((j.package.clone(), j.version.clone(), j.stage.as_str()))
+            .or_default()
+            .push(j);
+    }
+    for (_, mut g) in groups {
+        g.sort_by_key(|j| std::cmp::Reverse(j.attempt));
+        for j in g.into_iter().skip(kept) {
+            out.actions.push(NodeAction::Delete {
+                job: j.name.clone(),
+            });
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Starting a stage (§3.10): adopt a running Job, replace a stale one, wait out the backoff
+//! after a failure, or create the next attempt.
+
+use jiff::Timestamp;
+
+use super::observe::{current, failures};
+use super::{Machine, NodeAction, NodeNote, NodeOutcome};
+use crate::crd::Package;
+use crate::jobs::{JobView, Outcome};
+use crate::schema::{self, Interrupt, NodeState, PackageStatus, Stage, State};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn start(
+    m: &Machine,
+    state: &mut NodeState,
+    p: &Package,
+    stage: Stage,
+    interrupt: Option<&Interrupt>,
+    out: &mut NodeOutcome,
+) {
+    let hash = if stage == Stage::Uninstall {
+        String::new()
+    } else {
+        m.spec.hash_of(&p.name).to_string()
+    };
+    let run = current(m.jobs, &p.name, &p.version, stage);
+    let failed = failures(&run) as u32;
+    if let Some(latest) = run.last() {
+        match judge(m, stage, latest, &hash, failed) {
+            Latest::Replace => {
+                if !latest.deleting {
+                    out.actions.push(NodeAction::Delete {
+                        job: latest.name.clone(),
+                    });
+                }
+                mark(state, p, stage, State::InProgress, failed as i32);
+                return;
+            }
+            Latest::Adopt => {
+                mark(state, p, stage, State::InProgress, failed as i32);
+                return;
+            }
+            Latest::Hold => return,
+            Latest::Wait(due) => {
+                out.retry_at = Some(out.retry_at.map_or(due, |r: Timestamp| r.min(due)));
+                return;
+            }
+            Latest::Retry => {}
+        }
+    }
+    let attempt = m
+        .jobs
+        .iter()
+        .filter(|j| j.package == p.name && j.version == p.version && j.stage == stage)
+        .map(|j| j.attempt + 1)
+        .max()
+        .unwrap_or(0);
+    if attempt > schema::MAX_JOB_ATTEMPT {
+        return;
+    }
+    let prior = state.get(&p.name, &p.version).map_or(0, |e| e.restarts);
+    let restarts = if run.is_empty() {
+        0
+    } else {
+        prior.max(failed as i32)
+    };
+    mark(state, p, stage, State::InProgress, restarts);
+    out.notes.push(NodeNote::Started {
+        package: p.name.clone(),
+        version: p.version.clone(),
+        stage,
+    });
+    out.actions.push(NodeAction::Run {
+        package: Box::new(p.clone()),
+        stage,
+        attempt,
+        spec_hash: hash,
+        interrupt: interrupt.cloned(),
+    });
+}
+
+/// What to do about the newest attempt of a stage.
+enum Latest {
+    /// Built from an older spec while running: delete it, then start anew (the reference
+    /// invalidates such pods, §4.7).
+    Replace,
+    /// Running (or just created): adopt it, never start a twin.
+    Adopt,
+    /// Complete, or being failed this pass because its pod cannot start.
+    Hold,
+    /// Failed: the next attempt is due then.
+    Wait(Timestamp),
+    /// Failed and due (or built from an older spec): start the next attempt.
+    Retry,
+}
+
+fn judge(m: &Machine, stage: Stage, latest: &JobView, hash: &str, failed: u32) -> Latest {
+    let stale = stage != Stage::Uninstall && latest.spec_hash != hash;
+    match &latest.outcome {
+        Outcome::Running if stale => Latest::Replace,
+        Outcome::Running if latest.stuck.is_some() => Latest::Hold,
+        Outcome::Running => Latest::Adopt,
+        Outcome::Complete { .. } => Latest::Hold,
+        Outcome::Failed { at, .. } => {
+            let due = *at + m.retry.delay(failed);
+            if !stale && m.now < due {
+                Latest::Wait(due)
+            } else {
+                Latest::Retry
+            }
+        }
+    }
+}
+
+pub(super) fn mark(state: &mut NodeState, p: &Package, stage: Stage, s: State, restarts: i32) {
+    let mut e = state
+        .get(&p.name, &p.version)
+        .cloned()
+        .unwrap_or_else(|| PackageStatus {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            image: p.image.clone(),
+            container_sha: None,
+            stage,
+            state: None,
+            restarts: 0,
+        });
+    e.stage = stage;
+    e.state = Some(s);
+    e.restarts = restarts;
+    if stage != Stage::Uninstall {
+        e.image = p.image.clone();
+        e.container_sha = p.container_sha.clone();
+    }
+    state.upsert(e);
+}

@@ -1,0 +1,572 @@
+use super::*;
+use crate::jobs::Outcome;
+use crate::plan::spec::spec_hash;
+use crate::schema::PackageStatus;
+use serde_json::json;
+
+fn package(name: &str, version: &str, extra: serde_json::Value) -> Package {
+    let mut v = json!({"name": name, "version": version, "image": format!("ghcr.io/x/{name}")});
+    if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        m.extend(e.clone());
+    }
+    serde_json::from_value(v).expect("package")
+}
+
+fn spec(packages: &[Package]) -> BTreeMap<String, Package> {
+    packages
+        .iter()
+        .map(|p| (p.name.clone(), p.clone()))
+        .collect()
+}
+
+fn view<'a>(
+    packages: &'a BTreeMap<String, Package>,
+    updates: &'a BTreeMap<String, Vec<String>>,
+) -> SpecView<'a> {
+    SpecView::new(packages, &[], updates)
+}
+
+fn applied_hash(p: &Package) -> String {
+    spec_hash(p, &[])
+}
+
+/// The machine with its inputs in one call, as the tests read best.
+#[allow(clippy::too_many_arguments)]
+fn step(
+    spec: &SpecView,
+    state: NodeState,
+    applied: BTreeMap<String, String>,
+    host: Host,
+    jobs: &[&JobView],
+    may_start: bool,
+    retry: RetryPolicy,
+    failed_jobs_kept: usize,
+    now: Timestamp,
+) -> NodeOutcome {
+    super::step(StepInput {
+        spec,
+        state,
+        applied,
+        host,
+        jobs,
+        may_start,
+        retry,
+        failed_jobs_kept,
+        now,
+    })
+}
+
+fn entry(p: &Package, stage: Stage, state: State) -> PackageStatus {
+    PackageStatus {
+        name: p.name.clone(),
+        version: p.version.clone(),
+        image: p.image.clone(),
+        container_sha: None,
+        stage,
+        state: Some(state),
+        restarts: 0,
+    }
+}
+
+fn job(p: &Package, stage: Stage, attempt: u32, outcome: Outcome) -> JobView {
+    JobView {
+        name: format!("{}-{}-{attempt}", p.name, stage.as_str()),
+        skyhook: "sk".into(),
+        package: p.name.clone(),
+        version: p.version.clone(),
+        stage,
+        node: "n1".into(),
+        attempt,
+        outcome,
+        recorded: false,
+        spec_hash: applied_hash(p),
+        created: None,
+        deleting: false,
+        stuck: None,
+    }
+}
+
+const RETRY: RetryPolicy = RetryPolicy {
+    base: Duration::from_secs(10),
+    max: Duration::from_secs(300),
+};
+
+fn t(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).expect("time")
+}
+
+fn runs(o: &NodeOutcome) -> Vec<(String, Stage, u32)> {
+    o.actions
+        .iter()
+        .filter_map(|a| match a {
+            NodeAction::Run {
+                package,
+                stage,
+                attempt,
+                ..
+            } => Some((package.name.clone(), *stage, *attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn state_of(o: &NodeOutcome, p: &Package) -> (Stage, Option<State>, i32) {
+    let e = o.state.get(&p.name, &p.version).expect("entry");
+    (e.stage, e.state, e.restarts)
+}
+
+#[test]
+fn fresh_install_starts_roots_only_then_follows_dependencies() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let b = package("bravo", "1.0.0", json!({"dependsOn": {"alpha": "1.0.0"}}));
+    let c = package("charlie", "2.0.0", json!({}));
+    let pk = spec(&[a.clone(), b.clone(), c.clone()]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let o = step(
+        &sv,
+        NodeState::default(),
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(0),
+    );
+    assert_eq!(
+        runs(&o),
+        vec![
+            ("alpha".into(), Stage::Apply, 0),
+            ("charlie".into(), Stage::Apply, 0)
+        ]
+    );
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::InProgress), 0));
+
+    // alpha's apply Job completed: record it and move to config; bravo still waits.
+    let done = job(&a, Stage::Apply, 0, Outcome::Complete { at: t(5) });
+    let running = job(&c, Stage::Apply, 0, Outcome::Running);
+    let o = step(
+        &sv,
+        o.state,
+        BTreeMap::new(),
+        Host::default(),
+        &[&done, &running],
+        true,
+        RETRY,
+        3,
+        t(6),
+    );
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
+    assert!(o.actions.contains(&NodeAction::Record {
+        job: done.name.clone(),
+        succeeded: true
+    }));
+    assert!(o.active);
+
+    // alpha complete at config: bravo starts, and alpha's spec is recorded as applied.
+    let mut st = o.state.clone();
+    st.upsert(entry(&a, Stage::Config, State::Complete));
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[&running],
+        true,
+        RETRY,
+        3,
+        t(7),
+    );
+    assert_eq!(runs(&o), vec![("bravo".into(), Stage::Apply, 0)]);
+    assert_eq!(o.applied.get("alpha|1.0.0"), Some(&applied_hash(&a)));
+}
+
+#[test]
+fn outside_the_batch_jobs_are_observed_but_nothing_starts() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&a, Stage::Apply, State::InProgress));
+    let done = job(&a, Stage::Apply, 0, Outcome::Complete { at: t(1) });
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[&done],
+        false,
+        RETRY,
+        3,
+        t(2),
+    );
+    assert!(runs(&o).is_empty());
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Complete), 0));
+}
+
+#[test]
+fn failures_retry_with_capped_backoff_and_never_twin() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&a, Stage::Apply, State::InProgress));
+    let failed = |attempt, at| {
+        job(
+            &a,
+            Stage::Apply,
+            attempt,
+            Outcome::Failed {
+                at,
+                reason: "PodFailurePolicy".into(),
+                message: "exit 1".into(),
+            },
+        )
+    };
+    let f0 = failed(0, t(0));
+    let o = step(
+        &sv,
+        st.clone(),
+        BTreeMap::new(),
+        Host::default(),
+        &[&f0],
+        true,
+        RETRY,
+        3,
+        t(1),
+    );
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Erroring), 1));
+    assert!(runs(&o).is_empty(), "retried before the backoff");
+    assert_eq!(o.retry_at, Some(t(10)));
+    assert!(
+        o.notes
+            .iter()
+            .any(|n| matches!(n, NodeNote::Failed { restarts: 1, .. }))
+    );
+
+    let o = step(
+        &sv,
+        o.state,
+        BTreeMap::new(),
+        Host::default(),
+        &[&f0],
+        true,
+        RETRY,
+        3,
+        t(10),
+    );
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 1)]);
+    assert_eq!(state_of(&o, &a).2, 1, "restarts survive the retry");
+
+    // The retry is running: adopt it, never a second one.
+    let r1 = job(&a, Stage::Apply, 1, Outcome::Running);
+    let o = step(
+        &sv,
+        o.state,
+        BTreeMap::new(),
+        Host::default(),
+        &[&f0, &r1],
+        true,
+        RETRY,
+        3,
+        t(11),
+    );
+    assert!(runs(&o).is_empty());
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::InProgress), 1));
+
+    // Backoff doubles: after two failures the wait is 20 s; the cap is 300 s.
+    assert_eq!(RETRY.delay(2), Duration::from_secs(20));
+    assert_eq!(RETRY.delay(12), Duration::from_secs(300));
+}
+
+#[test]
+fn a_spec_change_retries_at_once_and_replaces_stale_running_jobs() {
+    let old = package(
+        "alpha",
+        "1.0.0",
+        json!({"env": [{"name": "EXIT_CODE", "value": "1"}]}),
+    );
+    let new = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&new));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&new, Stage::Apply, State::Erroring));
+    let failed = job(
+        &old,
+        Stage::Apply,
+        0,
+        Outcome::Failed {
+            at: t(0),
+            reason: "x".into(),
+            message: String::new(),
+        },
+    );
+    let o = step(
+        &sv,
+        st.clone(),
+        BTreeMap::new(),
+        Host::default(),
+        &[&failed],
+        true,
+        RETRY,
+        3,
+        t(1),
+    );
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 1)]);
+
+    let mut st = NodeState::default();
+    st.upsert(entry(&new, Stage::Apply, State::InProgress));
+    let stale = job(&old, Stage::Apply, 0, Outcome::Running);
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[&stale],
+        true,
+        RETRY,
+        3,
+        t(1),
+    );
+    assert!(o.actions.contains(&NodeAction::Delete {
+        job: stale.name.clone()
+    }));
+    assert!(runs(&o).is_empty());
+}
+
+#[test]
+fn stuck_pods_fail_the_job_with_their_reason() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&a, Stage::Apply, State::InProgress));
+    let mut j = job(&a, Stage::Apply, 0, Outcome::Running);
+    j.stuck = Some((
+        "alpha-init".into(),
+        "ImagePullBackOff".into(),
+        "back-off".into(),
+    ));
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[&j],
+        true,
+        RETRY,
+        3,
+        t(1),
+    );
+    assert!(
+        o.actions.iter().any(
+            |a| matches!(a, NodeAction::FailNow { reason, .. } if reason == "ImagePullBackOff")
+        )
+    );
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Erroring), 1));
+}
+
+#[test]
+fn upgrade_downgrade_and_removal() {
+    let v1 = package("alpha", "1.0.0", json!({}));
+    let v2 = package("alpha", "1.1.0", json!({}));
+    let gone = package("old", "3.0.0", json!({}));
+    let none = BTreeMap::new();
+
+    // Upgrade: the new version runs `upgrade`; on success the old entry goes.
+    let pk = spec(std::slice::from_ref(&v2));
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&v1, Stage::Config, State::Complete));
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(0),
+    );
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Upgrade, 0)]);
+    let done = job(&v2, Stage::Upgrade, 0, Outcome::Complete { at: t(1) });
+    let o = step(
+        &sv,
+        o.state,
+        BTreeMap::new(),
+        Host::default(),
+        &[&done],
+        true,
+        RETRY,
+        3,
+        t(2),
+    );
+    assert!(o.state.get("alpha", "1.0.0").is_none());
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
+
+    // Downgrade: the old version uninstalls first while the new one is skipped.
+    let pk = spec(std::slice::from_ref(&v1));
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&v2, Stage::Config, State::Complete));
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(0),
+    );
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Uninstall, 0)]);
+    assert_eq!(
+        state_of(&o, &v1),
+        (Stage::Uninstall, Some(State::Skipped), 0)
+    );
+    let done = job(&v2, Stage::Uninstall, 0, Outcome::Complete { at: t(1) });
+    let o = step(
+        &sv,
+        o.state,
+        BTreeMap::new(),
+        Host::default(),
+        &[&done],
+        true,
+        RETRY,
+        3,
+        t(2),
+    );
+    assert!(o.state.get("alpha", "1.1.0").is_none());
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 0)]);
+
+    // Removal: uninstall with the old image, then the entry disappears.
+    let pk = spec(&[]);
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&gone, Stage::Config, State::Complete));
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(0),
+    );
+    let uninstall = o.actions.iter().find_map(|a| match a {
+        NodeAction::Run {
+            package,
+            stage: Stage::Uninstall,
+            ..
+        } => Some(package.clone()),
+        _ => None,
+    });
+    let uninstall = uninstall.expect("an uninstall");
+    assert_eq!(
+        (uninstall.version.as_str(), uninstall.image.as_str()),
+        ("3.0.0", "ghcr.io/x/old")
+    );
+    let done = job(&gone, Stage::Uninstall, 0, Outcome::Complete { at: t(1) });
+    let o = step(
+        &sv,
+        o.state,
+        BTreeMap::new(),
+        Host::default(),
+        &[&done],
+        true,
+        RETRY,
+        3,
+        t(2),
+    );
+    assert!(o.state.is_empty());
+    assert!(sv.node_complete(&o.state));
+}
+
+#[test]
+fn drift_reruns_config_or_apply_and_unrecorded_state_is_adopted() {
+    let a = package("alpha", "1.0.0", json!({"configMap": {"k": "new"}}));
+    let old = package("alpha", "1.0.0", json!({"configMap": {"k": "old"}}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&a, Stage::Config, State::Complete));
+
+    // No record (e.g. Go-operator state): adopted as current, nothing re-runs.
+    let o = step(
+        &sv,
+        st.clone(),
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(0),
+    );
+    assert!(runs(&o).is_empty());
+    assert_eq!(o.applied.get("alpha|1.0.0"), Some(&applied_hash(&a)));
+
+    // Config-only drift re-runs config.
+    let applied: BTreeMap<String, String> =
+        [("alpha|1.0.0".to_string(), applied_hash(&old))].into();
+    assert!(sv.has_drift(&st, &applied));
+    let o = step(
+        &sv,
+        st.clone(),
+        applied,
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(0),
+    );
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
+
+    // Install drift (env) re-runs apply.
+    let other = package(
+        "alpha",
+        "1.0.0",
+        json!({"configMap": {"k": "new"}, "env": [{"name": "X", "value": "1"}]}),
+    );
+    let applied: BTreeMap<String, String> =
+        [("alpha|1.0.0".to_string(), applied_hash(&other))].into();
+    let o = step(&sv, st, applied, Host::default(), &[], true, RETRY, 3, t(0));
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 0)]);
+}
+
+#[test]
+fn legacy_unversioned_entries_are_migrated() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let st = NodeState::parse(r#"{"alpha":{"name":"alpha","version":"1.0.0","image":"","stage":"config","state":"complete"},"gone":{"name":"gone","version":"1","image":"","stage":"config","state":"complete"}}"#)
+        .expect("legacy state");
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        false,
+        RETRY,
+        3,
+        t(0),
+    );
+    assert_eq!(o.state.0.keys().collect::<Vec<_>>(), vec!["alpha|1.0.0"]);
+    assert_eq!(
+        o.state.get("alpha", "1.0.0").map(|e| e.image.as_str()),
+        Some("ghcr.io/x/alpha")
+    );
+}

@@ -1,0 +1,95 @@
+//! Spec changes seen on a node: version changes and removals (§3.6), and drift of a complete
+//! package whose spec hash changed since the node applied it.
+
+use std::collections::BTreeMap;
+
+use super::observe::set;
+use crate::plan::spec::{SpecView, install_part};
+use crate::schema::{self, NodeState, PackageStatus, Stage, State};
+
+/// §3.6 per node: removals and downgrades become uninstalls, upgrades an `upgrade` stage.
+pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
+    let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
+    for e in entries {
+        match spec.packages.get(&e.name) {
+            None if e.stage != Stage::Uninstall => {
+                let mut n = e.clone();
+                n.stage = Stage::Uninstall;
+                n.state = Some(State::InProgress);
+                n.restarts = 0;
+                n.container_sha = None;
+                state.upsert(n);
+            }
+            Some(p) if p.version != e.version => {
+                match schema::semver_compare(&p.version, &e.version) {
+                    std::cmp::Ordering::Greater => {
+                        let already = state.get(&p.name, &p.version).is_some_and(|x| {
+                            x.stage == Stage::Upgrade || x.state == Some(State::Complete)
+                        });
+                        if !already && e.stage != Stage::Uninstall {
+                            state.upsert(PackageStatus {
+                                name: p.name.clone(),
+                                version: p.version.clone(),
+                                image: p.image.clone(),
+                                container_sha: p.container_sha.clone(),
+                                stage: Stage::Upgrade,
+                                state: Some(State::InProgress),
+                                restarts: 0,
+                            });
+                        }
+                    }
+                    _ if e.stage != Stage::Uninstall => {
+                        let mut old = e.clone();
+                        old.stage = Stage::Uninstall;
+                        old.state = Some(State::InProgress);
+                        old.restarts = 0;
+                        state.upsert(old);
+                        if state.get(&p.name, &p.version).is_none() {
+                            state.upsert(PackageStatus {
+                                name: p.name.clone(),
+                                version: p.version.clone(),
+                                image: p.image.clone(),
+                                container_sha: p.container_sha.clone(),
+                                stage: Stage::Uninstall,
+                                state: Some(State::Skipped),
+                                restarts: 0,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A complete package whose spec changed since the node completed it runs again: from `apply`
+/// when the image, env or resources changed, only `config` when only the configMap did.
+pub(super) fn drift(spec: &SpecView, state: &mut NodeState, applied: &BTreeMap<String, String>) {
+    for p in spec.packages.values() {
+        let key = schema::package_key(&p.name, &p.version);
+        let Some(e) = state.get(&p.name, &p.version).cloned() else {
+            continue;
+        };
+        let settled = e.state == Some(State::Complete)
+            && matches!(
+                e.stage,
+                Stage::Config | Stage::Interrupt | Stage::PostInterrupt
+            );
+        let (Some(done), true) = (applied.get(&key), settled) else {
+            continue;
+        };
+        let want = spec.hash_of(&p.name);
+        if *done == want {
+            continue;
+        }
+        let install_changed = install_part(done) != install_part(want);
+        let stage = if install_changed {
+            Stage::Apply
+        } else {
+            Stage::Config
+        };
+        set(state, &e, stage, State::InProgress, 0);
+    }
+}
