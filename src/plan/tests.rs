@@ -1,1 +1,688 @@
+//! `plan()` as a whole: hand-made worlds in, writes out. Each table names its cases; a failing
+//! case prints its name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
 use super::*;
+use crate::crd::Skyhook;
+use crate::jobs::{JobView, Outcome};
+use crate::schema::{NodeState, Stage, State, Status};
+use crate::settings::Config;
+
+fn config() -> Config {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        settings: crate::settings::Settings,
+    }
+    let cli = <Cli as clap::Parser>::parse_from(["skyhook-operator"]);
+    cli.settings.validate().expect("default settings are valid")
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).expect("time")
+}
+
+const PLAIN: &str = "tuned";
+const REBOOT: &str = "driver";
+
+/// A Skyhook `sh` with the finalizer, from its spec and annotations.
+fn skyhook(spec: Value, annotations: Value) -> Skyhook {
+    let mut sk: Skyhook = serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+        "metadata": {"name": "sh", "uid": "u1", "generation": 1,
+                     "finalizers": [schema::FINALIZER], "annotations": annotations},
+        "spec": spec,
+    }))
+    .expect("skyhook");
+    crate::crd::normalize(&mut sk);
+    sk
+}
+
+fn one_package(interrupt: bool) -> Value {
+    let name = if interrupt { REBOOT } else { PLAIN };
+    let mut p = json!({"version": "1.0.0", "image": format!("ghcr.io/x/{name}")});
+    if interrupt {
+        p["interrupt"] = json!({"type": "reboot"});
+    }
+    json!({"packages": {name: p}})
+}
+
+fn node(name: &str, age: i64, annotations: Value, labels: Value, cordoned: bool) -> Arc<Node> {
+    let mut n: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations, "labels": labels},
+        "spec": {"unschedulable": cordoned},
+    }))
+    .expect("node");
+    let created = Timestamp::from_second(1_700_000_000 + age).expect("time");
+    n.metadata.creation_timestamp = Some(Time(created));
+    Arc::new(n)
+}
+
+/// The node-state annotation of one package as the Go operator writes it.
+fn go_state(package: &str, stage: &str, state: &str) -> Value {
+    let raw = format!(
+        r#"{{"{package}|1.0.0":{{"name":"{package}","version":"1.0.0","image":"ghcr.io/x/{package}","stage":"{stage}","state":"{state}"}}}}"#
+    );
+    json!({schema::node_state_annotation("sh"): raw})
+}
+
+fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) -> JobView {
+    JobView {
+        name: format!("{package}-{}-{node}-{attempt}", stage.as_str()),
+        skyhook: "sh".into(),
+        package: package.into(),
+        version: "1.0.0".into(),
+        stage,
+        node: node.into(),
+        attempt,
+        outcome,
+        recorded: false,
+        spec_hash: spec::spec_hash(
+            &serde_json::from_value(json!({"name": package, "version": "1.0.0",
+                "image": format!("ghcr.io/x/{package}")}))
+            .expect("package"),
+            &[],
+        ),
+        created: None,
+        deleting: false,
+        stuck: None,
+    }
+}
+
+struct World {
+    sk: Skyhook,
+    others: Vec<Arc<Skyhook>>,
+    nodes: Vec<Arc<Node>>,
+    jobs: Vec<JobView>,
+    pods: BTreeMap<String, Vec<PodInfo>>,
+    busy: BTreeSet<String>,
+    invalid: Vec<String>,
+}
+
+impl World {
+    fn new(sk: Skyhook, nodes: Vec<Arc<Node>>) -> Self {
+        World {
+            sk,
+            others: Vec::new(),
+            nodes,
+            jobs: Vec::new(),
+            pods: BTreeMap::new(),
+            busy: BTreeSet::new(),
+            invalid: Vec::new(),
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        let cfg = config();
+        let mut skyhooks = self.others.clone();
+        skyhooks.push(Arc::new(self.sk.clone()));
+        plan(&Inputs {
+            skyhook: &self.sk,
+            skyhooks: &skyhooks,
+            policies: &[],
+            nodes: &self.nodes,
+            jobs: &self.jobs,
+            configmaps: &[],
+            pods_on_nodes: &self.pods,
+            busy_nodes: &self.busy,
+            invalid: &self.invalid,
+            config: &cfg,
+            operator_version: "test",
+            now: now(),
+        })
+    }
+}
+
+/// (node, stage label) of every Job the plan creates, sorted.
+fn created(plan: &Plan) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = plan
+        .create_jobs
+        .iter()
+        .map(|j| {
+            let labels = j.metadata.labels.clone().unwrap_or_default();
+            let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            (get(schema::NODE_LABEL), get(schema::STAGE_LABEL))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn node_status(plan: &Plan, node: &str) -> Option<Status> {
+    plan.status.as_ref()?.node_status.get(node).copied()
+}
+
+fn written_state(plan: &Plan, node: &str) -> Option<NodeState> {
+    let patch = plan.node_patches.iter().find(|p| p.node == node)?;
+    let raw = patch
+        .annotations
+        .get(&schema::node_state_annotation("sh"))?
+        .as_ref()?;
+    NodeState::parse(raw).ok()
+}
+
+#[test]
+fn go_operator_state_is_continued_in_every_stage_and_state() {
+    // (case, interrupt package, stage, state, Job started this pass, node status after)
+    let cases: &[(&str, bool, &str, &str, Option<&str>, Status)] = &[
+        (
+            "apply in progress reruns apply",
+            false,
+            "apply",
+            "in_progress",
+            Some("apply"),
+            Status::InProgress,
+        ),
+        (
+            "apply erroring retries apply",
+            false,
+            "apply",
+            "erroring",
+            Some("apply"),
+            Status::InProgress,
+        ),
+        (
+            "apply unknown reruns apply",
+            false,
+            "apply",
+            "unknown",
+            Some("apply"),
+            Status::InProgress,
+        ),
+        (
+            "apply complete moves to config",
+            false,
+            "apply",
+            "complete",
+            Some("config"),
+            Status::InProgress,
+        ),
+        (
+            "config in progress reruns config",
+            false,
+            "config",
+            "in_progress",
+            Some("config"),
+            Status::InProgress,
+        ),
+        (
+            "config erroring retries config",
+            false,
+            "config",
+            "erroring",
+            Some("config"),
+            Status::InProgress,
+        ),
+        (
+            "config complete is done",
+            false,
+            "config",
+            "complete",
+            None,
+            Status::Complete,
+        ),
+        (
+            "upgrade in progress reruns upgrade",
+            false,
+            "upgrade",
+            "in_progress",
+            Some("upgrade"),
+            Status::InProgress,
+        ),
+        (
+            "upgrade complete moves to config",
+            false,
+            "upgrade",
+            "complete",
+            Some("config"),
+            Status::InProgress,
+        ),
+        (
+            "uninstall of the spec version reruns uninstall",
+            false,
+            "uninstall",
+            "in_progress",
+            Some("uninstall"),
+            Status::InProgress,
+        ),
+        (
+            "interrupt package config complete interrupts",
+            true,
+            "config",
+            "complete",
+            Some("interrupt"),
+            Status::InProgress,
+        ),
+        (
+            "interrupt in progress reruns the interrupt",
+            true,
+            "interrupt",
+            "in_progress",
+            Some("interrupt"),
+            Status::InProgress,
+        ),
+        (
+            "interrupt erroring retries the interrupt",
+            true,
+            "interrupt",
+            "erroring",
+            Some("interrupt"),
+            Status::InProgress,
+        ),
+        (
+            "interrupt complete moves to post-interrupt",
+            true,
+            "interrupt",
+            "complete",
+            Some("post-interrupt"),
+            Status::InProgress,
+        ),
+        (
+            "post-interrupt in progress reruns it",
+            true,
+            "post-interrupt",
+            "in_progress",
+            Some("post-interrupt"),
+            Status::InProgress,
+        ),
+        (
+            "post-interrupt complete is done",
+            true,
+            "post-interrupt",
+            "complete",
+            None,
+            Status::Complete,
+        ),
+        (
+            "config complete without interrupt stage recorded",
+            true,
+            "post-interrupt",
+            "erroring",
+            Some("post-interrupt"),
+            Status::InProgress,
+        ),
+    ];
+    for (case, interrupt, stage, state, job, status) in cases {
+        let package = if *interrupt { REBOOT } else { PLAIN };
+        // Interrupt packages run their stages on a node already cordoned by us and drained.
+        let mut annotations = go_state(package, stage, state);
+        if *interrupt {
+            annotations[schema::cordon_annotation("sh")] = json!("true");
+        }
+        let n = node("n1", 0, annotations, json!({}), *interrupt);
+        let mut w = World::new(skyhook(one_package(*interrupt), json!({})), vec![n]);
+        w.pods.insert("n1".into(), Vec::new());
+        let plan = w.plan();
+        let want: Vec<(String, String)> = job
+            .iter()
+            .map(|s| ("n1".to_string(), s.to_string()))
+            .collect();
+        assert_eq!(created(&plan), want, "{case}: Jobs");
+        assert_eq!(node_status(&plan, "n1"), Some(*status), "{case}: status");
+        if job.is_none() {
+            assert!(
+                written_state(&plan, "n1").is_none(),
+                "{case}: a complete Go node state is kept byte for byte"
+            );
+        }
+    }
+}
+
+#[test]
+fn switches_and_node_blocks_decide_what_starts() {
+    let ignored = json!({schema::IGNORE_LABEL: "true"});
+    // (case, skyhook annotations, node labels, node taints, Jobs, node status)
+    let cases: &[(&str, Value, Value, Value, usize, Status)] = &[
+        (
+            "fresh node starts apply",
+            json!({}),
+            json!({}),
+            json!([]),
+            1,
+            Status::InProgress,
+        ),
+        (
+            "paused starts nothing",
+            json!({schema::PAUSE_ANNOTATION: "true"}),
+            json!({}),
+            json!([]),
+            0,
+            Status::Paused,
+        ),
+        (
+            "disabled starts nothing",
+            json!({schema::DISABLE_ANNOTATION: "true"}),
+            json!({}),
+            json!([]),
+            0,
+            Status::Disabled,
+        ),
+        (
+            "pause must be exactly true",
+            json!({schema::PAUSE_ANNOTATION: "yes"}),
+            json!({}),
+            json!([]),
+            1,
+            Status::InProgress,
+        ),
+        (
+            "ignored node is blocked",
+            json!({}),
+            ignored.clone(),
+            json!([]),
+            0,
+            Status::Blocked,
+        ),
+        (
+            "untolerated taint blocks",
+            json!({}),
+            json!({}),
+            json!([{"key": "gpu", "effect": "NoSchedule"}]),
+            0,
+            Status::Blocked,
+        ),
+        (
+            "cordon taint is tolerated",
+            json!({}),
+            json!({}),
+            json!([{"key": schema::UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}]),
+            1,
+            Status::InProgress,
+        ),
+    ];
+    for (case, annotations, labels, taints, jobs, status) in cases {
+        let n = node("n1", 0, json!({}), labels.clone(), false);
+        let mut n = (*n).clone();
+        n.spec.get_or_insert_default().taints = serde_json::from_value(taints.clone()).ok();
+        let w = World::new(
+            skyhook(one_package(false), annotations.clone()),
+            vec![Arc::new(n)],
+        );
+        let plan = w.plan();
+        assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
+        assert_eq!(node_status(&plan, "n1"), Some(*status), "{case}: status");
+    }
+}
+
+#[test]
+fn budget_limits_the_nodes_that_start() {
+    // (case, interruptionBudget, nodes, nodes already busy, Jobs started)
+    let cases: &[(&str, Value, usize, usize, usize)] = &[
+        ("no budget starts every node", json!({}), 5, 0, 5),
+        ("count 2 of 5", json!({"count": 2}), 5, 0, 2),
+        (
+            "percent 50 of 5 truncates to 2",
+            json!({"percent": 50}),
+            5,
+            0,
+            2,
+        ),
+        (
+            "percent 10 of 5 is at least 1",
+            json!({"percent": 10}),
+            5,
+            0,
+            1,
+        ),
+        ("a busy node holds the batch", json!({"count": 3}), 5, 1, 0),
+    ];
+    for (case, budget, count, busy, jobs) in cases {
+        let mut spec = one_package(false);
+        spec["interruptionBudget"] = budget.clone();
+        let nodes: Vec<Arc<Node>> = (0..*count)
+            .map(|i| node(&format!("n{i}"), i as i64, json!({}), json!({}), false))
+            .collect();
+        let mut w = World::new(skyhook(spec, json!({})), nodes);
+        for i in 0..*busy {
+            w.jobs.push(job(
+                PLAIN,
+                Stage::Apply,
+                &format!("n{i}"),
+                0,
+                Outcome::Running,
+            ));
+        }
+        let plan = w.plan();
+        assert_eq!(plan.create_jobs.len(), *jobs, "{case}");
+    }
+}
+
+#[test]
+fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
+    let mut spec = one_package(false);
+    spec["interruptionBudget"] = json!({"count": 1});
+    let nodes = vec![
+        node("young", 50, json!({}), json!({}), false),
+        node("old", 1, json!({}), json!({}), false),
+    ];
+    let mut w = World::new(skyhook(spec, json!({})), nodes);
+    assert_eq!(created(&w.plan()), vec![("old".into(), "apply".into())]);
+    w.jobs
+        .push(job(PLAIN, Stage::Apply, "old", 0, Outcome::Running));
+    let plan = w.plan();
+    assert!(plan.create_jobs.is_empty(), "the busy node keeps the batch");
+    assert_eq!(node_status(&plan, "young"), Some(Status::Waiting));
+}
+
+#[test]
+fn an_invalid_skyhook_only_writes_its_status() {
+    let n = node("n1", 0, json!({}), json!({}), false);
+    let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+    w.invalid = vec!["spec.packages.tuned.version: not a semver".into()];
+    let plan = w.plan();
+    assert!(plan.create_jobs.is_empty() && plan.node_patches.is_empty());
+    assert!(plan.configmaps.is_empty() && plan.node_conditions.is_empty());
+    let status = plan.status.expect("status");
+    assert_eq!(status.status, Some(Status::Blocked));
+    let invalid_event = plan
+        .events
+        .iter()
+        .any(|e| e.warning && e.reason == schema::INVALID_SPEC_REASON);
+    assert!(invalid_event, "an InvalidSpec Warning Event");
+}
+
+#[test]
+fn a_lower_priority_skyhook_waits_for_the_one_before_it() {
+    let mut first = skyhook(one_package(false), json!({}));
+    first.metadata.name = Some("aaa".into());
+    let cases: &[(&str, &str, usize, Status)] = &[
+        (
+            "earlier skyhook incomplete gates",
+            "in_progress",
+            0,
+            Status::Blocked,
+        ),
+        (
+            "earlier skyhook complete lets it run",
+            "complete",
+            1,
+            Status::InProgress,
+        ),
+    ];
+    for (case, earlier, jobs, status) in cases {
+        let annotations = json!({schema::status_annotation("aaa"): earlier});
+        let n = node("n1", 0, annotations, json!({}), false);
+        let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+        w.others.push(Arc::new(first.clone()));
+        let plan = w.plan();
+        assert_eq!(plan.create_jobs.len(), *jobs, "{case}");
+        assert_eq!(node_status(&plan, "n1"), Some(*status), "{case}");
+    }
+}
+
+#[test]
+fn interrupt_waits_for_other_work_on_the_node() {
+    // (case, a Job of another Skyhook runs on the node, interrupt Jobs started)
+    let cases: &[(&str, bool, usize)] = &[
+        ("alone: the interrupt starts", false, 1),
+        ("another Skyhook's Job runs: it waits", true, 0),
+    ];
+    for (case, other_busy, jobs) in cases {
+        let mut annotations = go_state(REBOOT, "config", "complete");
+        annotations[schema::cordon_annotation("sh")] = json!("true");
+        let n = node("n1", 0, annotations, json!({}), true);
+        let mut w = World::new(skyhook(one_package(true), json!({})), vec![n]);
+        w.pods.insert("n1".into(), Vec::new());
+        if *other_busy {
+            w.busy.insert("n1".into());
+        }
+        let plan = w.plan();
+        assert_eq!(plan.create_jobs.len(), *jobs, "{case}");
+    }
+}
+
+#[test]
+fn drain_cordons_then_evicts_then_runs() {
+    let pod = |protected: bool| PodInfo {
+        namespace: "apps".into(),
+        name: "web".into(),
+        protected,
+        evictable: !protected,
+    };
+    // (case, cordoned, pods, cordon written, evictions, Jobs)
+    let cases: &[(&str, bool, Option<Vec<PodInfo>>, bool, usize, usize)] = &[
+        ("not cordoned: cordon first", false, None, true, 0, 0),
+        ("cordoned, pods not listed yet", true, None, false, 0, 0),
+        (
+            "protected pod holds",
+            true,
+            Some(vec![pod(true)]),
+            false,
+            0,
+            0,
+        ),
+        (
+            "evictable pod is evicted",
+            true,
+            Some(vec![pod(false)]),
+            false,
+            1,
+            0,
+        ),
+        ("empty node runs apply", true, Some(vec![]), false, 0, 1),
+    ];
+    for (case, cordoned, pods, cordon, evictions, jobs) in cases {
+        let annotations = if *cordoned {
+            json!({schema::cordon_annotation("sh"): "true"})
+        } else {
+            json!({})
+        };
+        let n = node("n1", 0, annotations, json!({}), *cordoned);
+        let mut w = World::new(skyhook(one_package(true), json!({})), vec![n]);
+        if let Some(p) = pods {
+            w.pods.insert("n1".into(), p.clone());
+        }
+        let plan = w.plan();
+        let wrote_cordon = plan
+            .node_patches
+            .iter()
+            .any(|p| p.unschedulable == Some(true));
+        assert_eq!(wrote_cordon, *cordon, "{case}: cordon");
+        assert_eq!(plan.evictions.len(), *evictions, "{case}: evictions");
+        assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
+    }
+}
+
+#[test]
+fn finished_jobs_are_recorded_and_the_node_moves_on() {
+    let at = now();
+    let failed = Outcome::Failed {
+        at,
+        reason: "PodFailurePolicy".into(),
+        message: "exit 1".into(),
+    };
+    // (case, Job outcome, stage and state after, Jobs started, Job operations)
+    let cases: &[(&str, Outcome, (Stage, State), usize, usize)] = &[
+        (
+            "success starts config",
+            Outcome::Complete { at },
+            (Stage::Config, State::InProgress),
+            1,
+            1,
+        ),
+        (
+            "failure waits out the backoff",
+            failed.clone(),
+            (Stage::Apply, State::Erroring),
+            0,
+            0,
+        ),
+        (
+            "running is adopted",
+            Outcome::Running,
+            (Stage::Apply, State::InProgress),
+            0,
+            0,
+        ),
+    ];
+    for (case, outcome, (stage, state), jobs, ops) in cases {
+        let n = node(
+            "n1",
+            0,
+            go_state(PLAIN, "apply", "in_progress"),
+            json!({}),
+            false,
+        );
+        let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+        w.jobs
+            .push(job(PLAIN, Stage::Apply, "n1", 0, outcome.clone()));
+        let plan = w.plan();
+        assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
+        assert_eq!(plan.job_ops.len(), *ops, "{case}: Job operations");
+        let st = written_state(&plan, "n1")
+            .or_else(|| {
+                let raw = go_state(PLAIN, "apply", "in_progress");
+                NodeState::parse(raw[schema::node_state_annotation("sh")].as_str()?).ok()
+            })
+            .expect("state");
+        let e = st.get(PLAIN, "1.0.0").expect("entry");
+        assert_eq!((e.stage, e.state), (*stage, Some(*state)), "{case}: state");
+    }
+}
+
+#[test]
+fn an_unchanged_world_writes_nothing() {
+    let n = node("n1", 0, json!({}), json!({}), false);
+    let w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+    let first = w.plan();
+    // Feed the first pass's writes back in, then plan again.
+    let mut annotations = serde_json::Map::new();
+    let mut labels = serde_json::Map::new();
+    for p in &first.node_patches {
+        for (k, v) in &p.annotations {
+            annotations.insert(k.clone(), json!(v));
+        }
+        for (k, v) in &p.labels {
+            labels.insert(k.clone(), json!(v));
+        }
+    }
+    let mut node_after = (*node(
+        "n1",
+        0,
+        Value::Object(annotations),
+        Value::Object(labels),
+        false,
+    ))
+    .clone();
+    node_after.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+        conditions: Some(first.node_conditions[0].1.clone()),
+        ..Default::default()
+    });
+    let mut sk = w.sk.clone();
+    sk.status = first.status.clone();
+    let mut w2 = World::new(sk, vec![Arc::new(node_after)]);
+    w2.jobs
+        .push(job(PLAIN, Stage::Apply, "n1", 0, Outcome::Running));
+    let second = w2.plan();
+    assert!(second.create_jobs.is_empty(), "no twin Job");
+    assert!(second.node_patches.is_empty(), "{:?}", second.node_patches);
+    assert!(second.node_conditions.is_empty());
+    assert!(second.status.is_none(), "status unchanged");
+}

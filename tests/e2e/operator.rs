@@ -1085,6 +1085,121 @@ async fn config_change_reruns_only_config_and_env_change_reruns_apply() {
     );
 }
 
+/// Fields that change what a Job runs or where it may run re-run a complete package from
+/// apply: the agent image override, then an additional toleration.
+#[tokio::test]
+async fn agent_image_override_and_toleration_changes_rerun_stages() {
+    let env = setup("rerun-fields", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    let spec = |agent: Option<&str>, tolerations: Value| {
+        let mut p = pkg("1.0.0", sleep("1"));
+        if let Some(a) = agent {
+            p["agentImageOverride"] = json!(a);
+        }
+        json!({"packages": {"tuned": p}, "additionalTolerations": tolerations})
+    };
+    env.create(&skyhook(&env.ctx, &name, spec(None, json!([]))))
+        .await;
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
+    let override_image = "ghcr.io/nvidia/skyhook/agent:v6.9.9";
+    let toleration =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+    let changes = [
+        ("agentImageOverride", spec(Some(override_image), json!([]))),
+        (
+            "additionalTolerations",
+            spec(Some(override_image), toleration),
+        ),
+    ];
+    for (field, change) in changes {
+        let seen: std::collections::BTreeSet<String> = env
+            .jobs_of(&name)
+            .await
+            .iter()
+            .map(|j| j.name_any())
+            .collect();
+        env.skyhooks
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": change})),
+            )
+            .await
+            .expect("patch");
+        env.ctx
+            .wait_for(
+                &format!("the Skyhook to complete again after changing {field}"),
+                Duration::from_secs(180),
+                || async {
+                    let sk = env.skyhooks.get(&name).await.ok()?;
+                    let st = sk.status.clone()?;
+                    (st.status == Some(schema::Status::Complete)
+                        && st.observed_generation == sk.metadata.generation.unwrap_or(0))
+                    .then_some(())
+                },
+            )
+            .await;
+        let jobs = env.jobs_of(&name).await;
+        let fresh: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| !seen.contains(&j.name_any()))
+            .collect();
+        let mut runs: Vec<(String, String)> = fresh
+            .iter()
+            .map(|j| {
+                let stage = label(j, schema::STAGE_LABEL).to_string();
+                (stage, label(j, schema::NODE_LABEL).to_string())
+            })
+            .collect();
+        runs.sort();
+        let mut want: Vec<(String, String)> = env
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                [
+                    ("apply".to_string(), n.clone()),
+                    ("config".to_string(), n.clone()),
+                ]
+            })
+            .collect();
+        want.sort();
+        assert_eq!(
+            runs, want,
+            "changing {field} re-runs apply and config on every node"
+        );
+        for j in &fresh {
+            let pod = j
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .expect("pod spec");
+            let images: Vec<&str> = pod
+                .containers
+                .iter()
+                .chain(pod.init_containers.iter().flatten())
+                .filter(|c| {
+                    c.name
+                        .contains(&format!("-{}", label(j, schema::STAGE_LABEL)))
+                })
+                .filter_map(|c| c.image.as_deref())
+                .collect();
+            assert!(
+                !images.is_empty() && images.iter().all(|i| *i == override_image),
+                "{field}: the re-run uses the override agent image, got {images:?}"
+            );
+            if field == "additionalTolerations" {
+                let tolerated = pod
+                    .tolerations
+                    .iter()
+                    .flatten()
+                    .any(|t| t.key.as_deref() == Some("dedicated"));
+                assert!(tolerated, "the re-run carries the new toleration");
+            }
+        }
+    }
+}
+
 /// Issue 5 core: cordon first, wait for protected pods, drain by eviction, then
 /// apply → config → interrupt → post-interrupt, and uncordon at the end.
 #[tokio::test]

@@ -36,7 +36,14 @@ pub(crate) fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)
         if !deps_done || uninstalling {
             continue;
         }
-        if let Some(stage) = next_stage(spec, state, p) {
+        // An uninstall of this very version is already listed above (state left by a writer
+        // that uninstalls in place); listing it twice would start two Jobs for one stage.
+        let listed = |stage: Stage| {
+            out.iter().any(|(q, s): &(Package, Stage)| {
+                q.name == p.name && q.version == p.version && *s == stage
+            })
+        };
+        if let Some(stage) = next_stage(spec, state, p).filter(|s| !listed(*s)) {
             out.push((p.clone(), stage));
         }
     }

@@ -570,3 +570,171 @@ fn legacy_unversioned_entries_are_migrated() {
         Some("ghcr.io/x/alpha")
     );
 }
+
+/// One package on one node: (case, has interrupt, prior entry, newest Job of the entry's stage,
+/// expected entry after the step, expected Job started).
+type Transition = (
+    &'static str,
+    bool,
+    Option<(Stage, State)>,
+    Option<Outcome>,
+    Option<(Stage, State, i32)>,
+    Option<(Stage, u32)>,
+);
+
+#[test]
+fn stage_machine_transitions() {
+    let ok = || Some(Outcome::Complete { at: t(0) });
+    let failed = |at: i64| {
+        Some(Outcome::Failed {
+            at: t(at),
+            reason: "PodFailurePolicy".into(),
+            message: "exit 1".into(),
+        })
+    };
+    use Stage::*;
+    use State::*;
+    let cases: &[Transition] = &[
+        (
+            "fresh package applies",
+            false,
+            None,
+            None,
+            Some((Apply, InProgress, 0)),
+            Some((Apply, 0)),
+        ),
+        (
+            "apply done starts config",
+            false,
+            Some((Apply, InProgress)),
+            ok(),
+            Some((Config, InProgress, 0)),
+            Some((Config, 0)),
+        ),
+        (
+            "config done completes",
+            false,
+            Some((Config, InProgress)),
+            ok(),
+            Some((Config, Complete, 0)),
+            None,
+        ),
+        (
+            "upgrade done starts config",
+            false,
+            Some((Upgrade, InProgress)),
+            ok(),
+            Some((Config, InProgress, 0)),
+            Some((Config, 0)),
+        ),
+        (
+            "config done leads to the interrupt",
+            true,
+            Some((Config, InProgress)),
+            ok(),
+            Some((Interrupt, InProgress, 0)),
+            Some((Interrupt, 0)),
+        ),
+        (
+            "interrupt done starts post-interrupt",
+            true,
+            Some((Interrupt, InProgress)),
+            ok(),
+            Some((PostInterrupt, InProgress, 0)),
+            Some((PostInterrupt, 0)),
+        ),
+        (
+            "post-interrupt done completes",
+            true,
+            Some((PostInterrupt, InProgress)),
+            ok(),
+            Some((PostInterrupt, Complete, 0)),
+            None,
+        ),
+        (
+            "failure is erroring and waits",
+            false,
+            Some((Apply, InProgress)),
+            failed(0),
+            Some((Apply, Erroring, 1)),
+            None,
+        ),
+        (
+            "failure retried after the backoff",
+            false,
+            Some((Apply, InProgress)),
+            failed(-60),
+            Some((Apply, InProgress, 1)),
+            Some((Apply, 1)),
+        ),
+        (
+            "running Job is adopted",
+            false,
+            Some((Config, InProgress)),
+            Some(Outcome::Running),
+            Some((Config, InProgress, 0)),
+            None,
+        ),
+        (
+            "interrupt failure is erroring",
+            true,
+            Some((Interrupt, InProgress)),
+            failed(0),
+            Some((Interrupt, Erroring, 1)),
+            None,
+        ),
+        (
+            "complete package stays",
+            false,
+            Some((Config, Complete)),
+            None,
+            Some((Config, Complete, 0)),
+            None,
+        ),
+    ];
+    let plain = package("pkg", "1.0.0", json!({}));
+    let reboot = package("pkg", "1.0.0", json!({"interrupt": {"type": "reboot"}}));
+    let none = BTreeMap::new();
+    for (case, interrupt, prior, latest, after, run) in cases {
+        let p = if *interrupt { &reboot } else { &plain };
+        let pk = spec(std::slice::from_ref(p));
+        let sv = view(&pk, &none);
+        let mut state = NodeState::default();
+        if let Some((stage, st)) = prior {
+            state.upsert(entry(p, *stage, *st));
+        }
+        let jobs: Vec<JobView> = match (prior, latest) {
+            (Some((stage, _)), Some(o)) => vec![job(p, *stage, 0, o.clone())],
+            _ => Vec::new(),
+        };
+        let refs: Vec<&JobView> = jobs.iter().collect();
+        // Interrupt packages step on a node already cordoned and drained.
+        let host = Host {
+            cordoned: true,
+            pods: Some(&[]),
+            other_busy: false,
+        };
+        let o = step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            host,
+            &refs,
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
+        let got = o
+            .state
+            .get(&p.name, &p.version)
+            .map(|e| (e.stage, e.state.expect("state"), e.restarts));
+        assert_eq!(got, *after, "{case}: state");
+        let started: Vec<(Stage, u32)> = runs(&o).into_iter().map(|(_, s, a)| (s, a)).collect();
+        assert_eq!(
+            started,
+            run.iter().copied().collect::<Vec<_>>(),
+            "{case}: runs"
+        );
+    }
+}
