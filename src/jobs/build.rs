@@ -39,8 +39,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::crd::{Package, PackageResources, Skyhook};
-use crate::schema::{self, PackageAnnotation, Stage};
 use crate::schema::parse_go_duration;
+use crate::schema::{self, PackageAnnotation, Stage};
 use crate::settings::Config;
 
 /// Requests and limits of the interrupt container (§4.3, fixed by the reference).

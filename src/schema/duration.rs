@@ -76,7 +76,9 @@ fn component_nanos(number: &str, scale: u128) -> Option<u128> {
     }
     let mut value: u128 = 0;
     for d in int.bytes() {
-        value = value.saturating_mul(10).saturating_add(u128::from(d - b'0'));
+        value = value
+            .saturating_mul(10)
+            .saturating_add(u128::from(d - b'0'));
     }
     let mut out = value.saturating_mul(scale);
     // Fraction digits beyond nanosecond precision change nothing, as in Go.
@@ -124,7 +126,11 @@ mod tests {
                 "{bad}"
             );
         }
-        for huge in ["1000000000h", "2562048h", "99999999999999999999999999999999999999h"] {
+        for huge in [
+            "1000000000h",
+            "2562048h",
+            "99999999999999999999999999999999999999h",
+        ] {
             assert!(
                 matches!(parse_go_duration(huge), Err(DurationError::OutOfRange(_))),
                 "{huge}"
