@@ -84,6 +84,16 @@ pub const MSG_VERSION_INVALID: &str = "version must be a valid semantic version"
 /// Version too long (operator side; the API server reports its own maxLength error).
 pub const MSG_VERSION_TOO_LONG: &str = "version must be at most 63 characters";
 /// Image with a registry port.
+/// gracefulShutdown must be a Go duration the reference could also read (Go's own limit is
+/// 2562047h; the reference fails to decode anything longer).
+pub const MSG_GRACEFUL_SHUTDOWN: &str =
+    "gracefulShutdown must be a Go duration such as 30s or 1m30s";
+/// CEL cannot parse durations past Go's limit without an evaluation error, so admission bounds
+/// the text instead: at most 6 digits per unit and 20 characters keep every accepted value
+/// below 2562047h, and a human asking for more than 999999h has made a typo.
+pub const GRACEFUL_SHUTDOWN_PATTERN: &str =
+    r"^(0|([0-9]{1,6}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h))+)$";
+pub const MAX_GRACEFUL_SHUTDOWN_LENGTH: usize = 20;
 pub const MSG_IMAGE_PORT: &str = "image registry with a port is not supported";
 /// configInterrupts key that is not a configMap key.
 pub const MSG_CONFIG_INTERRUPT_KEY: &str =
@@ -263,6 +273,13 @@ pub fn skyhook_rules() -> Vec<CelRule> {
             format!("version: {MSG_VERSION_INVALID} such as 1.2.3 (a leading v is allowed)"),
         ),
         rule(
+            "spec.packages.*.gracefulShutdown",
+            format!("self.matches('{GRACEFUL_SHUTDOWN_PATTERN}')"),
+            format!(
+                "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN}, at most {MAX_GRACEFUL_SHUTDOWN_LENGTH} characters and 6 digits per unit (for example 999999h)"
+            ),
+        ),
+        rule(
             "spec.packages.*.image",
             "!(self.indexOf(':') >= 0 && self.indexOf('/') > self.indexOf(':'))",
             format!(
@@ -404,6 +421,11 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
             "spec.packages.*.image",
             "maxLength",
             json!(MAX_IMAGE_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.gracefulShutdown",
+            "maxLength",
+            json!(MAX_GRACEFUL_SHUTDOWN_LENGTH),
         ),
         patch(
             "spec.packages.*.resources.cpuRequest",

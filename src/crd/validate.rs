@@ -13,21 +13,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
 
 use super::admission::{
-    MAX_SKYHOOK_NAME, MAX_VERSION_LENGTH, MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH,
-    MSG_COMPARTMENT_BUDGET_NONE, MSG_COMPARTMENT_IDENTICAL_SELECTOR, MSG_COMPARTMENT_NOT_UNIQUE,
-    MSG_COMPARTMENT_RESERVED, MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB,
-    MSG_CONFIG_INTERRUPT_KEY, MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE,
-    MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE, MSG_DEPENDENCY_EMPTY_VERSION,
-    MSG_DEPENDENCY_MISSING, MSG_IMAGE_PORT, MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE,
-    MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET,
-    MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY, MSG_RESOURCES_POSITIVE,
-    MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG,
-    PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
+    GRACEFUL_SHUTDOWN_PATTERN, MAX_GRACEFUL_SHUTDOWN_LENGTH, MAX_SKYHOOK_NAME, MAX_VERSION_LENGTH,
+    MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_NONE,
+    MSG_COMPARTMENT_IDENTICAL_SELECTOR, MSG_COMPARTMENT_NOT_UNIQUE, MSG_COMPARTMENT_RESERVED,
+    MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB, MSG_CONFIG_INTERRUPT_KEY,
+    MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE, MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE,
+    MSG_DEPENDENCY_EMPTY_VERSION, MSG_DEPENDENCY_MISSING, MSG_GRACEFUL_SHUTDOWN, MSG_IMAGE_PORT,
+    MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY,
+    MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY,
+    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID,
+    MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
 };
 use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
 use super::skyhook::{Package, PackageResources};
 use super::{DeploymentPolicy, Skyhook, quantity};
-use crate::schema::{glob_match, is_qualified_name, is_valid_label_value, is_valid_semver};
+use crate::schema::{
+    glob_match, is_qualified_name, is_valid_label_value, is_valid_semver, parse_go_duration,
+};
 
 /// One problem with an object: where it is and what to do about it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -203,6 +205,29 @@ fn check_package(errs: &mut Errors, key: &str, package: &Package, all: &BTreeMap
             ),
         );
     }
+    check_config_interrupts(errs, &field, package);
+    check_graceful_shutdown(errs, &field, package);
+    for (dep, version) in &package.depends_on {
+        if version.is_empty() {
+            errs.push(
+                format!("{field}.dependsOn[{dep}]"),
+                format!(
+                    "dependsOn: {MSG_DEPENDENCY_EMPTY_VERSION} for [{dep}], set the exact version of the dependency"
+                ),
+            );
+        } else if all.get(dep).is_none_or(|p| &p.version != version) {
+            errs.push(
+                format!("{field}.dependsOn[{dep}]"),
+                format!("{MSG_DEPENDENCY_MISSING}, missing: [{dep}|{version}]"),
+            );
+        }
+    }
+    if let Some(resources) = &package.resources {
+        check_resources(errs, &format!("{field}.resources"), resources);
+    }
+}
+
+fn check_config_interrupts(errs: &mut Errors, field: &str, package: &Package) {
     for pattern in package.config_interrupts.keys() {
         if !pattern.contains('*') {
             if !package.config_map.contains_key(pattern) {
@@ -242,24 +267,31 @@ fn check_package(errs: &mut Errors, key: &str, package: &Package, all: &BTreeMap
             );
         }
     }
-    for (dep, version) in &package.depends_on {
-        if version.is_empty() {
-            errs.push(
-                format!("{field}.dependsOn[{dep}]"),
-                format!(
-                    "dependsOn: {MSG_DEPENDENCY_EMPTY_VERSION} for [{dep}], set the exact version of the dependency"
-                ),
-            );
-        } else if all.get(dep).is_none_or(|p| &p.version != version) {
-            errs.push(
-                format!("{field}.dependsOn[{dep}]"),
-                format!("{MSG_DEPENDENCY_MISSING}, missing: [{dep}|{version}]"),
-            );
-        }
-    }
-    if let Some(resources) = &package.resources {
-        check_resources(errs, &format!("{field}.resources"), resources);
-    }
+}
+
+static GRACEFUL_SHUTDOWN_RE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(GRACEFUL_SHUTDOWN_PATTERN).ok());
+
+/// The admission rule on `gracefulShutdown`, re-checked for objects stored before it existed.
+fn check_graceful_shutdown(errs: &mut Errors, field: &str, package: &Package) {
+    let Some(grace) = package.graceful_shutdown.as_deref() else {
+        return;
+    };
+    let shaped = grace.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH
+        && GRACEFUL_SHUTDOWN_RE
+            .as_ref()
+            .is_some_and(|re| re.is_match(grace));
+    let problem = match parse_go_duration(grace) {
+        Err(e) => e.to_string(),
+        Ok(_) if !shaped => format!("{grace:?} is longer than admission allows"),
+        Ok(_) => return,
+    };
+    errs.push(
+        format!("{field}.gracefulShutdown"),
+        format!(
+            "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN}, at most {MAX_GRACEFUL_SHUTDOWN_LENGTH} characters and 6 digits per unit (for example 999999h): {problem}"
+        ),
+    );
 }
 
 /// Whether the registry part of an image reference carries a port (`host:port/...`): a `:`

@@ -689,3 +689,40 @@ fn an_unchanged_world_writes_nothing() {
     assert!(second.node_conditions.is_empty());
     assert!(second.status.is_none(), "status unchanged");
 }
+
+#[test]
+fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged_not_fatal() {
+    let mut spec = one_package(false);
+    spec["packages"][PLAIN]["gracefulShutdown"] = json!("1000000000h");
+    let sk = skyhook(spec, json!({}));
+    let problems = crate::crd::validate_skyhook(&sk).expect_err("rejected by the operator");
+    let text: Vec<String> = problems.iter().map(|e| e.to_string()).collect();
+    assert!(
+        text.iter().any(|t| t.contains("gracefulShutdown")),
+        "{text:?}"
+    );
+    let n = node("n1", 0, json!({}), json!({}), false);
+    let mut w = World::new(sk.clone(), vec![n]);
+    w.invalid = text;
+    let plan = w.plan();
+    assert!(
+        plan.create_jobs.is_empty(),
+        "an invalid Skyhook runs nothing"
+    );
+    // Building its Job anyway (as an older operator would have) must not panic either.
+    let package = &sk.spec.packages[PLAIN];
+    let req = crate::jobs::StageJob {
+        skyhook: &sk,
+        package,
+        stage: Stage::Apply,
+        node: "n1",
+        attempt: 0,
+        spec_hash: "h",
+    };
+    let job = crate::jobs::stage_job(&req, &config());
+    let grace = job
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.termination_grace_period_seconds);
+    assert_eq!(grace, None);
+}
