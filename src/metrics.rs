@@ -78,136 +78,152 @@ pub struct Metrics {
 }
 
 impl Default for Metrics {
+    /// Every family registered, in the reference's order.
     fn default() -> Self {
-        let mut registry = Registry::default();
-        let mut reg = |name: &str, help: &str, metric: &dyn Fn(&mut Registry, &str, &str)| {
-            metric(&mut registry, name, help)
-        };
-        let status = Family::<StatusLabels, Gauge>::default();
-        let node_status = Family::<StatusLabels, Gauge>::default();
-        let targets = Family::<SkyhookLabels, Gauge>::default();
-        let package_state = Family::<PackageStateLabels, Gauge>::default();
-        let package_stage = Family::<PackageStageLabels, Gauge>::default();
-        let restarts = Family::<PackageLabels, Gauge>::default();
-        let matched = Family::<RolloutLabels, Gauge>::default();
-        let ceiling = Family::<RolloutLabels, Gauge>::default();
-        let current_batch = Family::<RolloutLabels, Gauge>::default();
-        let consecutive_failures = Family::<RolloutLabels, Gauge>::default();
-        let should_stop = Family::<RolloutLabels, Gauge>::default();
-        let in_progress = Family::<RolloutLabels, Gauge>::default();
-        let completed = Family::<RolloutLabels, Gauge>::default();
-        let progress = Family::<RolloutLabels, Gauge>::default();
-        reg(
-            "skyhook_status",
-            "1 for the Skyhook's current status, 0 for the others",
-            &|r, n, h| r.register(n, h, status.clone()),
-        );
-        reg(
-            "skyhook_node_status_count",
-            "Targeted nodes per status",
-            &|r, n, h| r.register(n, h, node_status.clone()),
-        );
-        reg("skyhook_node_target_count", "Targeted nodes", &|r, n, h| {
-            r.register(n, h, targets.clone())
-        });
-        reg(
-            "skyhook_package_state_count",
-            "Nodes per package state",
-            &|r, n, h| r.register(n, h, package_state.clone()),
-        );
-        reg(
-            "skyhook_package_stage_count",
-            "Nodes per package stage",
-            &|r, n, h| r.register(n, h, package_stage.clone()),
-        );
-        reg(
-            "skyhook_package_restarts_count",
-            "Failed attempts summed over nodes",
-            &|r, n, h| r.register(n, h, restarts.clone()),
-        );
-        reg(
-            "skyhook_rollout_matched_nodes",
-            "Nodes in the compartment",
-            &|r, n, h| r.register(n, h, matched.clone()),
-        );
-        reg(
-            "skyhook_rollout_ceiling",
-            "Nodes the compartment may work on at once",
-            &|r, n, h| r.register(n, h, ceiling.clone()),
-        );
-        reg(
-            "skyhook_rollout_current_batch",
-            "Current batch number",
-            &|r, n, h| r.register(n, h, current_batch.clone()),
-        );
-        reg(
-            "skyhook_rollout_consecutive_failures",
-            "Consecutive failed batches",
-            &|r, n, h| r.register(n, h, consecutive_failures.clone()),
-        );
-        reg(
-            "skyhook_rollout_should_stop",
-            "1 when the rollout is halted",
-            &|r, n, h| r.register(n, h, should_stop.clone()),
-        );
-        reg(
-            "skyhook_rollout_in_progress",
-            "Compartment nodes in progress",
-            &|r, n, h| r.register(n, h, in_progress.clone()),
-        );
-        reg(
-            "skyhook_rollout_completed",
-            "Compartment nodes complete",
-            &|r, n, h| r.register(n, h, completed.clone()),
-        );
-        reg(
-            "skyhook_rollout_progress_percent",
-            "Compartment progress",
-            &|r, n, h| r.register(n, h, progress.clone()),
-        );
-        Metrics {
-            registry,
-            status,
-            node_status,
-            targets,
-            package_state,
-            package_stage,
-            restarts,
-            matched,
-            ceiling,
-            current_batch,
-            consecutive_failures,
-            should_stop,
-            in_progress,
-            completed,
-            progress,
+        let mut m = Metrics {
+            registry: Registry::default(),
+            status: Family::default(),
+            node_status: Family::default(),
+            targets: Family::default(),
+            package_state: Family::default(),
+            package_stage: Family::default(),
+            restarts: Family::default(),
+            matched: Family::default(),
+            ceiling: Family::default(),
+            current_batch: Family::default(),
+            consecutive_failures: Family::default(),
+            should_stop: Family::default(),
+            in_progress: Family::default(),
+            completed: Family::default(),
+            progress: Family::default(),
             emitted: Mutex::new(BTreeMap::new()),
             emitted_policy: Mutex::new(BTreeMap::new()),
-        }
+        };
+        m.register_skyhook_families();
+        m.register_package_families();
+        m.register_rollout_families();
+        m
     }
 }
 
 impl Metrics {
+    fn register_skyhook_families(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "skyhook_status",
+            "1 for the Skyhook's current status, 0 for the others",
+            self.status.clone(),
+        );
+        r.register(
+            "skyhook_node_status_count",
+            "Targeted nodes per status",
+            self.node_status.clone(),
+        );
+        r.register(
+            "skyhook_node_target_count",
+            "Targeted nodes",
+            self.targets.clone(),
+        );
+    }
+
+    fn register_package_families(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "skyhook_package_state_count",
+            "Nodes per package state",
+            self.package_state.clone(),
+        );
+        r.register(
+            "skyhook_package_stage_count",
+            "Nodes per package stage",
+            self.package_stage.clone(),
+        );
+        r.register(
+            "skyhook_package_restarts_count",
+            "Failed attempts summed over nodes",
+            self.restarts.clone(),
+        );
+    }
+
+    fn register_rollout_families(&mut self) {
+        let families = [
+            (
+                "skyhook_rollout_matched_nodes",
+                "Nodes in the compartment",
+                &self.matched,
+            ),
+            (
+                "skyhook_rollout_ceiling",
+                "Nodes the compartment may work on at once",
+                &self.ceiling,
+            ),
+            (
+                "skyhook_rollout_current_batch",
+                "Current batch number",
+                &self.current_batch,
+            ),
+            (
+                "skyhook_rollout_consecutive_failures",
+                "Consecutive failed batches",
+                &self.consecutive_failures,
+            ),
+            (
+                "skyhook_rollout_should_stop",
+                "1 when the rollout is halted",
+                &self.should_stop,
+            ),
+            (
+                "skyhook_rollout_in_progress",
+                "Compartment nodes in progress",
+                &self.in_progress,
+            ),
+            (
+                "skyhook_rollout_completed",
+                "Compartment nodes complete",
+                &self.completed,
+            ),
+            (
+                "skyhook_rollout_progress_percent",
+                "Compartment progress",
+                &self.progress,
+            ),
+        ];
+        for (name, help, family) in families {
+            self.registry.register(name, help, family.clone());
+        }
+    }
+
     /// Set every series of one Skyhook from its status.
     /// `ceiling` is the number of nodes one batch may hold (the budget applied to the targets).
     pub fn observe(&self, sk: &Skyhook, st: &SkyhookStatus, ceiling: usize) {
         let name = sk.metadata.name.clone().unwrap_or_default();
+        self.observe_statuses(&name, st);
+        self.observe_packages(&name, sk, st);
+        self.observe_rollout(&name, sk, st, ceiling);
+    }
+
+    /// The Skyhook's status, nodes per status, and targeted nodes.
+    fn observe_statuses(&self, name: &str, st: &SkyhookStatus) {
         let current = st.status.unwrap_or(Status::Unknown);
         for s in Status::ALL {
             let l = StatusLabels {
-                skyhook_name: name.clone(),
+                skyhook_name: name.to_owned(),
                 status: s.as_str().into(),
             };
             self.status.get_or_create(&l).set(i64::from(s == current));
             let n = st.node_status.values().filter(|x| **x == s).count();
             self.node_status.get_or_create(&l).set(n as i64);
         }
-        let targeted = st.node_status.len() as i64;
         self.targets
             .get_or_create(&SkyhookLabels {
-                skyhook_name: name.clone(),
+                skyhook_name: name.to_owned(),
             })
-            .set(targeted);
+            .set(st.node_status.len() as i64);
+    }
+
+    /// Nodes per state and stage, and restarts, of every spec package; the series of packages
+    /// no longer in the spec are removed.
+    fn observe_packages(&self, name: &str, sk: &Skyhook, st: &SkyhookStatus) {
         let mut now_emitted = BTreeSet::new();
         for p in sk.spec.packages.values() {
             let key = (p.name.clone(), p.version.clone());
@@ -220,28 +236,31 @@ impl Metrics {
             for s in State::ALL {
                 let n = entries.iter().filter(|e| e.state == Some(s)).count();
                 self.package_state
-                    .get_or_create(&self.psl(&name, &key, s.as_str()))
+                    .get_or_create(&self.psl(name, &key, s.as_str()))
                     .set(n as i64);
             }
             for s in Stage::ALL {
                 let n = entries.iter().filter(|e| e.stage == s).count();
                 self.package_stage
-                    .get_or_create(&self.pgl(&name, &key, s.as_str()))
+                    .get_or_create(&self.pgl(name, &key, s.as_str()))
                     .set(n as i64);
             }
             let r: i64 = entries.iter().map(|e| i64::from(e.restarts)).sum();
-            self.restarts.get_or_create(&pl(&name, &key)).set(r);
+            self.restarts.get_or_create(&pl(name, &key)).set(r);
         }
         let mut emitted = self.emitted.lock().unwrap_or_else(|e| e.into_inner());
         let old = emitted
-            .insert(name.clone(), now_emitted.clone())
+            .insert(name.to_owned(), now_emitted.clone())
             .unwrap_or_default();
         for gone in old.difference(&now_emitted) {
-            self.remove_package(&name, gone);
+            self.remove_package(name, gone);
         }
-        drop(emitted);
+    }
+
+    /// The rollout gauges of the Skyhook's one (default) compartment.
+    fn observe_rollout(&self, name: &str, sk: &Skyhook, st: &SkyhookStatus, ceiling: usize) {
         let rl = RolloutLabels {
-            skyhook_name: name.clone(),
+            skyhook_name: name.to_owned(),
             policy_name: sk
                 .spec
                 .deployment_policy
@@ -251,16 +270,11 @@ impl Metrics {
             compartment_name: schema::DEFAULT_COMPARTMENT.into(),
             strategy: "fixed".into(),
         };
-        let complete = st
-            .node_status
-            .values()
-            .filter(|x| **x == Status::Complete)
-            .count() as i64;
-        let busy = st
-            .node_status
-            .values()
-            .filter(|x| **x == Status::InProgress)
-            .count() as i64;
+        let targeted = st.node_status.len() as i64;
+        let count =
+            |status: Status| st.node_status.values().filter(|x| **x == status).count() as i64;
+        let complete = count(Status::Complete);
+        let busy = count(Status::InProgress);
         self.matched.get_or_create(&rl).set(targeted);
         self.ceiling.get_or_create(&rl).set(ceiling as i64);
         // Batch bookkeeping is whatever the status carries (the CLI may reset it).
@@ -377,5 +391,81 @@ fn pl(name: &str, key: &(String, String)) -> PackageLabels {
         skyhook_name: name.into(),
         package_name: key.0.clone(),
         package_version: key.1.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored() -> Skyhook {
+        let text = include_str!("../tests/fixtures/valid/go-stored-skyhook.yaml");
+        serde_saphyr::from_str(text).unwrap()
+    }
+
+    fn has(text: &str, line: &str) -> bool {
+        text.lines().any(|l| l == line)
+    }
+
+    #[test]
+    fn series_follow_the_status() {
+        let sk = stored();
+        let st = sk.status.clone().unwrap();
+        let m = Metrics::default();
+        m.observe(&sk, &st, 2);
+        let text = m.encode();
+        let rollout = r#"skyhook_name="stored-by-go",policy_name="legacy",compartment_name="__default__",strategy="fixed""#;
+        for line in [
+            r#"skyhook_status{skyhook_name="stored-by-go",status="in_progress"} 1"#.to_owned(),
+            r#"skyhook_status{skyhook_name="stored-by-go",status="complete"} 0"#.to_owned(),
+            r#"skyhook_node_status_count{skyhook_name="stored-by-go",status="erroring"} 1"#.to_owned(),
+            r#"skyhook_node_target_count{skyhook_name="stored-by-go"} 2"#.to_owned(),
+            r#"skyhook_package_state_count{skyhook_name="stored-by-go",package_name="dexter",package_version="1.2.3",state="erroring"} 1"#.to_owned(),
+            r#"skyhook_package_stage_count{skyhook_name="stored-by-go",package_name="dexter",package_version="1.2.3",stage="post-interrupt"} 1"#.to_owned(),
+            r#"skyhook_package_restarts_count{skyhook_name="stored-by-go",package_name="dexter",package_version="1.2.3"} 3"#.to_owned(),
+            format!("skyhook_rollout_matched_nodes{{{rollout}}} 2"),
+            format!("skyhook_rollout_ceiling{{{rollout}}} 2"),
+            format!("skyhook_rollout_current_batch{{{rollout}}} 2"),
+            format!("skyhook_rollout_completed{{{rollout}}} 1"),
+            format!("skyhook_rollout_progress_percent{{{rollout}}} 50"),
+        ] {
+            assert!(has(&text, &line), "{line} missing from\n{text}");
+        }
+        let families: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert_eq!(
+            families,
+            [
+                "skyhook_status",
+                "skyhook_node_status_count",
+                "skyhook_node_target_count",
+                "skyhook_package_state_count",
+                "skyhook_package_stage_count",
+                "skyhook_package_restarts_count",
+                "skyhook_rollout_matched_nodes",
+                "skyhook_rollout_ceiling",
+                "skyhook_rollout_current_batch",
+                "skyhook_rollout_consecutive_failures",
+                "skyhook_rollout_should_stop",
+                "skyhook_rollout_in_progress",
+                "skyhook_rollout_completed",
+                "skyhook_rollout_progress_percent",
+            ]
+        );
+
+        // A package gone from the spec loses its series; a deleted Skyhook its status series.
+        let mut without_dexter = sk.clone();
+        without_dexter.spec.packages.remove("dexter");
+        m.observe(&without_dexter, &st, 2);
+        let text = m.encode();
+        assert!(!text.contains(r#"package_name="dexter""#), "{text}");
+        assert!(text.contains(r#"package_name="foobar""#), "{text}");
+        m.forget("stored-by-go");
+        let text = m.encode();
+        assert!(!text.contains("skyhook_status{"), "{text}");
+        assert!(!text.contains("package_name="), "{text}");
     }
 }

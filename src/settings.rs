@@ -119,54 +119,22 @@ pub struct Config {
     pub log_level: String,
 }
 
+/// The duration settings, parsed (a value that is invalid or too small reads as its minimum,
+/// and is reported).
+struct Durations {
+    default_interval: Duration,
+    stage_deadline: Duration,
+    completed_job_ttl: Duration,
+    retry_base: Duration,
+    retry_max: Duration,
+}
+
 impl Settings {
     /// Check every setting, reporting all problems at once (as the reference does).
     pub fn validate(&self) -> Result<Config, SettingsError> {
         let mut errs = Vec::new();
-        let mut dur = |name: &str, v: &str, min: Duration| match parse_go_duration(v) {
-            Ok(d) if d >= min => d,
-            Ok(_) => {
-                errs.push(format!("{name} must be at least {min:?}, got {v:?}"));
-                min
-            }
-            Err(e) => {
-                errs.push(format!("{name}: {e}"));
-                min
-            }
-        };
-        let default_interval = dur(
-            "DEFAULT_INTERVAL",
-            &self.default_interval,
-            Duration::from_secs(60),
-        );
-        let stage_deadline = dur(
-            "STAGE_DEADLINE",
-            &self.stage_deadline,
-            Duration::from_secs(1),
-        );
-        let completed_job_ttl = dur(
-            "COMPLETED_JOB_TTL",
-            &self.completed_job_ttl,
-            Duration::from_secs(0),
-        );
-        let retry_base = dur("RETRY_BASE", &self.retry_base, Duration::from_millis(100));
-        let retry_max = dur("RETRY_MAX", &self.retry_max, Duration::from_millis(100));
-        if !self.copy_dir_root.starts_with('/') {
-            errs.push(format!(
-                "COPY_DIR_ROOT must be an absolute path, got {:?}",
-                self.copy_dir_root
-            ));
-        }
-        for (name, image) in [
-            ("PAUSE_IMAGE", &self.pause_image),
-            ("AGENT_IMAGE", &self.agent_image),
-        ] {
-            if image.is_empty() || !image.contains(':') {
-                errs.push(format!(
-                    "{name} must be an image reference with a tag, got {image:?}"
-                ));
-            }
-        }
+        let durations = self.durations(&mut errs);
+        self.check_paths_and_images(&mut errs);
         let taint = match TaintSpec::parse(&self.runtime_required_taint) {
             Ok(t) => Some(t),
             Err(e) => {
@@ -188,28 +156,85 @@ impl Settings {
             errs.push("NAMESPACE must not be empty".to_string());
         }
         match (taint, errs.is_empty()) {
-            (Some(runtime_required_taint), true) => Ok(Config {
-                namespace: self.namespace.clone(),
-                default_interval,
-                image_pull_secret: Some(self.image_pull_secret.clone()).filter(|s| !s.is_empty()),
-                copy_dir_root: self.copy_dir_root.clone(),
-                agent_log_root: self.agent_log_root.clone(),
-                reapply_on_reboot: self.reapply_on_reboot,
-                runtime_required_taint,
-                pause_image: self.pause_image.clone(),
-                agent_image: self.agent_image.clone(),
-                metrics_addr: bind_address(&self.metrics_bind_address),
-                probe_addr: bind_address(&self.health_probe_bind_address),
-                stage_deadline,
-                completed_job_ttl,
-                failed_jobs_kept: self.failed_jobs_kept.max(1),
-                retry_base,
-                retry_max,
-                skyhook_selector: Some(self.skyhook_selector.clone()).filter(|s| !s.is_empty()),
-                log_json,
-                log_level: self.log_level.clone(),
-            }),
+            (Some(taint), true) => Ok(self.config(durations, taint, log_json)),
             _ => Err(SettingsError(errs)),
+        }
+    }
+
+    fn durations(&self, errs: &mut Vec<String>) -> Durations {
+        let mut dur = |name: &str, v: &str, min: Duration| match parse_go_duration(v) {
+            Ok(d) if d >= min => d,
+            Ok(_) => {
+                errs.push(format!("{name} must be at least {min:?}, got {v:?}"));
+                min
+            }
+            Err(e) => {
+                errs.push(format!("{name}: {e}"));
+                min
+            }
+        };
+        Durations {
+            default_interval: dur(
+                "DEFAULT_INTERVAL",
+                &self.default_interval,
+                Duration::from_secs(60),
+            ),
+            stage_deadline: dur(
+                "STAGE_DEADLINE",
+                &self.stage_deadline,
+                Duration::from_secs(1),
+            ),
+            completed_job_ttl: dur(
+                "COMPLETED_JOB_TTL",
+                &self.completed_job_ttl,
+                Duration::from_secs(0),
+            ),
+            retry_base: dur("RETRY_BASE", &self.retry_base, Duration::from_millis(100)),
+            retry_max: dur("RETRY_MAX", &self.retry_max, Duration::from_millis(100)),
+        }
+    }
+
+    fn check_paths_and_images(&self, errs: &mut Vec<String>) {
+        if !self.copy_dir_root.starts_with('/') {
+            errs.push(format!(
+                "COPY_DIR_ROOT must be an absolute path, got {:?}",
+                self.copy_dir_root
+            ));
+        }
+        for (name, image) in [
+            ("PAUSE_IMAGE", &self.pause_image),
+            ("AGENT_IMAGE", &self.agent_image),
+        ] {
+            if image.is_empty() || !image.contains(':') {
+                errs.push(format!(
+                    "{name} must be an image reference with a tag, got {image:?}"
+                ));
+            }
+        }
+    }
+
+    /// The checked settings as the operator uses them.
+    fn config(&self, d: Durations, runtime_required_taint: TaintSpec, log_json: bool) -> Config {
+        Config {
+            namespace: self.namespace.clone(),
+            default_interval: d.default_interval,
+            image_pull_secret: Some(self.image_pull_secret.clone()).filter(|s| !s.is_empty()),
+            copy_dir_root: self.copy_dir_root.clone(),
+            agent_log_root: self.agent_log_root.clone(),
+            reapply_on_reboot: self.reapply_on_reboot,
+            runtime_required_taint,
+            pause_image: self.pause_image.clone(),
+            agent_image: self.agent_image.clone(),
+            metrics_addr: bind_address(&self.metrics_bind_address),
+            probe_addr: bind_address(&self.health_probe_bind_address),
+            stage_deadline: d.stage_deadline,
+            completed_job_ttl: d.completed_job_ttl,
+            failed_jobs_kept: self.failed_jobs_kept.max(1),
+            retry_base: d.retry_base,
+            retry_max: d.retry_max,
+            skyhook_selector: Some(self.skyhook_selector.clone()).filter(|s| !s.is_empty()),
+            log_json,
+            log_level: self.log_level.clone(),
         }
     }
 }

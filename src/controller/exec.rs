@@ -1,11 +1,29 @@
 //! Applies a [`Plan`]: the only place that writes to the API server for a reconcile. Order
 //! matters for crash safety: ConfigMaps before the Jobs that mount them, Jobs before the node
 //! state that says they run (a restart adopts a Job it finds; it never loses one).
+//!
+//! The writes, in order, one function each:
+//!
+//! 1. the finalizer, if missing;
+//! 2. ConfigMaps (server-side apply): package and node metadata ConfigMaps;
+//! 3. Jobs (create; 409 means an earlier pass created it: adopt it);
+//! 4. Job operations: `Record`, `Fail`, `Delete`;
+//! 5. evictions (a 429 from a PodDisruptionBudget becomes a `DrainBlocked` Warning, retried next
+//!    pass);
+//! 6. on deletion, the owned Jobs and ConfigMaps;
+//! 7. node patches (merge): annotations, labels, `spec.unschedulable`, `spec.taints`;
+//! 8. node conditions (strategic merge);
+//! 9. the Skyhook status (a full replace guarded by `resourceVersion`);
+//! 10. finalizer removal on deletion;
+//! 11. Events (a failure to publish one is logged, never fatal).
+//!
+//! A 404 on a Job op, a pod eviction, a node or the finalizer removal is ignored: the object
+//! went away. Any other error aborts the pass; writes already made stay.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
@@ -13,14 +31,23 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::Error;
-use crate::crd::Skyhook;
-use crate::plan::{JobOp, Plan, Target};
+use crate::crd::{Skyhook, SkyhookStatus};
+use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 
 const MANAGER: &str = "skyhook-operator";
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// `Ok` for success and for a 404 (the object went away); the error otherwise.
+fn ignore_not_found<T>(res: Result<T, kube::Error>) -> Result<(), Error> {
+    match res {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 404) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 pub async fn execute(
@@ -30,172 +57,243 @@ pub async fn execute(
     sk: &Skyhook,
     plan: Plan,
 ) -> Result<(), Error> {
-    let name = sk.name_any();
-    let skyhooks: Api<Skyhook> = Api::all(client.clone());
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let nodes: Api<Node> = Api::all(client.clone());
-
+    let w = Writer {
+        client,
+        recorder,
+        sk,
+        name: sk.name_any(),
+        skyhooks: Api::all(client.clone()),
+        jobs: Api::namespaced(client.clone(), namespace),
+        cms: Api::namespaced(client.clone(), namespace),
+        nodes: Api::all(client.clone()),
+    };
     // The status replace below must carry the newest resourceVersion.
     let mut resource_version = sk.resource_version();
     if plan.add_finalizer {
+        resource_version = w.add_finalizer().await?;
+    }
+    w.apply_configmaps(&plan.configmaps).await?;
+    w.create_jobs(&plan.create_jobs).await?;
+    w.job_ops(&plan.job_ops).await?;
+    w.evict(&plan.evictions).await?;
+    if plan.delete_owned {
+        w.delete_owned().await?;
+    }
+    w.patch_nodes(&plan.node_patches).await?;
+    w.patch_node_conditions(&plan.node_conditions).await?;
+    if let Some(status) = plan.status {
+        w.replace_status(status, resource_version).await?;
+    }
+    if plan.remove_finalizer {
+        w.remove_finalizer().await?;
+    }
+    w.publish_events(&plan.events).await;
+    Ok(())
+}
+
+/// The APIs one pass writes through, for one Skyhook.
+struct Writer<'a> {
+    client: &'a Client,
+    recorder: &'a Recorder,
+    sk: &'a Skyhook,
+    name: String,
+    skyhooks: Api<Skyhook>,
+    jobs: Api<Job>,
+    cms: Api<ConfigMap>,
+    nodes: Api<Node>,
+}
+
+impl Writer<'_> {
+    /// Returns the patched Skyhook's resourceVersion.
+    async fn add_finalizer(&self) -> Result<Option<String>, Error> {
+        let sk = self.sk;
         let mut finalizers = sk.finalizers().to_vec();
         finalizers.push(schema::FINALIZER.to_string());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": sk.resource_version()}});
-        let patched = skyhooks
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        let patched = self
+            .skyhooks
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        resource_version = patched.resource_version();
+        Ok(patched.resource_version())
     }
 
-    let apply = PatchParams::apply(MANAGER).force();
-    for cm in &plan.configmaps {
-        let cm_name = cm.name_any();
-        cms.patch(
-            &cm_name,
-            &apply,
-            &Patch::Apply(with_kind(cm, "v1", "ConfigMap")),
-        )
-        .await?;
-    }
-
-    for job in &plan.create_jobs {
-        match jobs.create(&PostParams::default(), job).await {
-            Ok(_) => info!(skyhook = %name, job = %job.name_any(), "created Job"),
-            // A deterministic name already taken means an earlier pass created it: adopt it.
-            Err(e) if is_status(&e, 409) => debug!(job = %job.name_any(), "Job exists, adopting"),
-            Err(e) => return Err(e.into()),
+    async fn apply_configmaps(&self, configmaps: &[ConfigMap]) -> Result<(), Error> {
+        let apply = PatchParams::apply(MANAGER).force();
+        for cm in configmaps {
+            let cm_name = cm.name_any();
+            self.cms
+                .patch(
+                    &cm_name,
+                    &apply,
+                    &Patch::Apply(with_kind(cm, "v1", "ConfigMap")),
+                )
+                .await?;
         }
+        Ok(())
     }
 
-    for op in &plan.job_ops {
-        let res = match op {
-            JobOp::Record { job, ttl } => {
-                let mut patch = json!({"metadata": {"annotations": {schema::RECORDED_ANNOTATION: schema::TRUE_VALUE}}});
-                if let Some(ttl) = ttl {
-                    patch["spec"] = json!({"ttlSecondsAfterFinished": ttl});
+    async fn create_jobs(&self, jobs: &[Job]) -> Result<(), Error> {
+        for job in jobs {
+            match self.jobs.create(&PostParams::default(), job).await {
+                Ok(_) => info!(skyhook = %self.name, job = %job.name_any(), "created Job"),
+                // A deterministic name already taken means an earlier pass created it: adopt it.
+                Err(e) if is_status(&e, 409) => {
+                    debug!(job = %job.name_any(), "Job exists, adopting");
                 }
-                jobs.patch(job, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
+                Err(e) => return Err(e.into()),
             }
-            JobOp::Fail {
-                job,
-                reason,
-                message,
-            } => {
-                // Shrinking the deadline makes the Job controller fail it (and stop its pod)
-                // while the Job stays for `kubectl describe`; our annotation keeps the real reason.
-                let patch = json!({
-                    "metadata": {"annotations": {
-                        schema::FAILURE_REASON_ANNOTATION: reason,
-                        schema::FAILURE_MESSAGE_ANNOTATION: message,
-                    }},
-                    "spec": {"activeDeadlineSeconds": 1},
-                });
-                warn!(skyhook = %name, %job, %reason, "failing a Job whose pod cannot start");
-                jobs.patch(job, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
-            }
-            JobOp::Delete { job } => jobs.delete(job, &background()).await.map(|_| ()),
-        };
-        match res {
-            Ok(()) => {}
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
         }
+        Ok(())
     }
 
-    for (ns, pod) in &plan.evictions {
-        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
-        match pods.evict(pod, &kube::api::EvictParams::default()).await {
-            Ok(_) => info!(skyhook = %name, pod = %format!("{ns}/{pod}"), "evicted"),
-            Err(e) if is_status(&e, 404) => {}
-            // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.
-            Err(e) if is_status(&e, 429) => {
-                let ev = Event {
-                    type_: EventType::Warning,
-                    reason: schema::DRAIN_BLOCKED_REASON.to_string(),
-                    note: Some(format!(
-                        "eviction of pod {ns}/{pod} is blocked by a PodDisruptionBudget; retrying"
-                    )),
-                    action: "Evict".to_string(),
-                    secondary: None,
-                };
-                if let Err(e) = recorder.publish(&ev, &sk.object_ref(&())).await {
-                    warn!(error = %e, "could not publish an event");
+    async fn job_ops(&self, ops: &[JobOp]) -> Result<(), Error> {
+        for op in ops {
+            let res = match op {
+                JobOp::Record { job, ttl } => {
+                    let mut patch = json!({"metadata": {"annotations": {schema::RECORDED_ANNOTATION: schema::TRUE_VALUE}}});
+                    if let Some(ttl) = ttl {
+                        patch["spec"] = json!({"ttlSecondsAfterFinished": ttl});
+                    }
+                    self.jobs
+                        .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map(|_| ())
                 }
-            }
-            Err(e) => return Err(e.into()),
+                JobOp::Fail {
+                    job,
+                    reason,
+                    message,
+                } => {
+                    // Shrinking the deadline makes the Job controller fail it (and stop its pod)
+                    // while the Job stays for `kubectl describe`; our annotation keeps the real
+                    // reason.
+                    let patch = json!({
+                        "metadata": {"annotations": {
+                            schema::FAILURE_REASON_ANNOTATION: reason,
+                            schema::FAILURE_MESSAGE_ANNOTATION: message,
+                        }},
+                        "spec": {"activeDeadlineSeconds": 1},
+                    });
+                    warn!(skyhook = %self.name, %job, %reason, "failing a Job whose pod cannot start");
+                    self.jobs
+                        .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map(|_| ())
+                }
+                JobOp::Delete { job } => self.jobs.delete(job, &background()).await.map(|_| ()),
+            };
+            ignore_not_found(res)?;
         }
+        Ok(())
     }
 
-    if plan.delete_owned {
-        let lp = ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, name));
-        jobs.delete_collection(&background(), &lp).await?;
-        cms.delete_collection(&DeleteParams::default(), &lp).await?;
-        let meta = ListParams::default().labels(&format!("{}={}", schema::NODE_META_LABEL, name));
-        cms.delete_collection(&DeleteParams::default(), &meta)
+    async fn evict(&self, evictions: &[(String, String)]) -> Result<(), Error> {
+        for (ns, pod) in evictions {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            match pods.evict(pod, &kube::api::EvictParams::default()).await {
+                Ok(_) => info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "evicted"),
+                Err(e) if is_status(&e, 404) => {}
+                // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.
+                Err(e) if is_status(&e, 429) => {
+                    let ev = Event {
+                        type_: EventType::Warning,
+                        reason: schema::DRAIN_BLOCKED_REASON.to_string(),
+                        note: Some(format!(
+                            "eviction of pod {ns}/{pod} is blocked by a PodDisruptionBudget; retrying"
+                        )),
+                        action: "Evict".to_string(),
+                        secondary: None,
+                    };
+                    if let Err(e) = self.recorder.publish(&ev, &self.sk.object_ref(&())).await {
+                        warn!(error = %e, "could not publish an event");
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// On deletion: every Job and ConfigMap labelled with this Skyhook.
+    async fn delete_owned(&self) -> Result<(), Error> {
+        let lp = ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, self.name));
+        self.jobs.delete_collection(&background(), &lp).await?;
+        self.cms
+            .delete_collection(&DeleteParams::default(), &lp)
             .await?;
+        let meta =
+            ListParams::default().labels(&format!("{}={}", schema::NODE_META_LABEL, self.name));
+        self.cms
+            .delete_collection(&DeleteParams::default(), &meta)
+            .await?;
+        Ok(())
     }
 
-    for p in &plan.node_patches {
-        let mut meta = serde_json::Map::new();
-        if !p.annotations.is_empty() {
-            meta.insert("annotations".into(), to_json_map(&p.annotations));
+    async fn patch_nodes(&self, patches: &[NodePatch]) -> Result<(), Error> {
+        for p in patches {
+            let mut meta = serde_json::Map::new();
+            if !p.annotations.is_empty() {
+                meta.insert("annotations".into(), to_json_map(&p.annotations));
+            }
+            if !p.labels.is_empty() {
+                meta.insert("labels".into(), to_json_map(&p.labels));
+            }
+            let mut body = json!({"metadata": meta});
+            if let Some(u) = p.unschedulable {
+                body["spec"]["unschedulable"] = json!(u);
+            }
+            if let Some(t) = &p.taints {
+                // A merge patch replaces the list, so send all of it (null when empty).
+                body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
+            }
+            let res = self
+                .nodes
+                .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))
+                .await;
+            ignore_not_found(res)?;
         }
-        if !p.labels.is_empty() {
-            meta.insert("labels".into(), to_json_map(&p.labels));
-        }
-        let mut body = json!({"metadata": meta});
-        if let Some(u) = p.unschedulable {
-            body["spec"]["unschedulable"] = json!(u);
-        }
-        if let Some(t) = &p.taints {
-            // A merge patch replaces the list, so send all of it (null when empty).
-            body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
-        }
-        match nodes
-            .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
-        }
+        Ok(())
     }
 
-    for (node, set, remove) in &plan.node_conditions {
-        let mut list: Vec<Value> = set.iter().map(|c| json!(c)).collect();
-        list.extend(
-            remove
-                .iter()
-                .map(|t| json!({"type": t, "$patch": "delete"})),
-        );
-        let body = json!({"status": {"conditions": list}});
-        match nodes
-            .patch_status(node, &PatchParams::default(), &Patch::Strategic(&body))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
+    async fn patch_node_conditions(
+        &self,
+        conditions: &[(String, Vec<NodeCondition>, Vec<String>)],
+    ) -> Result<(), Error> {
+        for (node, set, remove) in conditions {
+            let mut list: Vec<Value> = set.iter().map(|c| json!(c)).collect();
+            list.extend(
+                remove
+                    .iter()
+                    .map(|t| json!({"type": t, "$patch": "delete"})),
+            );
+            let body = json!({"status": {"conditions": list}});
+            let res = self
+                .nodes
+                .patch_status(node, &PatchParams::default(), &Patch::Strategic(&body))
+                .await;
+            ignore_not_found(res)?;
         }
+        Ok(())
     }
 
-    if let Some(status) = plan.status {
+    async fn replace_status(
+        &self,
+        status: SkyhookStatus,
+        resource_version: Option<String>,
+    ) -> Result<(), Error> {
         // A full replace (guarded by resourceVersion) drops map keys a merge patch would keep.
-        let mut obj = sk.clone();
+        let mut obj = self.sk.clone();
         obj.status = Some(status);
         obj.metadata.managed_fields = None;
         obj.metadata.resource_version = resource_version;
-        skyhooks
-            .replace_status(&name, &PostParams::default(), &obj)
+        self.skyhooks
+            .replace_status(&self.name, &PostParams::default(), &obj)
             .await?;
+        Ok(())
     }
 
-    if plan.remove_finalizer {
+    async fn remove_finalizer(&self) -> Result<(), Error> {
+        let sk = self.sk;
         let finalizers: Vec<String> = sk
             .finalizers()
             .iter()
@@ -203,44 +301,48 @@ pub async fn execute(
             .cloned()
             .collect();
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": sk.resource_version()}});
-        match skyhooks
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        match self
+            .skyhooks
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => info!(skyhook = %name, "released the finalizer"),
+            Ok(_) => info!(skyhook = %self.name, "released the finalizer"),
             Err(e) if is_status(&e, 404) => {}
             Err(e) => return Err(e.into()),
         }
+        Ok(())
     }
 
-    for note in &plan.events {
-        let reference = match (note.target, &note.node) {
-            (Target::Node, Some(n)) => Node {
-                metadata: kube::api::ObjectMeta {
-                    name: Some(n.clone()),
+    /// Events on the Skyhook or a node; a failure to publish one is only logged.
+    async fn publish_events(&self, events: &[Note]) {
+        for note in events {
+            let reference = match (note.target, &note.node) {
+                (Target::Node, Some(n)) => Node {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(n.clone()),
+                        ..Default::default()
+                    },
                     ..Default::default()
+                }
+                .object_ref(&()),
+                _ => self.sk.object_ref(&()),
+            };
+            let ev = Event {
+                type_: if note.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
                 },
-                ..Default::default()
+                reason: note.reason.clone(),
+                note: Some(note.message.clone()),
+                action: note.reason.clone(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&ev, &reference).await {
+                warn!(error = %e, "could not publish an event");
             }
-            .object_ref(&()),
-            _ => sk.object_ref(&()),
-        };
-        let ev = Event {
-            type_: if note.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: note.reason.clone(),
-            note: Some(note.message.clone()),
-            action: note.reason.clone(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &reference).await {
-            warn!(error = %e, "could not publish an event");
         }
     }
-    Ok(())
 }
 
 fn background() -> DeleteParams {

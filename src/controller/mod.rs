@@ -121,117 +121,57 @@ pub async fn run(
 ) -> Result<(), Error> {
     let ns = config.namespace.clone();
     let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
-    let owned_pods = schema::NAME_LABEL.to_string();
-    let wc = || watcher::Config::default().any_semantic();
+    let owned = schema::NAME_LABEL.to_string();
 
     let (nodes, node_w) = reflector::store();
-    let node_stream = watcher(Api::<Node>::all(client.clone()), wc())
+    let node_stream = watcher(Api::<Node>::all(client.clone()), watch_config())
         .default_backoff()
         .modify(prune_node)
         .reflect(node_w)
         .applied_objects();
-    let (jobs, job_w) = reflector::store();
-    let job_stream = watcher(
-        Api::<Job>::namespaced(client.clone(), &ns),
-        wc().labels(&managed),
-    )
-    .default_backoff()
-    .modify(prune_meta)
-    .reflect(job_w)
-    .touched_objects();
-    let (pods, pod_w) = reflector::store();
-    let pod_stream = watcher(
-        Api::<Pod>::namespaced(client.clone(), &ns),
-        wc().labels(&owned_pods),
-    )
-    .default_backoff()
-    .modify(prune_meta)
-    .reflect(pod_w)
-    .applied_objects();
-    let (configmaps, cm_w) = reflector::store();
-    let cm_stream = watcher(
-        Api::<ConfigMap>::namespaced(client.clone(), &ns),
-        wc().labels(&owned_pods),
-    )
-    .default_backoff()
-    .modify(prune_meta)
-    .reflect(cm_w)
-    .touched_objects();
+    let (jobs, job_events) = owned_watch(Api::<Job>::namespaced(client.clone(), &ns), &managed);
+    let job_stream = job_events.touched_objects();
+    let (pods, pod_events) = owned_watch(Api::<Pod>::namespaced(client.clone(), &ns), &owned);
+    let pod_stream = pod_events.applied_objects();
+    let (configmaps, cm_events) =
+        owned_watch(Api::<ConfigMap>::namespaced(client.clone(), &ns), &owned);
+    let cm_stream = cm_events.touched_objects();
     let (policies, policy_w) = reflector::store();
-    let policy_stream = watcher(Api::<DeploymentPolicy>::all(client.clone()), wc())
+    let policy_stream = watcher(Api::<DeploymentPolicy>::all(client.clone()), watch_config())
         .default_backoff()
         .reflect(policy_w)
         .touched_objects();
 
-    if let Some(sel) = &config.skyhook_selector {
-        // The API server is the judge of selector syntax; ask it once so a typo fails start-up.
-        let lp = kube::api::ListParams::default().labels(sel).limit(1);
-        Api::<Skyhook>::all(client.clone())
-            .list(&lp)
-            .await
-            .map_err(|e| Error::Selector(sel.clone(), e))?;
-    }
+    check_skyhook_selector(&client, &config).await?;
     let sk_cfg = match &config.skyhook_selector {
-        Some(sel) => wc().labels(sel),
-        None => wc(),
+        Some(sel) => watch_config().labels(sel),
+        None => watch_config(),
     };
     let controller = Controller::new(Api::<Skyhook>::all(client.clone()), sk_cfg);
     let skyhooks = controller.store();
-    let metrics = Metrics::default();
-    let reporter = Reporter {
-        controller: schema::EVENT_COMPONENT.to_string(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(client.clone(), reporter),
-        client,
-        config,
-        version,
+    let caches = Caches {
         skyhooks: skyhooks.clone(),
         nodes,
         jobs,
         pods,
         policies,
         configmaps,
-        ready: AtomicBool::new(false),
-        metrics,
-    });
-    server::spawn(ctx.clone()).await?;
-    // Ready once the caches have filled, whether or not any Skyhook exists to reconcile.
-    let readiness = ctx.clone();
-    tokio::spawn(async move {
-        if let Err(e) = readiness.wait_ready().await {
-            warn!(error = %e, "caches not ready");
-        }
-    });
+    };
+    let ctx = new_ctx(client, config, version, caches);
+    serve_probes_and_metrics(&ctx).await?;
 
     let for_nodes = skyhooks.clone();
     let for_policies = skyhooks.clone();
     info!(namespace = %ns, "skyhook operator starting");
     controller
         .watches_stream(node_stream, move |node: Node| {
-            // A node event concerns every Skyhook that selects the node.
-            for_nodes
-                .state()
-                .iter()
-                .filter(|sk| {
-                    Selector::try_from(sk.spec.node_selectors.clone())
-                        .is_ok_and(|s| s.matches(node.labels()))
-                })
-                .map(|sk| ObjectRef::from(sk.as_ref()))
-                .collect::<Vec<_>>()
+            skyhooks_selecting(&for_nodes, &node)
         })
         .watches_stream(job_stream, |job: Job| owner_of(&job))
         .watches_stream(pod_stream, |pod: Pod| owner_of(&pod))
         .watches_stream(cm_stream, |cm: ConfigMap| owner_of(&cm))
         .watches_stream(policy_stream, move |p: DeploymentPolicy| {
-            let name = p.name_any();
-            for_policies
-                .state()
-                .iter()
-                .filter(|sk| sk.spec.deployment_policy.as_deref() == Some(name.as_str()))
-                .map(|sk| ObjectRef::from(sk.as_ref()))
-                .collect::<Vec<_>>()
+            skyhooks_using(&for_policies, &p)
         })
         .with_config(
             controller::Config::default()
@@ -248,6 +188,117 @@ pub async fn run(
         .await;
     info!("skyhook operator stopped");
     Ok(())
+}
+
+/// Watches start from any cached version (`resourceVersion=0`): fine for reflector stores.
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
+}
+
+/// A reflector store of the objects of `api` carrying `labels`, and its stream of watch events
+/// (objects stored without their managed fields).
+fn owned_watch<K>(
+    api: Api<K>,
+    labels: &str,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, watch_config().labels(labels))
+        .default_backoff()
+        .modify(prune_meta)
+        .reflect(writer);
+    (store, events)
+}
+
+/// The API server is the judge of selector syntax; ask it once so a typo fails start-up.
+async fn check_skyhook_selector(client: &Client, config: &Config) -> Result<(), Error> {
+    if let Some(sel) = &config.skyhook_selector {
+        let lp = kube::api::ListParams::default().labels(sel).limit(1);
+        Api::<Skyhook>::all(client.clone())
+            .list(&lp)
+            .await
+            .map_err(|e| Error::Selector(sel.clone(), e))?;
+    }
+    Ok(())
+}
+
+/// Starts the metrics and probe servers, and marks the operator ready once the caches have
+/// filled, whether or not any Skyhook exists to reconcile.
+async fn serve_probes_and_metrics(ctx: &Arc<Ctx>) -> Result<(), Error> {
+    server::spawn(ctx.clone()).await?;
+    let readiness = ctx.clone();
+    tokio::spawn(async move {
+        if let Err(e) = readiness.wait_ready().await {
+            warn!(error = %e, "caches not ready");
+        }
+    });
+    Ok(())
+}
+
+/// The reflector stores a [`Ctx`] reads.
+struct Caches {
+    skyhooks: Store<Skyhook>,
+    nodes: Store<Node>,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    policies: Store<DeploymentPolicy>,
+    configmaps: Store<ConfigMap>,
+}
+
+fn new_ctx(client: Client, config: Config, version: String, caches: Caches) -> Arc<Ctx> {
+    let reporter = Reporter {
+        controller: schema::EVENT_COMPONENT.to_string(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    Arc::new(Ctx {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        config,
+        version,
+        skyhooks: caches.skyhooks,
+        nodes: caches.nodes,
+        jobs: caches.jobs,
+        pods: caches.pods,
+        policies: caches.policies,
+        configmaps: caches.configmaps,
+        ready: AtomicBool::new(false),
+        metrics: Metrics::default(),
+    })
+}
+
+/// A node event concerns every Skyhook that selects the node.
+fn skyhooks_selecting(skyhooks: &Store<Skyhook>, node: &Node) -> Vec<ObjectRef<Skyhook>> {
+    skyhooks
+        .state()
+        .iter()
+        .filter(|sk| {
+            Selector::try_from(sk.spec.node_selectors.clone())
+                .is_ok_and(|s| s.matches(node.labels()))
+        })
+        .map(|sk| ObjectRef::from(sk.as_ref()))
+        .collect()
+}
+
+/// A DeploymentPolicy event concerns every Skyhook that names the policy.
+fn skyhooks_using(skyhooks: &Store<Skyhook>, policy: &DeploymentPolicy) -> Vec<ObjectRef<Skyhook>> {
+    let name = policy.name_any();
+    skyhooks
+        .state()
+        .iter()
+        .filter(|sk| sk.spec.deployment_policy.as_deref() == Some(name.as_str()))
+        .map(|sk| ObjectRef::from(sk.as_ref()))
+        .collect()
 }
 
 /// Pods on this Skyhook's cordoned nodes, classified by the planner's drain step. Only cordoned

@@ -27,6 +27,36 @@ pub const SEMVER_PATTERN: &str = concat!(
     ")?)?$"
 );
 
+/// Longest `gracefulShutdown`. The value becomes the package pods' `terminationGracePeriodSeconds`,
+/// for which neither Kubernetes nor the reference sets a ceiling (§1.3). While a stage pod is
+/// being stopped (drain, deadline, failed Job) its node stays busy and its package stays
+/// `in_progress`, so a grace period of more than a day is a mistake; a day also stays far inside
+/// every duration arithmetic (Go's own ceiling is 2562047h).
+pub const MAX_GRACEFUL_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// [`MAX_GRACEFUL_SHUTDOWN`] in Go syntax, as CEL's `duration()` reads it.
+pub const MAX_GRACEFUL_SHUTDOWN_TEXT: &str = "24h";
+/// Characters of `gracefulShutdown` (`23h59m59.999999999s` has 19).
+pub const MAX_GRACEFUL_SHUTDOWN_LENGTH: usize = 20;
+
+/// Go `time.ParseDuration` syntax as [`crate::schema::parse_go_duration`] reads it, with at most
+/// 3 significant integer digits for hours, 5 for minutes, 6 for seconds, 9 for milliseconds, 12
+/// for microseconds and 15 for nanoseconds: one digit more than 24h needs, so a value the
+/// pattern refuses for its digits is over [`MAX_GRACEFUL_SHUTDOWN`] anyway. Each accepted
+/// component is under 1700h, so within [`MAX_GRACEFUL_SHUTDOWN_LENGTH`] the sum stays far below
+/// Go's ceiling: CEL's `duration()`, which fails past it, only ever sees values it can represent.
+/// Written with `[.]`/`[+]` so it needs no escaping in CEL string literals; `µs` is the micro
+/// sign U+00B5, the one `parse_go_duration` knows.
+pub const GRACEFUL_SHUTDOWN_PATTERN: &str = concat!(
+    "^[+]?(0|(",
+    "0*([0-9]{1,3}([.][0-9]*)?|[.][0-9]+)h|",
+    "0*([0-9]{1,5}([.][0-9]*)?|[.][0-9]+)m|",
+    "0*([0-9]{1,6}([.][0-9]*)?|[.][0-9]+)s|",
+    "0*([0-9]{1,9}([.][0-9]*)?|[.][0-9]+)ms|",
+    "0*([0-9]{1,12}([.][0-9]*)?|[.][0-9]+)(us|\u{b5}s)|",
+    "0*([0-9]{1,15}([.][0-9]*)?|[.][0-9]+)ns",
+    ")+)$"
+);
+
 /// Kubernetes quantity syntax (what controller-gen puts on every `resource.Quantity`).
 pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
@@ -84,16 +114,6 @@ pub const MSG_VERSION_INVALID: &str = "version must be a valid semantic version"
 /// Version too long (operator side; the API server reports its own maxLength error).
 pub const MSG_VERSION_TOO_LONG: &str = "version must be at most 63 characters";
 /// Image with a registry port.
-/// gracefulShutdown must be a Go duration the reference could also read (Go's own limit is
-/// 2562047h; the reference fails to decode anything longer).
-pub const MSG_GRACEFUL_SHUTDOWN: &str =
-    "gracefulShutdown must be a Go duration such as 30s or 1m30s";
-/// CEL cannot parse durations past Go's limit without an evaluation error, so admission bounds
-/// the text instead: at most 6 digits per unit and 20 characters keep every accepted value
-/// below 2562047h, and a human asking for more than 999999h has made a typo.
-pub const GRACEFUL_SHUTDOWN_PATTERN: &str =
-    r"^(0|([0-9]{1,6}([.][0-9]{1,9})?(ns|us|µs|ms|s|m|h))+)$";
-pub const MAX_GRACEFUL_SHUTDOWN_LENGTH: usize = 20;
 pub const MSG_IMAGE_PORT: &str = "image registry with a port is not supported";
 /// configInterrupts key that is not a configMap key.
 pub const MSG_CONFIG_INTERRUPT_KEY: &str =
@@ -108,6 +128,10 @@ pub const MSG_RESOURCES_POSITIVE: &str = "resources: all resource values must be
 pub const MSG_RESOURCES_CPU: &str = "resources: cpuLimit must be >= cpuRequest";
 /// Memory limit below request.
 pub const MSG_RESOURCES_MEMORY: &str = "resources: memoryLimit must be >= memoryRequest";
+/// gracefulShutdown not a Go duration, or over [`MAX_GRACEFUL_SHUTDOWN`] (the Go operator could
+/// not even decode a value that is not a duration or is past Go's 2562047h).
+pub const MSG_GRACEFUL_SHUTDOWN: &str =
+    "gracefulShutdown must be a Go duration such as 30s or 1m30s, at most 24h";
 /// Selector requirement values inconsistent with the operator.
 pub const MSG_SELECTOR_VALUES: &str = "matchExpressions: values must be non-empty for operators In and NotIn and empty for Exists and DoesNotExist";
 /// Selector that does not parse (operator side).
@@ -215,7 +239,21 @@ fn selector_values_rule(path: &'static str) -> CelRule {
 
 /// Every CEL rule of the Skyhook CRD.
 pub fn skyhook_rules() -> Vec<CelRule> {
-    let quantities = ["cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit"];
+    let mut rules = skyhook_object_rules();
+    rules.extend(package_map_rules());
+    rules.extend(package_rules());
+    rules.extend(package_resources_rules());
+    rules.push(selector_values_rule(
+        "spec.nodeSelectors.matchExpressions.[]",
+    ));
+    rules.push(selector_values_rule(
+        "spec.podNonInterruptLabels.matchExpressions.[]",
+    ));
+    rules
+}
+
+/// Rules on the Skyhook as a whole: its name and how its rollout is limited.
+fn skyhook_object_rules() -> Vec<CelRule> {
     vec![
         rule(
             "",
@@ -236,6 +274,12 @@ pub fn skyhook_rules() -> Vec<CelRule> {
             "!(has(self.percent) && has(self.count))",
             format!("spec.{MSG_BUDGET_BOTH}, set only one of them"),
         ),
+    ]
+}
+
+/// Rules on the package map: keys, names and dependencies between packages.
+fn package_map_rules() -> Vec<CelRule> {
+    vec![
         rule(
             "spec.packages",
             format!("self.all(k, k.matches('{PACKAGE_NAME_PATTERN}'))"),
@@ -255,6 +299,13 @@ pub fn skyhook_rules() -> Vec<CelRule> {
             "self.all(k, !has(self[k].dependsOn) || self[k].dependsOn.all(d, self[k].dependsOn[d] == '' || (d in self && self[d].version == self[k].dependsOn[d])))",
             format!("spec.packages: {MSG_DEPENDENCY_MISSING}"),
         ),
+    ]
+}
+
+/// Rules on the fields of one package (each runs once per package, within the bounds of
+/// [`skyhook_tightenings`]).
+fn package_rules() -> Vec<CelRule> {
+    vec![
         rule(
             "spec.packages.*",
             "!has(self.configInterrupts) || self.configInterrupts.all(k, k.contains('*') || (has(self.configMap) && k in self.configMap))",
@@ -273,19 +324,30 @@ pub fn skyhook_rules() -> Vec<CelRule> {
             format!("version: {MSG_VERSION_INVALID} such as 1.2.3 (a leading v is allowed)"),
         ),
         rule(
-            "spec.packages.*.gracefulShutdown",
-            format!("self.matches('{GRACEFUL_SHUTDOWN_PATTERN}')"),
-            format!(
-                "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN}, at most {MAX_GRACEFUL_SHUTDOWN_LENGTH} characters and 6 digits per unit (for example 999999h)"
-            ),
-        ),
-        rule(
             "spec.packages.*.image",
             "!(self.indexOf(':') >= 0 && self.indexOf('/') > self.indexOf(':'))",
             format!(
                 "image: {MSG_IMAGE_PORT} (host:port/...), use a registry reachable without an explicit port"
             ),
         ),
+        // The pattern first: `&&` yields false without an error when it does not match, so
+        // `duration()` never sees a value it cannot parse (see GRACEFUL_SHUTDOWN_PATTERN).
+        rule(
+            "spec.packages.*.gracefulShutdown",
+            format!(
+                "self.matches('{GRACEFUL_SHUTDOWN_PATTERN}') && duration(self) <= duration('{MAX_GRACEFUL_SHUTDOWN_TEXT}')"
+            ),
+            format!(
+                "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN} (it becomes the pods' terminationGracePeriodSeconds)"
+            ),
+        ),
+    ]
+}
+
+/// Rules on a package's resource overrides: all or none, not negative, limits over requests.
+fn package_resources_rules() -> Vec<CelRule> {
+    let quantities = ["cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit"];
+    vec![
         rule(
             "spec.packages.*.resources",
             format!(
@@ -309,8 +371,6 @@ pub fn skyhook_rules() -> Vec<CelRule> {
             limit_ge_request("memoryLimit", "memoryRequest"),
             MSG_RESOURCES_MEMORY,
         ),
-        selector_values_rule("spec.nodeSelectors.matchExpressions.[]"),
-        selector_values_rule("spec.podNonInterruptLabels.matchExpressions.[]"),
     ]
 }
 

@@ -364,8 +364,16 @@ fn patch(path: &str, keyword: &'static str, value: Value) -> SchemaPatch {
 
 /// Where the Skyhook schema must differ from the raw derive to equal upstream.
 pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
-    let env = "spec.packages.*.env.[].valueFrom";
-    let mut p = vec![
+    let mut p = skyhook_spec_patches();
+    p.extend(skyhook_status_patches());
+    p.extend(env_source_patches("spec.packages.*.env.[].valueFrom"));
+    p.extend(condition_patches("status.conditions"));
+    p
+}
+
+/// Spec defaults and nullables upstream has.
+fn skyhook_spec_patches() -> Vec<SchemaPatch> {
+    vec![
         patch("spec.serial", "default", json!(false)),
         patch("spec.pause", "default", json!(false)),
         patch("spec.runtimeRequired", "default", json!(false)),
@@ -383,6 +391,12 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
         // Go `*int` without omitempty: the Go webhook persisted explicit nulls.
         patch("spec.interruptionBudget.percent", "nullable", json!(true)),
         patch("spec.interruptionBudget.count", "nullable", json!(true)),
+    ]
+}
+
+/// Status fields: node-state entries as the CRD requires them, and status defaults.
+fn skyhook_status_patches() -> Vec<SchemaPatch> {
+    vec![
         // `crate::schema::PackageStatus` reads leniently (image and state may be absent in old
         // node annotations); the CRD status always carries them.
         patch(
@@ -397,6 +411,14 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
             json!(super::status::DEFAULT_COMPLETE_NODES),
         ),
         patch("status.packageList", "default", json!("")),
+    ]
+}
+
+/// The markers controller-gen puts on `corev1.EnvVarSource` (at `env`) that k8s-openapi lacks.
+/// k8s-openapi (API 1.33) also lacks the 1.34+ `fileKeyRef` env source that upstream (built with
+/// k8s 1.35 libraries) accepts; keep accepting and storing it.
+fn env_source_patches(env: &str) -> Vec<SchemaPatch> {
+    vec![
         patch(
             &format!("{env}.configMapKeyRef"),
             "x-kubernetes-map-type",
@@ -429,47 +451,43 @@ pub(crate) fn skyhook_compat_patches() -> Vec<SchemaPatch> {
             "x-kubernetes-map-type",
             json!("atomic"),
         ),
-        patch("status.conditions", "x-kubernetes-list-type", json!("map")),
         patch(
-            "status.conditions",
-            "x-kubernetes-list-map-keys",
-            json!(["type"]),
+            &format!("{env}.fileKeyRef"),
+            ADD_PROPERTY,
+            file_key_ref_schema(),
         ),
-        patch("status.conditions.[].message", "maxLength", json!(32768)),
+    ]
+}
+
+/// The `metav1.Condition` list markers and bounds controller-gen emits (at `conditions`).
+fn condition_patches(conditions: &str) -> Vec<SchemaPatch> {
+    let c = conditions;
+    vec![
+        patch(c, "x-kubernetes-list-type", json!("map")),
+        patch(c, "x-kubernetes-list-map-keys", json!(["type"])),
+        patch(&format!("{c}.[].message"), "maxLength", json!(32768)),
+        patch(&format!("{c}.[].observedGeneration"), "minimum", json!(0)),
+        patch(&format!("{c}.[].reason"), "maxLength", json!(1024)),
+        patch(&format!("{c}.[].reason"), "minLength", json!(1)),
         patch(
-            "status.conditions.[].observedGeneration",
-            "minimum",
-            json!(0),
-        ),
-        patch("status.conditions.[].reason", "maxLength", json!(1024)),
-        patch("status.conditions.[].reason", "minLength", json!(1)),
-        patch(
-            "status.conditions.[].reason",
+            &format!("{c}.[].reason"),
             "pattern",
             json!("^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"),
         ),
         patch(
-            "status.conditions.[].status",
+            &format!("{c}.[].status"),
             "enum",
             json!(["True", "False", "Unknown"]),
         ),
-        patch("status.conditions.[].type", "maxLength", json!(316)),
+        patch(&format!("{c}.[].type"), "maxLength", json!(316)),
         patch(
-            "status.conditions.[].type",
+            &format!("{c}.[].type"),
             "pattern",
             json!(
                 r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
             ),
         ),
-    ];
-    // k8s-openapi (API 1.33) lacks the 1.34+ `fileKeyRef` env source that upstream (built with
-    // k8s 1.35 libraries) accepts; keep accepting and storing it.
-    p.push(patch(
-        &format!("{env}.fileKeyRef"),
-        ADD_PROPERTY,
-        file_key_ref_schema(),
-    ));
-    p
+    ]
 }
 
 /// `EnvVarSource.fileKeyRef` as controller-gen emits it for k8s 1.35 types.

@@ -13,16 +13,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
 
 use super::admission::{
-    GRACEFUL_SHUTDOWN_PATTERN, MAX_GRACEFUL_SHUTDOWN_LENGTH, MAX_SKYHOOK_NAME, MAX_VERSION_LENGTH,
-    MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_NONE,
-    MSG_COMPARTMENT_IDENTICAL_SELECTOR, MSG_COMPARTMENT_NOT_UNIQUE, MSG_COMPARTMENT_RESERVED,
-    MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB, MSG_CONFIG_INTERRUPT_KEY,
-    MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE, MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE,
-    MSG_DEPENDENCY_EMPTY_VERSION, MSG_DEPENDENCY_MISSING, MSG_GRACEFUL_SHUTDOWN, MSG_IMAGE_PORT,
-    MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY,
-    MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY,
-    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID,
-    MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
+    GRACEFUL_SHUTDOWN_PATTERN, MAX_GRACEFUL_SHUTDOWN, MAX_GRACEFUL_SHUTDOWN_LENGTH,
+    MAX_SKYHOOK_NAME, MAX_VERSION_LENGTH, MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH,
+    MSG_COMPARTMENT_BUDGET_NONE, MSG_COMPARTMENT_IDENTICAL_SELECTOR, MSG_COMPARTMENT_NOT_UNIQUE,
+    MSG_COMPARTMENT_RESERVED, MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB,
+    MSG_CONFIG_INTERRUPT_KEY, MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE,
+    MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE, MSG_DEPENDENCY_EMPTY_VERSION,
+    MSG_DEPENDENCY_MISSING, MSG_GRACEFUL_SHUTDOWN, MSG_IMAGE_PORT, MSG_NAME_TOO_LONG,
+    MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET,
+    MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY, MSG_RESOURCES_POSITIVE,
+    MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG,
+    PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
 };
 use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
 use super::skyhook::{Package, PackageResources};
@@ -277,21 +278,24 @@ fn check_graceful_shutdown(errs: &mut Errors, field: &str, package: &Package) {
     let Some(grace) = package.graceful_shutdown.as_deref() else {
         return;
     };
-    let shaped = grace.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH
+    if !graceful_shutdown_allowed(grace) {
+        errs.push(
+            format!("{field}.gracefulShutdown"),
+            format!(
+                "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN} (at most {MAX_GRACEFUL_SHUTDOWN_LENGTH} characters), got {grace:?}"
+            ),
+        );
+    }
+}
+
+/// What admission accepts as `gracefulShutdown`: at most [`MAX_GRACEFUL_SHUTDOWN_LENGTH`]
+/// characters matching [`GRACEFUL_SHUTDOWN_PATTERN`], at most [`MAX_GRACEFUL_SHUTDOWN`].
+fn graceful_shutdown_allowed(value: &str) -> bool {
+    value.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH
         && GRACEFUL_SHUTDOWN_RE
             .as_ref()
-            .is_some_and(|re| re.is_match(grace));
-    let problem = match parse_go_duration(grace) {
-        Err(e) => e.to_string(),
-        Ok(_) if !shaped => format!("{grace:?} is longer than admission allows"),
-        Ok(_) => return,
-    };
-    errs.push(
-        format!("{field}.gracefulShutdown"),
-        format!(
-            "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN}, at most {MAX_GRACEFUL_SHUTDOWN_LENGTH} characters and 6 digits per unit (for example 999999h): {problem}"
-        ),
-    );
+            .is_some_and(|re| re.is_match(value))
+        && parse_go_duration(value).is_ok_and(|d| d <= MAX_GRACEFUL_SHUTDOWN)
 }
 
 /// Whether the registry part of an image reference carries a port (`host:port/...`): a `:`

@@ -1,7 +1,26 @@
 //! Package stages run as batch/v1 Jobs: how they are built and how they are read back.
+//!
+//! The builders make the objects the operator creates for a Skyhook: one batch/v1 Job per
+//! package stage (`stage.rs`, which also explains how the reference pod became a Job) or
+//! interrupt (`interrupt.rs`) and node, the package ConfigMaps and the node metadata ConfigMaps
+//! (`configmaps.rs`), from the pod and Job pieces they share (`pod.rs`: failure policy,
+//! deadline, labels, agent environment).
+//!
+//! Everything here is pure: the same inputs give the same object, so the planner can compare and
+//! the executor can create without reading anything back. Every key, name and format comes from
+//! [`crate::schema`]; [`JobView`] (`view.rs`) reads the Jobs back from exactly the labels and
+//! annotations written here.
 
-pub mod build;
+mod configmaps;
+mod interrupt;
+mod pod;
+mod stage;
 pub mod view;
 
-pub use build::*;
+pub use configmaps::{node_metadata_configmap, package_configmap, packages_json};
+pub use interrupt::{InterruptJob, interrupt_job};
+pub use stage::{StageJob, stage_job};
 pub use view::{JobView, Outcome, STUCK_WAITING_REASONS};
+
+#[cfg(test)]
+mod tests;

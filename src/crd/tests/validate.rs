@@ -128,6 +128,145 @@ fn cel_semver_pattern_agrees_with_the_operator() {
     }
 }
 
+fn with_grace(grace: &str) -> Skyhook {
+    let mut alpha = package("1.0.0", &[]);
+    alpha.graceful_shutdown = Some(grace.to_owned());
+    Skyhook::new(
+        "x",
+        SkyhookSpec {
+            packages: packages(&[("alpha", alpha)]),
+            ..SkyhookSpec::default()
+        },
+    )
+}
+
+#[test]
+fn graceful_shutdown_is_a_go_duration_of_at_most_a_day() {
+    use crate::crd::admission::{
+        MAX_GRACEFUL_SHUTDOWN, MAX_GRACEFUL_SHUTDOWN_TEXT, MSG_GRACEFUL_SHUTDOWN,
+    };
+    assert_eq!(
+        crate::schema::parse_go_duration(MAX_GRACEFUL_SHUTDOWN_TEXT),
+        Ok(MAX_GRACEFUL_SHUTDOWN)
+    );
+    assert!(MSG_GRACEFUL_SHUTDOWN.contains(&format!("at most {MAX_GRACEFUL_SHUTDOWN_TEXT}")));
+    for ok in [
+        "0",
+        "30s",
+        "1m30s",
+        "1.5h",
+        ".5h",
+        "1.s",
+        "+10m",
+        "2µs",
+        "0000001h",
+        "24h",
+        "1440m",
+        "86400s",
+        "86400000ms",
+        "86400000000us",
+        "86400000000000ns",
+        "23h59m59.999999999s",
+        "24.0000000000000001h",
+    ] {
+        assert_eq!(validate_skyhook(&with_grace(ok)), Ok(()), "{ok}");
+    }
+    for bad in [
+        "",
+        "30",
+        "1d",
+        "abc",
+        "-5s",
+        "1h 2m",
+        "2μs", // Greek mu, which Go also reads; parse_go_duration does not
+        "25h",
+        "24h1ns",
+        "86401s",
+        "1000h",
+        "2562048h",
+        "1000000000h",
+        "00000000000000000001h", // 21 characters
+    ] {
+        let errors = validate_skyhook(&with_grace(bad)).expect_err(bad);
+        assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+        assert_eq!(errors[0].field, "spec.packages[alpha].gracefulShutdown");
+        assert!(
+            errors[0].message.contains(MSG_GRACEFUL_SHUTDOWN)
+                && errors[0].message.contains(&format!("{bad:?}")),
+            "{bad}: {}",
+            errors[0].message
+        );
+    }
+}
+
+/// The CEL rule is `maxLength && matches(pattern) && duration(self) <= 24h`; the operator must
+/// decide the same, and `duration()` (Go's `time.ParseDuration`) must never fail on a value the
+/// pattern lets through.
+#[test]
+fn cel_graceful_shutdown_rule_agrees_with_the_operator() {
+    use crate::crd::admission::{
+        GRACEFUL_SHUTDOWN_PATTERN, MAX_GRACEFUL_SHUTDOWN, MAX_GRACEFUL_SHUTDOWN_LENGTH,
+    };
+    use crate::schema::{MAX_GO_DURATION, parse_go_duration};
+    let re = regex::Regex::new(GRACEFUL_SHUTDOWN_PATTERN).unwrap();
+    let cel = |v: &str| {
+        v.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH
+            && re.is_match(v)
+            && parse_go_duration(v).is_ok_and(|d| d <= MAX_GRACEFUL_SHUTDOWN)
+    };
+    let mut samples: Vec<String> = [
+        "0",
+        "00",
+        "+0",
+        "-0",
+        "30s",
+        "5ms",
+        "5m5s",
+        "1h1h",
+        ".5s",
+        "5.s",
+        ".",
+        "s",
+        "1x",
+        "1h ",
+        "999h999h999h999h9h",
+        "99999m99999m99999m",
+        "999999999999999ns",
+        "24h",
+        "24h0.1s",
+    ]
+    .map(String::from)
+    .to_vec();
+    // Per unit: the longest integer the pattern allows, and one digit more (over 24h).
+    for (unit, digits) in [
+        ("h", 3),
+        ("m", 5),
+        ("s", 6),
+        ("ms", 9),
+        ("us", 12),
+        ("µs", 12),
+        ("ns", 15),
+    ] {
+        let most = format!("{}{unit}", "9".repeat(digits));
+        assert!(re.is_match(&most), "{most}");
+        let over = format!("1{}{unit}", "0".repeat(digits));
+        assert!(!re.is_match(&over), "{over}");
+        assert!(parse_go_duration(&over).unwrap() > MAX_GRACEFUL_SHUTDOWN);
+        samples.extend([most, over]);
+    }
+    for v in &samples {
+        if v.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH && re.is_match(v) {
+            let d = parse_go_duration(v).unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert!(d < MAX_GO_DURATION / 100, "{v}");
+        }
+        assert_eq!(
+            validate_skyhook(&with_grace(v)).is_ok(),
+            cel(v),
+            "CEL rule and operator disagree on {v:?}"
+        );
+    }
+}
+
 #[test]
 fn registry_ports_are_detected() {
     use crate::crd::validate::has_registry_port;

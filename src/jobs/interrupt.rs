@@ -1,0 +1,209 @@
+//! Interrupt Jobs: one batch/v1 Job per (merged) interrupt and node (§4.3 as a Job). Like
+//! stage Jobs (see [`super::stage`] for the pod → Job deviation), the single `interrupt`
+//! container is the pod's main container.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::pod::{
+    JobIdentity, PULL_ALWAYS, SkyhookIds, agent_env, agent_image, build_job, job_labels,
+    package_annotation, pod_spec, privileged, root_mount, root_volume,
+};
+use crate::crd::{Package, Skyhook};
+use crate::schema::{self, Stage};
+use crate::settings::Config;
+
+/// Requests and limits of the interrupt container (§4.3, fixed by the reference).
+const INTERRUPT_CPU: &str = "500m";
+const INTERRUPT_MEMORY: &str = "64Mi";
+
+/// An interrupt Job to build.
+#[derive(Debug, Clone, Copy)]
+pub struct InterruptJob<'a> {
+    pub skyhook: &'a Skyhook,
+    /// The package the (merged) interrupt is run for: its identity, copy dir, resource id and
+    /// agent image are used.
+    pub owner: &'a Package,
+    /// The merged interrupt ([`schema::merge_interrupts`]).
+    pub interrupt: &'a schema::Interrupt,
+    pub node: &'a str,
+    /// Attempt index, also the Job name suffix; at most [`schema::MAX_JOB_ATTEMPT`].
+    pub attempt: u32,
+    pub spec_hash: &'a str,
+}
+
+/// Builds the Job that runs a (merged) interrupt on a node for its owner package (§4.3 as a
+/// Job): a single `interrupt` main container with the owner's agent image, only the agent env,
+/// the host root mounted, fixed 500m/64Mi resources. No metadata volume (the reference's is
+/// never mounted), no grace period, no package resources.
+///
+/// Like [`super::stage_job`], created without `ttlSecondsAfterFinished`.
+pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
+    let ids = SkyhookIds::of(req.skyhook);
+    let owner = req.owner;
+    let agent_id = ids.agent_resource_id(owner);
+    let copy_dir = ids.copy_dir(owner, cfg);
+    let name = schema::interrupt_job_name(ids.name, req.interrupt.kind, req.node, req.attempt).ok();
+
+    let mut labels = job_labels(&ids, owner, Stage::Interrupt, req.node, &agent_id);
+    labels.insert(
+        schema::INTERRUPT_LABEL.to_owned(),
+        schema::INTERRUPT_LABEL_VALUE.to_owned(),
+    );
+    let annotation = package_annotation(&ids, owner, Stage::Interrupt);
+
+    let fixed: BTreeMap<String, Quantity> = [
+        ("cpu".to_owned(), Quantity(INTERRUPT_CPU.to_owned())),
+        ("memory".to_owned(), Quantity(INTERRUPT_MEMORY.to_owned())),
+    ]
+    .into();
+    let interrupt = Container {
+        name: schema::INTERRUPT_CONTAINER.to_owned(),
+        image: Some(agent_image(owner, cfg).to_owned()),
+        image_pull_policy: Some(PULL_ALWAYS.to_owned()),
+        args: Some(schema::interrupt_agent_args(
+            &copy_dir,
+            &schema::interrupt_arg(req.interrupt.kind, &req.interrupt.services),
+        )),
+        env: Some(agent_env(&ids, cfg, &agent_id).to_vec()),
+        volume_mounts: Some(vec![root_mount()]),
+        resources: Some(ResourceRequirements {
+            requests: Some(fixed.clone()),
+            limits: Some(fixed),
+            ..Default::default()
+        }),
+        security_context: Some(privileged()),
+        ..Default::default()
+    };
+    let pod = PodSpec {
+        containers: vec![interrupt],
+        volumes: Some(vec![root_volume()]),
+        ..pod_spec(req.skyhook, req.node, cfg)
+    };
+    build_job(
+        JobIdentity {
+            skyhook: req.skyhook,
+            name,
+            labels,
+            annotation,
+            agent_id,
+            node: req.node,
+            attempt: req.attempt,
+            spec_hash: req.spec_hash,
+        },
+        pod,
+        cfg,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde_json::json;
+
+    use super::*;
+    use crate::jobs::tests::{AGENT_ID, COPY_DIR, cfg, dexter, pod, skyhook};
+    use crate::schema::{Interrupt, InterruptType};
+
+    #[test]
+    fn interrupt_job_spec() {
+        let mut p = dexter();
+        p.agent_image_override = Some("my/agent:v7".into());
+        p.interrupt = Some(Interrupt::new(InterruptType::Reboot));
+        let sk = skyhook(&[&p]);
+        let merged = Interrupt::new(InterruptType::Reboot);
+        let job = interrupt_job(
+            &InterruptJob {
+                skyhook: &sk,
+                owner: &p,
+                interrupt: &merged,
+                node: "kind-worker",
+                attempt: 3,
+                spec_hash: "ih",
+            },
+            &cfg(),
+        );
+        assert_eq!(
+            job.metadata.name.as_deref(),
+            Some(
+                schema::interrupt_job_name(
+                    "simple-skyhook",
+                    InterruptType::Reboot,
+                    "kind-worker",
+                    3
+                )
+                .unwrap()
+                .as_str()
+            )
+        );
+        let labels = job.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[schema::INTERRUPT_LABEL], "True");
+        assert_eq!(labels[schema::STAGE_LABEL], "interrupt");
+        assert_eq!(labels[schema::PACKAGE_LABEL], "dexter-1.2.3");
+        let annotations = job.metadata.annotations.as_ref().unwrap();
+        assert_eq!(
+            annotations[schema::PACKAGE_ANNOTATION],
+            r#"{"name":"dexter","version":"1.2.3","skyhook":"simple-skyhook","stage":"interrupt","image":"ghcr.io/nvidia/skyhook/agentless"}"#
+        );
+        assert_eq!(annotations[schema::ATTEMPT_ANNOTATION], "3");
+        let template_labels = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap();
+        assert_eq!(template_labels.labels.as_ref(), Some(labels));
+
+        let spec = pod(&job);
+        assert!(spec.init_containers.is_none());
+        assert_eq!(spec.termination_grace_period_seconds, None);
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.node_name.as_deref(), Some("kind-worker"));
+        assert_eq!(spec.host_pid, Some(true));
+        assert_eq!(spec.host_network, Some(true));
+        assert_eq!(spec.tolerations.as_ref().unwrap().len(), 3);
+        let volumes = serde_json::to_value(spec.volumes.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            volumes,
+            json!([{"name": "root-mount", "hostPath": {"path": "/"}}])
+        );
+        assert_eq!(spec.containers.len(), 1);
+        let c = serde_json::to_value(&spec.containers[0]).unwrap();
+        let arg = "eyJ0eXBlIjoibm9kZV9yZXN0YXJ0In0=";
+        assert_eq!(
+            c,
+            json!({
+                "name": "interrupt",
+                "image": "my/agent:v7",
+                "imagePullPolicy": "Always",
+                "args": ["interrupt", "/root", COPY_DIR, arg],
+                "env": [
+                    {"name": "SKYHOOK_LOG_DIR", "value": "/var/log/skyhook/simple-skyhook"},
+                    {"name": "SKYHOOK_ROOT_DIR", "value": "/var/lib/skyhook/simple-skyhook"},
+                    {"name": "COPY_RESOLV", "value": "false"},
+                    {"name": "SKYHOOK_RESOURCE_ID", "value": AGENT_ID},
+                ],
+                "volumeMounts": [
+                    {"name": "root-mount", "mountPath": "/root", "mountPropagation": "HostToContainer"}
+                ],
+                "resources": {
+                    "requests": {"cpu": "500m", "memory": "64Mi"},
+                    "limits": {"cpu": "500m", "memory": "64Mi"},
+                },
+                "securityContext": {"privileged": true},
+            })
+        );
+        let decoded = STANDARD.decode(arg).unwrap();
+        assert_eq!(decoded, br#"{"type":"node_restart"}"#);
+        let js = job.spec.as_ref().unwrap();
+        assert_eq!(js.backoff_limit, Some(0));
+        assert_eq!(js.ttl_seconds_after_finished, None);
+        assert_eq!(js.pod_failure_policy.as_ref().unwrap().rules.len(), 2);
+    }
+}
