@@ -1,27 +1,34 @@
-//! Applies a [`Plan`]: the only place that writes to the API server for a reconcile. Order
-//! matters for crash safety: ConfigMaps before the Jobs that mount them, Jobs before the node
-//! state that says they run (a restart adopts a Job it finds; it never loses one).
+//! Applies a [`Plan`]: the only place that writes to the API server for a reconcile.
 //!
 //! The writes, in order, one function each:
 //!
 //! 1. the finalizer, if missing;
-//! 2. ConfigMaps (server-side apply): package and node metadata ConfigMaps;
-//! 3. Jobs (create; 409 means an earlier pass created it: adopt it);
-//! 4. Job operations: `Record`, `Fail`, `Delete`;
-//! 5. evictions (a 429 from a PodDisruptionBudget becomes a `DrainBlocked` Warning, retried next
+//! 2. on deletion, the owned Jobs and ConfigMaps;
+//! 3. ConfigMaps (server-side apply): package and node metadata ConfigMaps, before the Jobs
+//!    that mount them;
+//! 4. node patches (merge): node state, status, labels, `spec.unschedulable`, `spec.taints`. The
+//!    outcomes read from finished Jobs are durable here, before step 6 marks those Jobs recorded,
+//!    and a cordon is persisted before any Job of an interrupt package exists;
+//! 5. node conditions (strategic merge);
+//! 6. Job operations: `Record`, `Fail`, `Delete`;
+//! 7. Jobs (create; 409 means an earlier pass created it: adopt it). A node state that says a
+//!    stage runs before its Job exists is safe: a pass that finds no Job creates it;
+//! 8. evictions (a 429 from a PodDisruptionBudget becomes a `DrainBlocked` Warning, retried next
 //!    pass);
-//! 6. on deletion, the owned Jobs and ConfigMaps;
-//! 7. node patches (merge): annotations, labels, `spec.unschedulable`, `spec.taints`;
-//! 8. node conditions (strategic merge);
 //! 9. the Skyhook status (a full replace guarded by `resourceVersion`);
 //! 10. finalizer removal on deletion;
 //! 11. Events (a failure to publish one is logged, never fatal).
 //!
-//! A 404 on a Job op, a pod eviction, a node or the finalizer removal is ignored: the object
-//! went away. Any other error aborts the pass; writes already made stay.
+//! Within a step the writes are independent and run [`PARALLEL_WRITES`] at a time: a pass over a
+//! thousand nodes must not take a thousand round trips. Every write of a step is attempted; if
+//! any failed, the pass stops after that step (later steps may depend on it) and the next pass
+//! redoes what is missing. A 404 on a Job op, a pod eviction, a node or the finalizer removal is
+//! ignored: the object went away.
 
 use std::collections::BTreeMap;
 
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
@@ -72,15 +79,35 @@ pub async fn execute(
     if plan.add_finalizer {
         resource_version = w.add_finalizer().await?;
     }
-    w.apply_configmaps(&plan.configmaps).await?;
-    w.create_jobs(&plan.create_jobs).await?;
-    w.job_ops(&plan.job_ops).await?;
-    w.evict(&plan.evictions).await?;
     if plan.delete_owned {
         w.delete_owned().await?;
     }
-    w.patch_nodes(&plan.node_patches).await?;
-    w.patch_node_conditions(&plan.node_conditions).await?;
+    all(plan
+        .configmaps
+        .iter()
+        .map(|cm| w.apply_configmap(cm).boxed())
+        .collect())
+    .await?;
+    all(plan
+        .node_patches
+        .iter()
+        .map(|p| w.patch_node(p).boxed())
+        .collect())
+    .await?;
+    all(plan
+        .node_conditions
+        .iter()
+        .map(|c| w.patch_node_conditions(c).boxed())
+        .collect())
+    .await?;
+    all(plan.job_ops.iter().map(|op| w.job_op(op).boxed()).collect()).await?;
+    all(plan
+        .create_jobs
+        .iter()
+        .map(|j| w.create_job(j).boxed())
+        .collect())
+    .await?;
+    all(plan.evictions.iter().map(|e| w.evict(e).boxed()).collect()).await?;
     if let Some(status) = plan.status {
         w.replace_status(status, resource_version).await?;
     }
@@ -89,6 +116,29 @@ pub async fn execute(
     }
     w.publish_events(&plan.events).await;
     Ok(())
+}
+
+/// Writes at once within one step of a pass. The API server's default in-flight limits (400
+/// read, 200 mutating) leave room for several operators at this width.
+pub const PARALLEL_WRITES: usize = 16;
+
+/// Runs the writes of one step, [`PARALLEL_WRITES`] at a time, attempting all of them; the
+/// first error is returned after the others finished. (Boxed: the reconcile future must stay
+/// `Send` for every lifetime, which generic closures over borrowed items defeat.)
+async fn all(writes: Vec<BoxFuture<'_, Result<(), Error>>>) -> Result<(), Error> {
+    let count = writes.len();
+    let results: Vec<Result<(), Error>> = stream::iter(writes)
+        .buffer_unordered(PARALLEL_WRITES)
+        .collect()
+        .await;
+    let failed = results.iter().filter(|r| r.is_err()).count();
+    match results.into_iter().find_map(Result::err) {
+        Some(e) => {
+            warn!(failed, of = count, error = %e, "writes failed; the next pass redoes them");
+            Err(e)
+        }
+        None => Ok(()),
+    }
 }
 
 /// The APIs one pass writes through, for one Skyhook.
@@ -117,37 +167,27 @@ impl Writer<'_> {
         Ok(patched.resource_version())
     }
 
-    async fn apply_configmaps(&self, configmaps: &[ConfigMap]) -> Result<(), Error> {
+    async fn apply_configmap(&self, cm: &ConfigMap) -> Result<(), Error> {
         let apply = PatchParams::apply(MANAGER).force();
-        for cm in configmaps {
-            let cm_name = cm.name_any();
-            self.cms
-                .patch(
-                    &cm_name,
-                    &apply,
-                    &Patch::Apply(with_kind(cm, "v1", "ConfigMap")),
-                )
-                .await?;
-        }
+        let body = Patch::Apply(with_kind(cm, "v1", "ConfigMap"));
+        self.cms.patch(&cm.name_any(), &apply, &body).await?;
         Ok(())
     }
 
-    async fn create_jobs(&self, jobs: &[Job]) -> Result<(), Error> {
-        for job in jobs {
-            match self.jobs.create(&PostParams::default(), job).await {
-                Ok(_) => info!(skyhook = %self.name, job = %job.name_any(), "created Job"),
-                // A deterministic name already taken means an earlier pass created it: adopt it.
-                Err(e) if is_status(&e, 409) => {
-                    debug!(job = %job.name_any(), "Job exists, adopting");
-                }
-                Err(e) => return Err(e.into()),
+    async fn create_job(&self, job: &Job) -> Result<(), Error> {
+        match self.jobs.create(&PostParams::default(), job).await {
+            Ok(_) => info!(skyhook = %self.name, job = %job.name_any(), "created Job"),
+            // A deterministic name already taken means an earlier pass created it: adopt it.
+            Err(e) if is_status(&e, 409) => {
+                debug!(job = %job.name_any(), "Job exists, adopting");
             }
+            Err(e) => return Err(e.into()),
         }
         Ok(())
     }
 
-    async fn job_ops(&self, ops: &[JobOp]) -> Result<(), Error> {
-        for op in ops {
+    async fn job_op(&self, op: &JobOp) -> Result<(), Error> {
+        {
             let res = match op {
                 JobOp::Record { job, ttl } => {
                     let mut patch = json!({"metadata": {"annotations": {schema::RECORDED_ANNOTATION: schema::TRUE_VALUE}}});
@@ -187,8 +227,8 @@ impl Writer<'_> {
         Ok(())
     }
 
-    async fn evict(&self, evictions: &[(String, String)]) -> Result<(), Error> {
-        for (ns, pod) in evictions {
+    async fn evict(&self, (ns, pod): &(String, String)) -> Result<(), Error> {
+        {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             match pods.evict(pod, &kube::api::EvictParams::default()).await {
                 Ok(_) => info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "evicted"),
@@ -229,8 +269,8 @@ impl Writer<'_> {
         Ok(())
     }
 
-    async fn patch_nodes(&self, patches: &[NodePatch]) -> Result<(), Error> {
-        for p in patches {
+    async fn patch_node(&self, p: &NodePatch) -> Result<(), Error> {
+        {
             let mut meta = serde_json::Map::new();
             if !p.annotations.is_empty() {
                 meta.insert("annotations".into(), to_json_map(&p.annotations));
@@ -257,9 +297,9 @@ impl Writer<'_> {
 
     async fn patch_node_conditions(
         &self,
-        conditions: &[(String, Vec<NodeCondition>, Vec<String>)],
+        (node, set, remove): &(String, Vec<NodeCondition>, Vec<String>),
     ) -> Result<(), Error> {
-        for (node, set, remove) in conditions {
+        {
             let mut list: Vec<Value> = set.iter().map(|c| json!(c)).collect();
             list.extend(
                 remove
@@ -315,32 +355,41 @@ impl Writer<'_> {
 
     /// Events on the Skyhook or a node; a failure to publish one is only logged.
     async fn publish_events(&self, events: &[Note]) {
-        for note in events {
-            let reference = match (note.target, &note.node) {
-                (Target::Node, Some(n)) => Node {
-                    metadata: kube::api::ObjectMeta {
-                        name: Some(n.clone()),
-                        ..Default::default()
-                    },
+        let publishes: Vec<BoxFuture<'_, ()>> = events
+            .iter()
+            .map(|note| self.publish(note).boxed())
+            .collect();
+        stream::iter(publishes)
+            .buffer_unordered(PARALLEL_WRITES)
+            .collect::<Vec<()>>()
+            .await;
+    }
+
+    async fn publish(&self, note: &Note) {
+        let reference = match (note.target, &note.node) {
+            (Target::Node, Some(n)) => Node {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(n.clone()),
                     ..Default::default()
-                }
-                .object_ref(&()),
-                _ => self.sk.object_ref(&()),
-            };
-            let ev = Event {
-                type_: if note.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
                 },
-                reason: note.reason.clone(),
-                note: Some(note.message.clone()),
-                action: note.reason.clone(),
-                secondary: None,
-            };
-            if let Err(e) = self.recorder.publish(&ev, &reference).await {
-                warn!(error = %e, "could not publish an event");
+                ..Default::default()
             }
+            .object_ref(&()),
+            _ => self.sk.object_ref(&()),
+        };
+        let ev = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.clone(),
+            note: Some(note.message.clone()),
+            action: note.reason.clone(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            warn!(error = %e, "could not publish an event");
         }
     }
 }

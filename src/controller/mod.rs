@@ -6,20 +6,22 @@ pub mod exec;
 pub mod server;
 pub mod start;
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Node, NodeSystemInfo, Pod};
 use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use thiserror::Error;
 use tracing::{error, info, warn};
@@ -89,15 +91,101 @@ impl Ctx {
 }
 
 /// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
-/// conditions, boot id); images and volume lists are most of a Node's bytes and are dropped.
+/// conditions, boot id); images, volumes, addresses and capacities are most of a Node's bytes.
 fn prune_node(n: &mut Node) {
     n.metadata.managed_fields = None;
+    if let Some(spec) = n.spec.as_mut() {
+        spec.pod_cidr = None;
+        spec.pod_cidrs = None;
+        spec.provider_id = None;
+    }
     if let Some(s) = n.status.as_mut() {
         s.images = None;
         s.volumes_attached = None;
         s.volumes_in_use = None;
         s.config = None;
+        s.addresses = None;
+        s.allocatable = None;
+        s.capacity = None;
+        s.daemon_endpoints = None;
+        s.features = None;
+        s.runtime_handlers = None;
+        s.node_info = s.node_info.take().map(|i| NodeSystemInfo {
+            boot_id: i.boot_id,
+            ..NodeSystemInfo::default()
+        });
     }
+}
+
+/// A Job is read for its labels, annotations and conditions only ([`JobView`]); its pod
+/// template is most of its bytes, and there are nodes × packages × stages of them.
+fn prune_job(j: &mut Job) {
+    j.metadata.managed_fields = None;
+    j.spec = None;
+    if let Some(s) = j.status.as_mut() {
+        s.uncounted_terminated_pods = None;
+    }
+}
+
+/// A stage pod is read for its Job label and its containers' waiting reasons only.
+fn prune_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    p.spec = None;
+    if let Some(s) = p.status.as_mut() {
+        let keep = |list: &mut Option<Vec<ContainerStatus>>| {
+            if let Some(list) = list.as_mut() {
+                for c in list.iter_mut() {
+                    *c = ContainerStatus {
+                        name: std::mem::take(&mut c.name),
+                        state: c.state.take(),
+                        ..ContainerStatus::default()
+                    };
+                }
+            }
+        };
+        keep(&mut s.init_container_statuses);
+        keep(&mut s.container_statuses);
+        s.ephemeral_container_statuses = None;
+        s.conditions = None;
+        s.host_ips = None;
+        s.pod_ips = None;
+    }
+}
+
+/// What of a node the planner reads, hashed: a kubelet or kwok heartbeat changes none of it, so
+/// it starts no pass (at a thousand nodes heartbeats alone would keep the queue full).
+fn node_fingerprint(n: &Node) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    n.metadata.labels.hash(&mut h);
+    n.metadata.annotations.hash(&mut h);
+    if let Some(spec) = &n.spec {
+        spec.unschedulable.hash(&mut h);
+        for t in spec.taints.iter().flatten() {
+            (&t.key, &t.value, &t.effect).hash(&mut h);
+        }
+    }
+    if let Some(status) = &n.status {
+        status.node_info.as_ref().map(|i| &i.boot_id).hash(&mut h);
+        for c in status.conditions.iter().flatten() {
+            (&c.type_, &c.status, &c.reason).hash(&mut h);
+        }
+    }
+    Some(h.finish())
+}
+
+/// A stage pod matters to a pass only through its containers' waiting reasons (a stuck image
+/// pull); its Job reports everything else.
+fn pod_fingerprint(p: &Pod) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    p.metadata.deletion_timestamp.is_some().hash(&mut h);
+    if let Some(s) = &p.status {
+        let all = s.init_container_statuses.iter().flatten();
+        for c in all.chain(s.container_statuses.iter().flatten()) {
+            let waiting = c.state.as_ref().and_then(|st| st.waiting.as_ref());
+            (&c.name, waiting.and_then(|w| w.reason.as_ref())).hash(&mut h);
+        }
+    }
+    Some(h.finish())
 }
 
 fn prune_meta<K: Resource>(o: &mut K) {
@@ -128,13 +216,27 @@ pub async fn run(
         .default_backoff()
         .modify(prune_node)
         .reflect(node_w)
-        .applied_objects();
-    let (jobs, job_events) = owned_watch(Api::<Job>::namespaced(client.clone(), &ns), &managed);
+        .applied_objects()
+        .predicate_filter(node_fingerprint, PredicateConfig::default());
+    let (jobs, job_events) = owned_watch(
+        Api::<Job>::namespaced(client.clone(), &ns),
+        &managed,
+        prune_job,
+    );
     let job_stream = job_events.touched_objects();
-    let (pods, pod_events) = owned_watch(Api::<Pod>::namespaced(client.clone(), &ns), &owned);
-    let pod_stream = pod_events.applied_objects();
-    let (configmaps, cm_events) =
-        owned_watch(Api::<ConfigMap>::namespaced(client.clone(), &ns), &owned);
+    let (pods, pod_events) = owned_watch(
+        Api::<Pod>::namespaced(client.clone(), &ns),
+        &owned,
+        prune_pod,
+    );
+    let pod_stream = pod_events
+        .applied_objects()
+        .predicate_filter(pod_fingerprint, PredicateConfig::default());
+    let (configmaps, cm_events) = owned_watch(
+        Api::<ConfigMap>::namespaced(client.clone(), &ns),
+        &owned,
+        prune_meta,
+    );
     let cm_stream = cm_events.touched_objects();
     let (policies, policy_w) = reflector::store();
     let policy_stream = watcher(Api::<DeploymentPolicy>::all(client.clone()), watch_config())
@@ -196,10 +298,11 @@ fn watch_config() -> watcher::Config {
 }
 
 /// A reflector store of the objects of `api` carrying `labels`, and its stream of watch events
-/// (objects stored without their managed fields).
+/// (objects stored as `prune` leaves them).
 fn owned_watch<K>(
     api: Api<K>,
     labels: &str,
+    prune: fn(&mut K),
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>,
@@ -216,7 +319,7 @@ where
     let (store, writer) = reflector::store();
     let events = watcher(api, watch_config().labels(labels))
         .default_backoff()
-        .modify(prune_meta)
+        .modify(prune)
         .reflect(writer);
     (store, events)
 }
