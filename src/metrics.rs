@@ -102,6 +102,11 @@ impl Default for Metrics {
         m.register_skyhook_families();
         m.register_package_families();
         m.register_rollout_families();
+        m.registry.register(
+            "skyhook_api_requests",
+            "Requests this operator sent to the API server, by verb, resource and response class",
+            crate::controller::api_counter::API_REQUESTS.clone(),
+        );
         m
     }
 }

@@ -2,6 +2,7 @@
 //! Skyhook, and a reconcile that snapshots the caches, asks the planner what to do and hands the
 //! plan to the executor.
 
+pub mod api_counter;
 pub mod exec;
 pub mod server;
 pub mod start;

@@ -7,6 +7,7 @@ use kube::{Client, Config as KubeConfig};
 use tracing_subscriber::EnvFilter;
 
 use super::Error;
+use super::api_counter::CountLayer;
 use crate::settings::Config;
 
 /// Where the operator finds its cluster: `--kubeconfig`/`KUBECONFIG` out of a cluster, the
@@ -33,7 +34,8 @@ pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Res
     // failed reconciles itself, and a refused eviction must come back at once to be reported.
     let mut config = config;
     config.default_retry = false;
-    Ok(Client::try_from(config)?)
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(builder.with_layer(&CountLayer::global()).build())
 }
 
 /// JSON or console logs at the configured level (`LOG_LEVEL` accepts a tracing filter too).

@@ -1,9 +1,6 @@
 //! `plan()` as a whole: hand-made worlds in, writes out. Each table names its cases; a failing
 //! case prints its name.
 
-// Case tables spell their columns out inline; a type alias per table would hide them.
-#![allow(clippy::type_complexity)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

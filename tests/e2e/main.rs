@@ -8,4 +8,5 @@ mod plugin_completion;
 mod plugin_debug;
 mod plugin_jobs_logs;
 mod plugin_reset;
+mod scale;
 mod support;
