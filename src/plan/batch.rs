@@ -51,3 +51,291 @@ pub fn allowed(seen: &[Seen], size: usize, can_run: bool) -> BTreeSet<String> {
         .map(|s| s.name.clone())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Node;
+
+    use crate::plan::select::Block;
+    use crate::plan::stage::Host;
+    use crate::schema::{NodeState, PackageStatus, Stage};
+
+    /// (name, busy, settled, erroring, eligible)
+    fn seen(rows: &[(&str, bool, bool, bool, bool)]) -> Vec<Seen> {
+        rows.iter()
+            .map(|&(name, busy, settled, erroring, eligible)| Seen {
+                name: name.to_string(),
+                busy,
+                settled,
+                erroring,
+                eligible,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn allowed_keeps_the_batch_then_starts_the_next() {
+        const FRESH: (bool, bool, bool, bool) = (false, false, false, true);
+        let row = |n: &'static str, (b, s, e, el): (bool, bool, bool, bool)| (n, b, s, e, el);
+        // (case, nodes, size, can_run, allowed)
+        let cases: Vec<(
+            &str,
+            Vec<(&str, bool, bool, bool, bool)>,
+            usize,
+            bool,
+            Vec<&str>,
+        )> = vec![
+            (
+                "nothing busy: the first `size` candidates",
+                vec![row("a", FRESH), row("b", FRESH), row("c", FRESH)],
+                2,
+                true,
+                vec!["a", "b"],
+            ),
+            (
+                "input order kept (oldest first comes from the caller)",
+                vec![row("n3", FRESH), row("n1", FRESH), row("n2", FRESH)],
+                2,
+                true,
+                vec!["n1", "n3"],
+            ),
+            (
+                "busy nodes keep the batch and nothing else starts",
+                vec![
+                    ("a", true, false, false, true),
+                    row("b", FRESH),
+                    row("c", FRESH),
+                ],
+                3,
+                true,
+                vec!["a"],
+            ),
+            (
+                "busy nodes beyond the size are all kept",
+                vec![
+                    ("a", true, false, false, true),
+                    ("b", true, false, false, true),
+                    row("c", FRESH),
+                ],
+                1,
+                true,
+                vec!["a", "b"],
+            ),
+            (
+                "a settled node holding our cordon still counts as busy",
+                vec![("a", true, true, false, true), row("b", FRESH)],
+                2,
+                true,
+                vec!["a"],
+            ),
+            (
+                "a busy ineligible node is kept (its running work is observed)",
+                vec![("a", true, false, false, false), row("b", FRESH)],
+                2,
+                true,
+                vec!["a"],
+            ),
+            (
+                "cannot run: nothing new",
+                vec![row("a", FRESH), row("b", FRESH)],
+                2,
+                false,
+                vec![],
+            ),
+            (
+                "cannot run: busy nodes kept",
+                vec![("a", true, false, false, true), row("b", FRESH)],
+                2,
+                false,
+                vec!["a"],
+            ),
+            (
+                "settled nodes skipped",
+                vec![
+                    ("a", false, true, false, true),
+                    row("b", FRESH),
+                    row("c", FRESH),
+                ],
+                1,
+                true,
+                vec!["b"],
+            ),
+            (
+                "ineligible nodes skipped",
+                vec![("a", false, false, false, false), row("b", FRESH)],
+                1,
+                true,
+                vec!["b"],
+            ),
+            (
+                "non-erroring before erroring",
+                vec![
+                    ("a", false, false, true, true),
+                    row("b", FRESH),
+                    row("c", FRESH),
+                ],
+                2,
+                true,
+                vec!["b", "c"],
+            ),
+            (
+                "erroring nodes fill the remaining room",
+                vec![
+                    ("a", false, false, true, true),
+                    row("b", FRESH),
+                    ("c", false, false, true, true),
+                ],
+                2,
+                true,
+                vec!["a", "b"],
+            ),
+            (
+                "erroring nodes keep their order",
+                vec![
+                    ("e2", false, false, true, true),
+                    ("e1", false, false, true, true),
+                    row("f", FRESH),
+                ],
+                2,
+                true,
+                vec!["e2", "f"],
+            ),
+            (
+                "size 0 starts nothing",
+                vec![row("a", FRESH)],
+                0,
+                true,
+                vec![],
+            ),
+            (
+                "every node settled",
+                vec![("a", false, true, false, true)],
+                3,
+                true,
+                vec![],
+            ),
+        ];
+        for (name, rows, size, can_run, want) in cases {
+            let got = allowed(&seen(&rows), size, can_run);
+            let want: BTreeSet<String> = want.into_iter().map(String::from).collect();
+            assert_eq!(got, want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn seen_of_a_node() {
+        let node = Node::default();
+        let entry = |state: State| PackageStatus {
+            name: "p".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: None,
+            stage: Stage::Apply,
+            state: Some(state),
+            restarts: 0,
+        };
+        // (case, active Job, holds cordon, package state, block, gated, (busy, erroring, eligible))
+        let cases = [
+            (
+                "idle fresh node",
+                false,
+                false,
+                None,
+                None,
+                false,
+                (false, false, true),
+            ),
+            (
+                "a running Job",
+                true,
+                false,
+                None,
+                None,
+                false,
+                (true, false, true),
+            ),
+            (
+                "our cordon",
+                false,
+                true,
+                None,
+                None,
+                false,
+                (true, false, true),
+            ),
+            (
+                "a package in progress",
+                false,
+                false,
+                Some(State::InProgress),
+                None,
+                false,
+                (true, false, true),
+            ),
+            (
+                "a package erroring",
+                false,
+                false,
+                Some(State::Erroring),
+                None,
+                false,
+                (false, true, true),
+            ),
+            (
+                "blocked by a taint",
+                false,
+                false,
+                None,
+                Some(Block::Taint),
+                false,
+                (false, false, false),
+            ),
+            (
+                "ignored",
+                false,
+                false,
+                None,
+                Some(Block::Ignored),
+                false,
+                (false, false, false),
+            ),
+            (
+                "gated",
+                false,
+                false,
+                None,
+                None,
+                true,
+                (false, false, false),
+            ),
+        ];
+        for (name, active, holds_cordon, state, block, gated, want) in cases {
+            let f = NodeFacts {
+                node: &node,
+                name: "n".into(),
+                prior: NodeState::default(),
+                applied: BTreeMap::new(),
+                host: Host::default(),
+                holds_cordon,
+                block,
+                gated,
+                boot_id: None,
+                rebooted: false,
+            };
+            let mut o = NodeOutcome {
+                active,
+                ..NodeOutcome::default()
+            };
+            if let Some(s) = state {
+                o.state.upsert(entry(s));
+            }
+            let s = Seen::of(&f, &o, false);
+            assert_eq!((s.busy, s.erroring, s.eligible), want, "case: {name}");
+            assert_eq!(s.name, "n", "case: {name}");
+            assert!(Seen::of(&f, &o, true).settled, "case: {name}");
+        }
+    }
+}

@@ -79,3 +79,378 @@ pub fn package_configmaps(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use serde_json::{Value, json};
+
+    use crate::plan::stage::Host;
+    use crate::schema::{NodeState, PackageStatus, Stage, State};
+
+    fn settings() -> Config {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: crate::settings::Settings,
+        }
+        let cli = <Cli as clap::Parser>::parse_from(["skyhook-operator"]);
+        cli.settings.validate().expect("default settings are valid")
+    }
+
+    /// Skyhook `sh` with packages `name -> (version, configMap)`.
+    fn skyhook(packages: &[(&str, &str, Value)]) -> Skyhook {
+        let packages: serde_json::Map<String, Value> = packages
+            .iter()
+            .map(|(n, v, cm)| {
+                (
+                    n.to_string(),
+                    json!({"name": n, "version": v, "image": "img", "configMap": cm}),
+                )
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+            "metadata": {"name": "sh", "uid": "u1"},
+            "spec": {"packages": packages},
+        }))
+        .expect("skyhook")
+    }
+
+    fn configmap(name: &str, data: Option<Value>) -> Arc<ConfigMap> {
+        let mut v = json!({"metadata": {"name": name, "namespace": "skyhook"}});
+        if let Some(d) = data {
+            v["data"] = d;
+        }
+        Arc::new(serde_json::from_value(v).expect("configmap"))
+    }
+
+    fn data(v: &Value) -> BTreeMap<String, String> {
+        serde_json::from_value(v.clone()).expect("data")
+    }
+
+    fn updates(v: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        v.iter()
+            .map(|(k, keys)| (k.to_string(), keys.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    }
+
+    fn facts<'a>(
+        node: &'a Node,
+        applied: BTreeMap<String, String>,
+        prior: NodeState,
+    ) -> NodeFacts<'a> {
+        NodeFacts {
+            node,
+            name: "n".into(),
+            prior,
+            applied,
+            host: Host::default(),
+            holds_cordon: false,
+            block: None,
+            gated: false,
+            boot_id: None,
+            rebooted: false,
+        }
+    }
+
+    fn entry(version: &str, stage: Stage, state: State) -> PackageStatus {
+        PackageStatus {
+            name: "p".into(),
+            version: version.into(),
+            image: "img".into(),
+            container_sha: None,
+            stage,
+            state: Some(state),
+            restarts: 0,
+        }
+    }
+
+    #[test]
+    fn config_updates_table() {
+        let d0 = json!({"a.conf": "0"});
+        let d1 = json!({"a.conf": "1"});
+        let d2 = json!({"a.conf": "2", "b.conf": "1"});
+        let applied = |version: &str, cm: &Value| {
+            BTreeMap::from([(
+                format!("p|{version}"),
+                format!("000000000000.{}", config_hash(&data(cm))),
+            )])
+        };
+        let none: BTreeMap<String, String> = BTreeMap::new();
+        let cm_name = schema::package_configmap_name("sh", "p", "1.0.0");
+        // (case, spec configMap of p@1.0.0, ConfigMap data in the cluster (None: absent),
+        //  prior configUpdates, applied records of the nodes, configUpdates)
+        let cases: Vec<(
+            &str,
+            Value,
+            Option<Value>,
+            Vec<(&str, &[&str])>,
+            Vec<BTreeMap<String, String>>,
+            Vec<(&str, &[&str])>,
+        )> = vec![
+            (
+                "a new key is recorded",
+                json!({"a.conf": "1", "b.conf": "1"}),
+                Some(d1.clone()),
+                vec![],
+                vec![],
+                vec![("p", &["b.conf"])],
+            ),
+            (
+                "a changed value is recorded",
+                d0.clone(),
+                Some(d1.clone()),
+                vec![],
+                vec![],
+                vec![("p", &["a.conf"])],
+            ),
+            (
+                "a removed key is not recorded (as in the reference)",
+                json!({"a.conf": "1"}),
+                Some(json!({"a.conf": "1", "b.conf": "1"})),
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "unchanged data keeps the prior record",
+                d1.clone(),
+                Some(d1.clone()),
+                vec![("p", &["x"])],
+                vec![],
+                vec![("p", &["x"])],
+            ),
+            (
+                "no ConfigMap yet keeps the prior record",
+                d1.clone(),
+                None,
+                vec![("p", &["x"])],
+                vec![],
+                vec![("p", &["x"])],
+            ),
+            (
+                "replaced when every node applied the data being replaced",
+                d2.clone(),
+                Some(d1.clone()),
+                vec![("p", &["x"])],
+                vec![applied("1.0.0", &d1), applied("1.0.0", &d1)],
+                vec![("p", &["a.conf", "b.conf"])],
+            ),
+            (
+                "accumulated while a node still has the older config",
+                d2.clone(),
+                Some(d1.clone()),
+                vec![("p", &["x"])],
+                vec![applied("1.0.0", &d1), applied("1.0.0", &d0)],
+                vec![("p", &["a.conf", "b.conf", "x"])],
+            ),
+            (
+                "accumulated keys are not repeated",
+                d2.clone(),
+                Some(d1.clone()),
+                vec![("p", &["b.conf"])],
+                vec![applied("1.0.0", &d0)],
+                vec![("p", &["a.conf", "b.conf"])],
+            ),
+            (
+                "a node without a record does not hold the last rollout",
+                d2.clone(),
+                Some(d1.clone()),
+                vec![("p", &["x"])],
+                vec![none.clone()],
+                vec![("p", &["a.conf", "b.conf"])],
+            ),
+            (
+                "a record of another version does not hold the last rollout",
+                d2.clone(),
+                Some(d1.clone()),
+                vec![("p", &["x"])],
+                vec![applied("0.9.0", &d0)],
+                vec![("p", &["a.conf", "b.conf"])],
+            ),
+            (
+                "packages no longer in the spec are dropped",
+                d1.clone(),
+                Some(d1.clone()),
+                vec![("gone", &["k"]), ("p", &["x"])],
+                vec![],
+                vec![("p", &["x"])],
+            ),
+        ];
+        let node = Node::default();
+        for (name, spec_cm, cluster, prior, nodes, want) in cases {
+            let sk = skyhook(&[("p", "1.0.0", spec_cm)]);
+            let cms: Vec<Arc<ConfigMap>> = cluster
+                .into_iter()
+                .map(|d| configmap(&cm_name, Some(d)))
+                .collect();
+            let prior = SkyhookStatus {
+                config_updates: updates(&prior),
+                ..SkyhookStatus::default()
+            };
+            let facts: Vec<NodeFacts> = nodes
+                .into_iter()
+                .map(|a| facts(&node, a, NodeState::default()))
+                .collect();
+            assert_eq!(
+                config_updates(&sk, &cms, &prior, &facts),
+                updates(&want),
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    #[ignore = "bug: config updates survive a version change, so the new version's own interrupt is skipped"]
+    fn config_updates_are_dropped_when_the_version_changes() {
+        // p went 1.0.0 -> 2.0.0; the last config rollout of 1.0.0 recorded a.conf. The reference
+        // removes the record whenever the version changes ("or else the package interrupt may
+        // be skipped"); here it stays, so SpecView::interrupts(p@2.0.0) returns the matched
+        // configInterrupts (none) instead of p's reboot.
+        let sk = skyhook(&[("p", "2.0.0", json!({"a.conf": "1"}))]);
+        let old_cm = configmap(
+            &schema::package_configmap_name("sh", "p", "1.0.0"),
+            Some(json!({"a.conf": "1"})),
+        );
+        let prior = SkyhookStatus {
+            config_updates: updates(&[("p", &["a.conf"])]),
+            ..SkyhookStatus::default()
+        };
+        let node = Node::default();
+        let mut state = NodeState::default();
+        state.upsert(entry("1.0.0", Stage::Config, State::Complete));
+        let applied = BTreeMap::from([(
+            "p|1.0.0".to_string(),
+            format!(
+                "000000000000.{}",
+                config_hash(&data(&json!({"a.conf": "1"})))
+            ),
+        )]);
+        let facts = vec![facts(&node, applied, state)];
+        let got = config_updates(&sk, &[old_cm], &prior, &facts);
+        assert_eq!(
+            got.get("p"),
+            None,
+            "case: upgrade to 2.0.0 keeps 1.0.0's keys"
+        );
+    }
+
+    #[test]
+    #[ignore = "bug: a node that applied the last config but has not run its interrupt yet does not count as rolling, so the last keys (and their configInterrupt) are dropped"]
+    fn config_updates_accumulate_while_a_node_waits_for_its_interrupt() {
+        // Change 1 (a.conf) is applied on the node: its applied config part is the current
+        // ConfigMap's, but its interrupt for a.conf is still pending. Change 2 (b.conf) then
+        // replaces the keys, so interrupts(p) no longer matches a.conf and the node never runs
+        // the service restart change 1 needed.
+        let d1 = json!({"a.conf": "1", "b.conf": "0"});
+        let d2 = json!({"a.conf": "1", "b.conf": "1"});
+        let sk = skyhook(&[("p", "1.0.0", d2)]);
+        let cm = configmap(
+            &schema::package_configmap_name("sh", "p", "1.0.0"),
+            Some(d1.clone()),
+        );
+        let prior = SkyhookStatus {
+            config_updates: updates(&[("p", &["a.conf"])]),
+            ..SkyhookStatus::default()
+        };
+        let node = Node::default();
+        let mut state = NodeState::default();
+        state.upsert(entry("1.0.0", Stage::Interrupt, State::InProgress));
+        let applied = BTreeMap::from([(
+            "p|1.0.0".to_string(),
+            format!("000000000000.{}", config_hash(&data(&d1))),
+        )]);
+        let facts = vec![facts(&node, applied, state)];
+        assert_eq!(
+            config_updates(&sk, &[cm], &prior, &facts),
+            updates(&[("p", &["a.conf", "b.conf"])]),
+            "case: node mid-interrupt of the last rollout"
+        );
+    }
+
+    #[test]
+    fn package_configmaps_only_the_differing_ones() {
+        let cfg = settings();
+        let name = |p: &str| schema::package_configmap_name("sh", p, "1.0.0");
+        let same = json!({"a": "1"});
+        // (case, packages as (name, configMap), ConfigMaps in the cluster, names written)
+        let cases: Vec<(
+            &str,
+            Vec<(&str, Value)>,
+            Vec<(&str, Option<Value>)>,
+            Vec<&str>,
+        )> = vec![
+            (
+                "no configMap: nothing",
+                vec![("p", json!({}))],
+                vec![],
+                vec![],
+            ),
+            (
+                "missing ConfigMap is created",
+                vec![("p", same.clone())],
+                vec![],
+                vec!["p"],
+            ),
+            (
+                "same data: nothing",
+                vec![("p", same.clone())],
+                vec![("p", Some(same.clone()))],
+                vec![],
+            ),
+            (
+                "other data: written",
+                vec![("p", json!({"a": "2"}))],
+                vec![("p", Some(same.clone()))],
+                vec!["p"],
+            ),
+            (
+                "an extra key in the cluster: written",
+                vec![("p", same.clone())],
+                vec![("p", Some(json!({"a": "1", "b": "2"})))],
+                vec!["p"],
+            ),
+            (
+                "a ConfigMap without data: written",
+                vec![("p", same.clone())],
+                vec![("p", None)],
+                vec!["p"],
+            ),
+            (
+                "two packages, only the differing one",
+                vec![("p", same.clone()), ("q", json!({"b": "2"}))],
+                vec![("p", Some(same.clone())), ("q", Some(json!({"b": "1"})))],
+                vec!["q"],
+            ),
+        ];
+        for (case, packages, cluster, want) in cases {
+            let packages: Vec<(&str, &str, Value)> = packages
+                .into_iter()
+                .map(|(n, cm)| (n, "1.0.0", cm))
+                .collect();
+            let sk = skyhook(&packages);
+            let cms: Vec<Arc<ConfigMap>> = cluster
+                .into_iter()
+                .map(|(p, d)| configmap(&name(p), d))
+                .collect();
+            let got = package_configmaps(&sk, &cms, &cfg);
+            let names: Vec<String> = got.iter().map(|c| c.name_any()).collect();
+            let want_names: Vec<String> = want.iter().map(|p| name(p)).collect();
+            assert_eq!(names, want_names, "case: {case}");
+            for cm in &got {
+                let p = &sk.spec.packages[cm
+                    .annotations()
+                    .get(schema::PACKAGE_NAME_ANNOTATION)
+                    .expect("package annotation")];
+                assert_eq!(cm.data.as_ref(), Some(&p.config_map), "case: {case}");
+                assert_eq!(
+                    cm.namespace().as_deref(),
+                    Some(cfg.namespace.as_str()),
+                    "case: {case}"
+                );
+            }
+        }
+    }
+}

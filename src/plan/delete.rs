@@ -62,3 +62,224 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
     }
     plan
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use serde_json::{Value, json};
+
+    fn skyhook(finalizers: Value) -> Skyhook {
+        serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+            "metadata": {"name": "sh", "finalizers": finalizers},
+            "spec": {},
+        }))
+        .expect("skyhook")
+    }
+
+    fn node(
+        annotations: Value,
+        labels: Value,
+        conditions: &[&str],
+        unschedulable: bool,
+    ) -> Arc<Node> {
+        let conditions: Vec<Value> = conditions
+            .iter()
+            .map(|t| json!({"type": t, "status": "True"}))
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "n", "annotations": annotations, "labels": labels},
+                "spec": {"unschedulable": unschedulable},
+                "status": {"conditions": conditions},
+            }))
+            .expect("node"),
+        )
+    }
+
+    #[test]
+    fn plan_delete_removes_exactly_what_this_skyhook_wrote() {
+        let ours = [
+            schema::node_state_annotation("sh"),
+            schema::status_annotation("sh"),
+            schema::cordon_annotation("sh"),
+            schema::node_version_annotation("sh"),
+            schema::applied_annotation("sh"),
+        ];
+        let all_ours: serde_json::Map<String, Value> =
+            ours.iter().map(|k| (k.clone(), json!("x"))).collect();
+        let mut mixed = all_ours.clone();
+        mixed.insert(schema::node_state_annotation("other"), json!("{}"));
+        mixed.insert(schema::cordon_annotation("other"), json!("true"));
+        mixed.insert(
+            schema::auto_taint_annotation("skyhook.nvidia.com"),
+            json!("true"),
+        );
+        mixed.insert("team".into(), json!("a"));
+        let not_ready = schema::node_not_ready_condition("sh");
+        let erroring = schema::node_erroring_condition("sh");
+        let legacy = format!("{}Old", schema::node_condition_prefix("sh"));
+        let label = schema::status_label("sh");
+        let no_cordon: Vec<String> = ours[..2].to_vec();
+        let only = |keys: &[String]| -> Value {
+            keys.iter()
+                .map(|k| (k.clone(), json!("x")))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        // (case, node, annotation removals, label removals, unschedulable write, conditions removed)
+        let cases: Vec<(
+            &str,
+            Arc<Node>,
+            Vec<String>,
+            Vec<String>,
+            Option<bool>,
+            Vec<String>,
+        )> = vec![
+            (
+                "every key, label and condition of ours; others' kept; our cordon lifted",
+                node(
+                    Value::Object(mixed),
+                    json!({label.clone(): "complete", schema::status_label("other"): "complete", "role": "gpu"}),
+                    &[
+                        &not_ready,
+                        &erroring,
+                        &legacy,
+                        &schema::node_not_ready_condition("other"),
+                        "Ready",
+                    ],
+                    true,
+                ),
+                ours.to_vec(),
+                vec![label.clone()],
+                Some(false),
+                vec![not_ready.clone(), erroring.clone(), legacy.clone()],
+            ),
+            (
+                "an administrator's cordon is not lifted",
+                node(only(&no_cordon), json!({}), &[], true),
+                no_cordon.clone(),
+                vec![],
+                None,
+                vec![],
+            ),
+            (
+                "another Skyhook's cordon is not lifted",
+                node(
+                    json!({schema::cordon_annotation("other"): "true"}),
+                    json!({}),
+                    &[],
+                    true,
+                ),
+                vec![],
+                vec![],
+                None,
+                vec![],
+            ),
+            (
+                "an untouched node",
+                node(
+                    json!({"team": "a"}),
+                    json!({"role": "gpu"}),
+                    &["Ready"],
+                    false,
+                ),
+                vec![],
+                vec![],
+                None,
+                vec![],
+            ),
+            (
+                "a Skyhook whose name starts with ours is not ours",
+                node(
+                    json!({schema::node_state_annotation("sh2"): "{}", schema::cordon_annotation("sh2"): "true"}),
+                    json!({schema::status_label("sh2"): "complete"}),
+                    &[&schema::node_not_ready_condition("sh2")],
+                    true,
+                ),
+                vec![],
+                vec![],
+                None,
+                vec![],
+            ),
+            (
+                "only a condition left",
+                node(json!({}), json!({}), &[&erroring], false),
+                vec![],
+                vec![],
+                None,
+                vec![erroring.clone()],
+            ),
+            (
+                "only the label left",
+                node(json!({}), json!({label.clone(): "waiting"}), &[], false),
+                vec![],
+                vec![label.clone()],
+                None,
+                vec![],
+            ),
+        ];
+        let sk = skyhook(json!([schema::FINALIZER]));
+        for (name, n, annotations, labels, unschedulable, conditions) in cases {
+            let plan = plan_delete(&sk, std::slice::from_ref(&n));
+            let want_patch =
+                !(annotations.is_empty() && labels.is_empty() && unschedulable.is_none());
+            assert_eq!(
+                plan.node_patches.len(),
+                usize::from(want_patch),
+                "case: {name}"
+            );
+            if let Some(p) = plan.node_patches.first() {
+                let removals = |keys: Vec<String>| -> BTreeMap<String, Option<String>> {
+                    keys.into_iter().map(|k| (k, None)).collect()
+                };
+                assert_eq!(p.node, "n", "case: {name}");
+                assert_eq!(p.annotations, removals(annotations), "case: {name}");
+                assert_eq!(p.labels, removals(labels), "case: {name}");
+                assert_eq!(p.unschedulable, unschedulable, "case: {name}");
+                assert_eq!(p.taints, None, "case: {name}");
+            }
+            let removed: Vec<(String, Vec<String>)> = plan
+                .node_conditions
+                .iter()
+                .map(|(n, set, removed)| {
+                    assert!(set.is_empty(), "case: {name}: nothing is set");
+                    (n.clone(), removed.clone())
+                })
+                .collect();
+            let want: Vec<(String, Vec<String>)> = if conditions.is_empty() {
+                vec![]
+            } else {
+                vec![("n".to_string(), conditions)]
+            };
+            assert_eq!(removed, want, "case: {name}");
+            assert!(plan.delete_owned, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn plan_delete_releases_the_finalizer_only_when_held() {
+        let cases = [
+            ("our finalizer", json!([schema::FINALIZER]), true),
+            (
+                "ours among others",
+                json!(["example.com/keep", schema::FINALIZER]),
+                true,
+            ),
+            ("no finalizer", json!([]), false),
+            ("another finalizer only", json!(["example.com/keep"]), false),
+        ];
+        for (name, finalizers, want) in cases {
+            let plan = plan_delete(&skyhook(finalizers), &[]);
+            assert_eq!(plan.remove_finalizer, want, "case: {name}");
+            assert!(!plan.add_finalizer, "case: {name}");
+            assert!(plan.delete_owned, "case: {name}");
+            assert!(
+                plan.node_patches.is_empty() && plan.node_conditions.is_empty(),
+                "case: {name}"
+            );
+        }
+    }
+}

@@ -116,3 +116,342 @@ pub fn readiness(cordoned: bool, pods: Option<&[PodInfo]>) -> Readiness {
         Readiness::Evict(evict)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// A pod `ns/name` from its metadata, tolerations and phase (`None`: no status at all).
+    fn pod(meta: Value, tolerations: Value, phase: Option<&str>) -> Pod {
+        let mut v = json!({
+            "metadata": {"name": "p", "namespace": "apps"},
+            "spec": {"containers": [], "tolerations": tolerations},
+        });
+        if let (Some(m), Some(extra)) = (v["metadata"].as_object_mut(), meta.as_object()) {
+            m.extend(extra.clone());
+        }
+        if let Some(phase) = phase {
+            v["status"] = json!({"phase": phase});
+        }
+        serde_json::from_value(v).expect("pod")
+    }
+
+    fn selector(v: Value) -> LabelSelector {
+        serde_json::from_value(v).expect("selector")
+    }
+
+    #[test]
+    fn classify_like_kubectl_drain() {
+        let owner = |kind: &str| json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u"}]});
+        let critical = json!({"labels": {"critical": "yes"}});
+        let cordon = json!([{"key": schema::UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
+        let protect = protection(&selector(json!({"matchLabels": {"critical": "yes"}})));
+        // (case, metadata, tolerations, phase, protected by podNonInterruptLabels,
+        //  Some((protected, evictable)) or None when left out)
+        let cases = [
+            (
+                "running pod is evicted",
+                json!({}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "pending pod is evicted",
+                json!({}),
+                json!([]),
+                Some("Pending"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "pod without a phase counts as pending",
+                json!({}),
+                json!([]),
+                None,
+                true,
+                Some((false, true)),
+            ),
+            (
+                "succeeded pod left out",
+                json!({}),
+                json!([]),
+                Some("Succeeded"),
+                true,
+                None,
+            ),
+            (
+                "failed pod left out",
+                json!({}),
+                json!([]),
+                Some("Failed"),
+                true,
+                None,
+            ),
+            (
+                "DaemonSet pod kept",
+                owner("DaemonSet"),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "ReplicaSet pod evicted",
+                owner("ReplicaSet"),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "mirror pod kept",
+                json!({"annotations": {"kubernetes.io/config.mirror": "abc"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "our own Job pod kept",
+                json!({"labels": {schema::NAME_LABEL: "sh"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "pod tolerating the cordon kept",
+                json!({}),
+                cordon.clone(),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "pod tolerating everything kept",
+                json!({}),
+                json!([{"operator": "Exists"}]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "pod tolerating another taint evicted",
+                json!({}),
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+                Some("Running"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "kube-system kept",
+                json!({"namespace": "kube-system"}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "terminating pod kept",
+                json!({"deletionTimestamp": "2024-01-01T00:00:00Z"}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "protected running pod",
+                critical.clone(),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((true, true)),
+            ),
+            (
+                "protected pending pod",
+                critical.clone(),
+                json!([]),
+                Some("Pending"),
+                true,
+                Some((true, true)),
+            ),
+            (
+                "protected DaemonSet pod is still protected",
+                json!({"labels": {"critical": "yes"}, "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "o", "uid": "u"}]}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((true, false)),
+            ),
+            (
+                "another label value is not protected",
+                json!({"labels": {"critical": "no"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "protected but succeeded: left out",
+                critical.clone(),
+                json!([]),
+                Some("Succeeded"),
+                true,
+                None,
+            ),
+            (
+                "no selector protects nothing",
+                critical.clone(),
+                json!([]),
+                Some("Running"),
+                false,
+                Some((false, true)),
+            ),
+        ];
+        for (name, meta, tolerations, phase, with_selector, want) in cases {
+            let p = pod(meta, tolerations, phase);
+            let sel = if with_selector {
+                protect.as_ref()
+            } else {
+                None
+            };
+            let got = classify([&p], sel);
+            match want {
+                None => assert!(got.is_empty(), "case: {name}: {got:?}"),
+                Some((protected, evictable)) => {
+                    assert_eq!(got.len(), 1, "case: {name}");
+                    let info = &got[0];
+                    assert_eq!(
+                        (info.protected, info.evictable),
+                        (protected, evictable),
+                        "case: {name}"
+                    );
+                    assert_eq!(info.name, "p", "case: {name}");
+                    let ns = p.namespace().unwrap_or_default();
+                    assert_eq!(info.namespace, ns, "case: {name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn readiness_cordon_then_list_then_protected_then_evict() {
+        let info = |name: &str, protected: bool, evictable: bool| PodInfo {
+            namespace: "ns".into(),
+            name: name.into(),
+            protected,
+            evictable,
+        };
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let pair = |n: &str| ("ns".to_string(), n.to_string());
+        // (case, cordoned, pods, readiness)
+        let cases = [
+            (
+                "not cordoned: cordon first",
+                false,
+                Some(vec![info("a", true, true)]),
+                Readiness::Cordon,
+            ),
+            (
+                "not cordoned, pods unknown: cordon first",
+                false,
+                None,
+                Readiness::Cordon,
+            ),
+            (
+                "cordoned, pods not listed yet",
+                true,
+                None,
+                Readiness::Listing,
+            ),
+            ("cordoned and empty", true, Some(vec![]), Readiness::Ready),
+            (
+                "only pods that stay (DaemonSet, kube-system...)",
+                true,
+                Some(vec![info("ds", false, false), info("sys", false, false)]),
+                Readiness::Ready,
+            ),
+            (
+                "protected pods hold before any eviction",
+                true,
+                Some(vec![
+                    info("web", false, true),
+                    info("db", true, true),
+                    info("ds", true, false),
+                ]),
+                Readiness::Protected(s(&["ns/db", "ns/ds"])),
+            ),
+            (
+                "evictable pods evicted",
+                true,
+                Some(vec![
+                    info("a", false, true),
+                    info("ds", false, false),
+                    info("b", false, true),
+                ]),
+                Readiness::Evict(vec![pair("a"), pair("b")]),
+            ),
+        ];
+        for (name, cordoned, pods, want) in cases {
+            assert_eq!(readiness(cordoned, pods.as_deref()), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn protection_of_an_empty_selector_is_none() {
+        // (case, selector, labels of a pod, Some(matches) or None when nothing is protected)
+        let cases = [
+            (
+                "empty selector",
+                json!({}),
+                json!({"critical": "yes"}),
+                None,
+            ),
+            (
+                "empty matchLabels",
+                json!({"matchLabels": {}}),
+                json!({"critical": "yes"}),
+                None,
+            ),
+            (
+                "empty matchExpressions",
+                json!({"matchExpressions": []}),
+                json!({"critical": "yes"}),
+                None,
+            ),
+            (
+                "matchLabels, matching pod",
+                json!({"matchLabels": {"critical": "yes"}}),
+                json!({"critical": "yes"}),
+                Some(true),
+            ),
+            (
+                "matchLabels, other value",
+                json!({"matchLabels": {"critical": "yes"}}),
+                json!({"critical": "no"}),
+                Some(false),
+            ),
+            (
+                "matchExpressions Exists",
+                json!({"matchExpressions": [{"key": "critical", "operator": "Exists"}]}),
+                json!({"critical": "anything"}),
+                Some(true),
+            ),
+            (
+                "matchExpressions Exists, unlabelled pod",
+                json!({"matchExpressions": [{"key": "critical", "operator": "Exists"}]}),
+                json!({}),
+                Some(false),
+            ),
+        ];
+        for (name, sel, labels, want) in cases {
+            let got = protection(&selector(sel));
+            let labels: std::collections::BTreeMap<String, String> =
+                serde_json::from_value(labels).expect("labels");
+            assert_eq!(got.map(|s| s.matches(&labels)), want, "case: {name}");
+        }
+    }
+}

@@ -95,3 +95,234 @@ pub fn status_changes(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Target;
+    use super::*;
+    use crate::schema::{Stage, Status};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn started(stage: Stage) -> NodeNote {
+        NodeNote::Started {
+            package: "drv".into(),
+            version: "1.2.3".into(),
+            stage,
+        }
+    }
+
+    fn failed(stage: Stage, restarts: i32) -> NodeNote {
+        NodeNote::Failed {
+            package: "drv".into(),
+            version: "1.2.3".into(),
+            stage,
+            reason: "ImagePullBackOff".into(),
+            message: "pull access denied".into(),
+            restarts,
+        }
+    }
+
+    #[test]
+    fn node_notes_table() {
+        let sk_note = |reason: &str, message: String| Note::skyhook(reason, message);
+        let node_note = |reason: &str, message: String| Note::node("n1", reason, message);
+        let failure = |stage: &str, attempt: i32| {
+            format!(
+                "package drv:1.2.3 stage {stage} failed on node n1 (ImagePullBackOff, attempt {attempt}): pull access denied"
+            )
+        };
+        // (case, notes, events, started, failures)
+        let cases: Vec<(
+            &str,
+            Vec<NodeNote>,
+            Vec<Note>,
+            Vec<(&str, &str, &str)>,
+            Vec<String>,
+        )> = vec![
+            ("nothing happened", vec![], vec![], vec![], vec![]),
+            (
+                "a stage started: on the node and on the Skyhook",
+                vec![started(Stage::Apply)],
+                vec![
+                    node_note(
+                        schema::APPLY_REASON,
+                        "Applying package [drv:1.2.3] from [skyhook:sh] stage [apply]".into(),
+                    ),
+                    sk_note(
+                        schema::APPLY_REASON,
+                        "Applying package [drv:1.2.3] to node [n1] stage [apply]".into(),
+                    ),
+                ],
+                vec![("drv", "1.2.3", "n1")],
+                vec![],
+            ),
+            (
+                "a stage completed: on the node only",
+                vec![NodeNote::Completed {
+                    package: "drv".into(),
+                    version: "1.2.3".into(),
+                    stage: Stage::Config,
+                }],
+                vec![node_note(
+                    schema::APPLY_REASON,
+                    "Package [drv:1.2.3] state complete on [skyhook:sh]".into(),
+                )],
+                vec![],
+                vec![],
+            ),
+            (
+                "a stage failed: warnings naming package, version, stage and attempt",
+                vec![failed(Stage::PostInterrupt, 3)],
+                vec![
+                    node_note(
+                        schema::APPLY_REASON,
+                        "Package [drv:1.2.3] state erroring on [skyhook:sh]".into(),
+                    )
+                    .warning(),
+                    sk_note("ImagePullBackOff", failure("post-interrupt", 3)).warning(),
+                ],
+                vec![],
+                vec![failure("post-interrupt", 3)],
+            ),
+            (
+                "several notes keep their order",
+                vec![failed(Stage::Apply, 1), started(Stage::Config)],
+                vec![
+                    node_note(
+                        schema::APPLY_REASON,
+                        "Package [drv:1.2.3] state erroring on [skyhook:sh]".into(),
+                    )
+                    .warning(),
+                    sk_note("ImagePullBackOff", failure("apply", 1)).warning(),
+                    node_note(
+                        schema::APPLY_REASON,
+                        "Applying package [drv:1.2.3] from [skyhook:sh] stage [config]".into(),
+                    ),
+                    sk_note(
+                        schema::APPLY_REASON,
+                        "Applying package [drv:1.2.3] to node [n1] stage [config]".into(),
+                    ),
+                ],
+                vec![("drv", "1.2.3", "n1")],
+                vec![failure("apply", 1)],
+            ),
+        ];
+        for (name, notes, want, want_started, want_failures) in cases {
+            let mut tally = Started::default();
+            let got = node_notes("sh", "n1", &notes, &mut tally);
+            assert_eq!(got, want, "case: {name}");
+            let want_started: Vec<(String, String, String)> = want_started
+                .into_iter()
+                .map(|(p, v, n)| (p.into(), v.into(), n.into()))
+                .collect();
+            assert_eq!(tally.started, want_started, "case: {name}");
+            assert_eq!(tally.failures, want_failures, "case: {name}");
+            for n in &got {
+                assert_eq!(n.node.is_some(), n.target == Target::Node, "case: {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn reboot_notes_on_both_objects() {
+        let [sk, node] = reboot("sh", "n1");
+        assert_eq!(
+            sk,
+            Note::skyhook(schema::REBOOT_REASON, schema::skyhook_reboot_message("n1"))
+        );
+        assert_eq!(
+            node,
+            Note::node(
+                "n1",
+                schema::REBOOT_REASON,
+                schema::node_reboot_message("sh")
+            )
+        );
+    }
+
+    #[test]
+    fn status_changes_table() {
+        let cond = |type_: &str, status: &str, message: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: message.into(),
+            observed_generation: None,
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        };
+        let st = |status: Option<Status>, conditions: Vec<Condition>| SkyhookStatus {
+            status,
+            conditions,
+            ..SkyhookStatus::default()
+        };
+        let held = cond(schema::NODE_BLOCKED_CONDITION, "True", "node n1: draining");
+        let invalid = cond(schema::VALID_CONDITION, "False", "bad");
+        let transition = Note::skyhook(
+            schema::STATE_REASON,
+            "Skyhook transitioned [in_progress] -> [complete]".into(),
+        );
+        let held_note =
+            Note::skyhook(schema::DRAIN_BLOCKED_REASON, "node n1: draining".into()).warning();
+        let invalid_note = Note::skyhook(schema::INVALID_SPEC_REASON, "a; b".into()).warning();
+        let in_progress = Some(Status::InProgress);
+        // (case, prior, desired, events)
+        let cases: Vec<(&str, SkyhookStatus, SkyhookStatus, Vec<Note>)> = vec![
+            (
+                "nothing changed",
+                st(in_progress, vec![]),
+                st(in_progress, vec![]),
+                vec![],
+            ),
+            (
+                "first status: no transition event",
+                st(None, vec![]),
+                st(in_progress, vec![]),
+                vec![],
+            ),
+            (
+                "transition",
+                st(in_progress, vec![]),
+                st(Some(Status::Complete), vec![]),
+                vec![transition.clone()],
+            ),
+            (
+                "newly held",
+                st(in_progress, vec![]),
+                st(in_progress, vec![held.clone()]),
+                vec![held_note.clone()],
+            ),
+            (
+                "still held for the same reason",
+                st(in_progress, vec![held.clone()]),
+                st(in_progress, vec![held.clone()]),
+                vec![],
+            ),
+            (
+                "newly invalid, worded with every problem",
+                st(in_progress, vec![]),
+                st(in_progress, vec![invalid.clone()]),
+                vec![invalid_note.clone()],
+            ),
+            (
+                "still invalid",
+                st(in_progress, vec![invalid.clone()]),
+                st(in_progress, vec![invalid.clone()]),
+                vec![],
+            ),
+            (
+                "all three, in order",
+                st(in_progress, vec![]),
+                st(Some(Status::Complete), vec![held.clone(), invalid.clone()]),
+                vec![transition.clone(), held_note.clone(), invalid_note.clone()],
+            ),
+        ];
+        let problems = ["a".to_string(), "b".to_string()];
+        for (name, prior, desired, want) in cases {
+            assert_eq!(
+                status_changes(&prior, &desired, &problems),
+                want,
+                "case: {name}"
+            );
+        }
+    }
+}

@@ -222,3 +222,924 @@ pub fn node_conditions(
             .collect(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use serde_json::{Value, json};
+
+    use crate::plan::select::Block;
+    use crate::plan::stage::Host;
+    use crate::schema::{PackageStatus, Stage};
+
+    const OP: &str = "v1";
+
+    fn node(v: Value) -> Node {
+        serde_json::from_value(v).expect("node")
+    }
+
+    fn facts(node: &Node) -> NodeFacts<'_> {
+        NodeFacts {
+            node,
+            name: node.name_any(),
+            prior: NodeState::default(),
+            applied: BTreeMap::new(),
+            host: Host::default(),
+            holds_cordon: false,
+            block: None,
+            gated: false,
+            boot_id: None,
+            rebooted: false,
+        }
+    }
+
+    fn state(entries: &[(&str, Stage, State)]) -> NodeState {
+        let mut s = NodeState::default();
+        for &(name, stage, st) in entries {
+            s.upsert(PackageStatus {
+                name: name.into(),
+                version: "1.0.0".into(),
+                image: "img".into(),
+                container_sha: None,
+                stage,
+                state: Some(st),
+                restarts: 0,
+            });
+        }
+        s
+    }
+
+    fn skyhook(name: &str, spec: Value) -> Skyhook {
+        serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .expect("skyhook")
+    }
+
+    fn runtime_taint() -> TaintSpec {
+        TaintSpec::parse(schema::DEFAULT_RUNTIME_REQUIRED_TAINT).expect("taint spec")
+    }
+
+    #[test]
+    fn node_status_precedence() {
+        use State::*;
+        let sw = |paused: bool, disabled: bool| Switches {
+            paused,
+            disabled,
+            valid: true,
+        };
+        let run = sw(false, false);
+        // (case, switches, block, gated, held, settled, package states, status)
+        let cases: Vec<(
+            &str,
+            Switches,
+            Option<Block>,
+            bool,
+            bool,
+            bool,
+            Vec<State>,
+            Status,
+        )> = vec![
+            (
+                "disabled beats everything",
+                sw(true, true),
+                None,
+                false,
+                false,
+                true,
+                vec![Complete],
+                Status::Disabled,
+            ),
+            (
+                "disabled beats in_progress",
+                sw(false, true),
+                None,
+                false,
+                false,
+                false,
+                vec![InProgress],
+                Status::Disabled,
+            ),
+            (
+                "paused beats complete",
+                sw(true, false),
+                None,
+                false,
+                false,
+                true,
+                vec![Complete],
+                Status::Paused,
+            ),
+            (
+                "paused beats blocked",
+                sw(true, false),
+                Some(Block::Taint),
+                false,
+                false,
+                false,
+                vec![],
+                Status::Paused,
+            ),
+            (
+                "complete",
+                run,
+                None,
+                false,
+                false,
+                true,
+                vec![Complete],
+                Status::Complete,
+            ),
+            (
+                "complete beats blocked",
+                run,
+                Some(Block::Ignored),
+                true,
+                false,
+                true,
+                vec![Complete],
+                Status::Complete,
+            ),
+            (
+                "ignored",
+                run,
+                Some(Block::Ignored),
+                false,
+                false,
+                false,
+                vec![],
+                Status::Blocked,
+            ),
+            (
+                "untolerated taint",
+                run,
+                Some(Block::Taint),
+                false,
+                false,
+                false,
+                vec![],
+                Status::Blocked,
+            ),
+            (
+                "gated",
+                run,
+                None,
+                true,
+                false,
+                false,
+                vec![],
+                Status::Blocked,
+            ),
+            (
+                "held by a protected pod or drain",
+                run,
+                None,
+                false,
+                true,
+                false,
+                vec![InProgress],
+                Status::Blocked,
+            ),
+            (
+                "blocked beats in_progress",
+                run,
+                None,
+                true,
+                false,
+                false,
+                vec![InProgress],
+                Status::Blocked,
+            ),
+            (
+                "in_progress",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![InProgress],
+                Status::InProgress,
+            ),
+            (
+                "in_progress beats erroring",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![Erroring, InProgress],
+                Status::InProgress,
+            ),
+            (
+                "erroring",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![Complete, Erroring],
+                Status::Erroring,
+            ),
+            (
+                "unknown reads as erroring",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![Unknown],
+                Status::Erroring,
+            ),
+            (
+                "complete packages but not settled: waiting",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![Complete],
+                Status::Waiting,
+            ),
+            (
+                "skipped only: waiting",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![Skipped],
+                Status::Waiting,
+            ),
+            (
+                "nothing yet: waiting",
+                run,
+                None,
+                false,
+                false,
+                false,
+                vec![],
+                Status::Waiting,
+            ),
+        ];
+        let n = node(json!({"metadata": {"name": "n"}}));
+        for (name, switches, block, gated, held, settled, states, want) in cases {
+            let mut f = facts(&n);
+            f.block = block;
+            f.gated = gated;
+            let names = ["a", "b", "c"];
+            let entries: Vec<(&str, Stage, State)> = states
+                .iter()
+                .zip(names)
+                .map(|(s, n)| (n, Stage::Apply, *s))
+                .collect();
+            let o = NodeOutcome {
+                state: state(&entries),
+                held,
+                ..NodeOutcome::default()
+            };
+            assert_eq!(node_status(switches, &f, settled, &o), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn progress_writes_only_what_differs() {
+        let done = state(&[("p", Stage::Config, State::Complete)]);
+        let other = state(&[("p", Stage::Apply, State::InProgress)]);
+        let empty = NodeState::default();
+        let enc = done.to_annotation();
+        let st = schema::node_state_annotation("sh");
+        let sa = schema::status_annotation("sh");
+        let va = schema::node_version_annotation("sh");
+        let label = schema::status_label("sh");
+        // The same state as another writer may spell it: other field order, spaces.
+        let reordered = r#"{ "p|1.0.0": {"state": "complete", "stage": "config", "image": "img", "version": "1.0.0", "name": "p"} }"#;
+        let current = |state: Option<&str>| {
+            let mut a = json!({sa.clone(): "complete", va.clone(): OP});
+            if let Some(s) = state {
+                a[st.clone()] = json!(s);
+            }
+            a
+        };
+        let complete_label = json!({label.clone(): "complete"});
+        let some = |v: &str| Some(v.to_string());
+        // (case, node annotations, node labels, state, status, annotation writes, label writes)
+        let cases: Vec<(
+            &str,
+            Value,
+            Value,
+            &NodeState,
+            Status,
+            Vec<(&String, Option<String>)>,
+            Vec<(&String, Option<String>)>,
+        )> = vec![
+            (
+                "fresh node gets state, status, version and label",
+                json!({}),
+                json!({}),
+                &done,
+                Status::Complete,
+                vec![(&st, some(&enc)), (&sa, some("complete")), (&va, some(OP))],
+                vec![(&label, some("complete"))],
+            ),
+            (
+                "the node already says so: nothing",
+                current(Some(&enc)),
+                complete_label.clone(),
+                &done,
+                Status::Complete,
+                vec![],
+                vec![],
+            ),
+            (
+                "an equivalent state annotation is kept byte for byte",
+                current(Some(reordered)),
+                complete_label.clone(),
+                &done,
+                Status::Complete,
+                vec![],
+                vec![],
+            ),
+            (
+                "another state is rewritten",
+                current(Some(&other.to_annotation())),
+                complete_label.clone(),
+                &done,
+                Status::Complete,
+                vec![(&st, some(&enc))],
+                vec![],
+            ),
+            (
+                "an unreadable state annotation is replaced",
+                current(Some("{not json")),
+                complete_label.clone(),
+                &done,
+                Status::Complete,
+                vec![(&st, some(&enc))],
+                vec![],
+            ),
+            (
+                "an empty state removes the annotation",
+                current(Some(&enc)),
+                complete_label.clone(),
+                &empty,
+                Status::Complete,
+                vec![(&st, None)],
+                vec![],
+            ),
+            (
+                "an empty state with no annotation writes nothing",
+                current(None),
+                complete_label.clone(),
+                &empty,
+                Status::Complete,
+                vec![],
+                vec![],
+            ),
+            (
+                "a new status moves annotation and label",
+                current(Some(&enc)),
+                complete_label.clone(),
+                &done,
+                Status::InProgress,
+                vec![(&sa, some("in_progress"))],
+                vec![(&label, some("in_progress"))],
+            ),
+            (
+                "only the label is missing",
+                current(Some(&enc)),
+                json!({}),
+                &done,
+                Status::Complete,
+                vec![],
+                vec![(&label, some("complete"))],
+            ),
+            (
+                "another operator version",
+                json!({st.clone(): enc.clone(), sa.clone(): "complete", va.clone(): "v0"}),
+                complete_label.clone(),
+                &done,
+                Status::Complete,
+                vec![(&va, some(OP))],
+                vec![],
+            ),
+        ];
+        for (name, annotations, labels, state, status, want_a, want_l) in cases {
+            let n = node(
+                json!({"metadata": {"name": "n", "annotations": annotations, "labels": labels}}),
+            );
+            let p = progress("sh", &n, state, status, OP);
+            let want_a: BTreeMap<String, Option<String>> =
+                want_a.into_iter().map(|(k, v)| (k.clone(), v)).collect();
+            let want_l: BTreeMap<String, Option<String>> =
+                want_l.into_iter().map(|(k, v)| (k.clone(), v)).collect();
+            assert_eq!(p.node, "n", "case: {name}");
+            assert_eq!(p.annotations, want_a, "case: {name}");
+            assert_eq!(p.labels, want_l, "case: {name}");
+            assert_eq!((p.unschedulable, &p.taints), (None, &None), "case: {name}");
+        }
+    }
+
+    #[test]
+    fn node_patch_cordons_and_lifts_only_our_cordon() {
+        let sk = skyhook("sh", json!({}));
+        let rt = runtime_taint();
+        let m = MetaInput {
+            skyhook: &sk,
+            skyhooks: &[],
+            runtime_taint: &rt,
+            operator_version: OP,
+        };
+        let key = schema::cordon_annotation("sh");
+        // (case, cordon wanted, settled, holds our cordon, node unschedulable,
+        //  unschedulable write, cordon annotation write)
+        let cases: Vec<(
+            &str,
+            bool,
+            bool,
+            bool,
+            bool,
+            Option<bool>,
+            Option<Option<&str>>,
+        )> = vec![
+            (
+                "cordon requested",
+                true,
+                false,
+                false,
+                false,
+                Some(true),
+                Some(Some("true")),
+            ),
+            (
+                "settled with our cordon: uncordon",
+                false,
+                true,
+                true,
+                true,
+                Some(false),
+                Some(None),
+            ),
+            (
+                "settled under an administrator's cordon: left alone",
+                false,
+                true,
+                false,
+                true,
+                None,
+                None,
+            ),
+            (
+                "not settled with our cordon: kept",
+                false,
+                false,
+                true,
+                true,
+                None,
+                None,
+            ),
+            ("nothing to do", false, false, false, false, None, None),
+        ];
+        for (name, cordon, settled, holds, unschedulable, want_u, want_a) in cases {
+            let mut annotations = json!({});
+            if holds {
+                annotations[key.clone()] = json!("true");
+            }
+            let n = node(json!({
+                "metadata": {"name": "n", "annotations": annotations},
+                "spec": {"unschedulable": unschedulable},
+            }));
+            let mut f = facts(&n);
+            f.holds_cordon = holds;
+            let o = NodeOutcome {
+                cordon,
+                ..NodeOutcome::default()
+            };
+            let p = node_patch(&m, &f, &o, Status::Waiting, settled);
+            assert_eq!(p.unschedulable, want_u, "case: {name}");
+            assert_eq!(
+                p.annotations.get(&key).map(|v| v.as_deref()),
+                want_a,
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_patch_runtime_required_taint() {
+        let rt = runtime_taint();
+        let spelled = |t: &Taint| {
+            format!(
+                "{}={}:{}",
+                t.key,
+                t.value.as_deref().unwrap_or_default(),
+                t.effect
+            )
+        };
+        let rt_s = "skyhook.nvidia.com=runtime-required:NoSchedule";
+        let gpu = json!({"key": "nvidia.com/gpu", "effect": "NoSchedule"});
+        let runtime = json!({"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"});
+        let touched = json!({schema::status_annotation("sh"): "in_progress"});
+        let other_rr = |name: &str, selector: Value| {
+            skyhook(
+                name,
+                json!({"runtimeRequired": true, "nodeSelectors": selector}),
+            )
+        };
+        let other_plain = |name: &str| skyhook(name, json!({}));
+        let other_done = json!({
+            schema::status_annotation("sh"): "complete",
+            schema::status_annotation("other"): "complete",
+        });
+        // (case, runtimeRequired, autoTaintNewNodes, node taints, node annotations, settled,
+        //  other Skyhooks, taints written (None: untouched), autoTaint annotation written)
+        let cases: Vec<(
+            &str,
+            bool,
+            bool,
+            Value,
+            Value,
+            bool,
+            Vec<Skyhook>,
+            Option<Vec<&str>>,
+            bool,
+        )> = vec![
+            (
+                "fresh node is tainted",
+                true,
+                true,
+                json!([]),
+                json!({}),
+                false,
+                vec![],
+                Some(vec![rt_s]),
+                true,
+            ),
+            (
+                "fresh node keeps its other taints",
+                true,
+                true,
+                json!([gpu]),
+                json!({}),
+                false,
+                vec![],
+                Some(vec!["nvidia.com/gpu=:NoSchedule", rt_s]),
+                true,
+            ),
+            (
+                "without autoTaintNewNodes nothing is added",
+                true,
+                false,
+                json!([]),
+                json!({}),
+                false,
+                vec![],
+                None,
+                false,
+            ),
+            (
+                "not runtimeRequired: nothing",
+                false,
+                true,
+                json!([]),
+                json!({}),
+                false,
+                vec![],
+                None,
+                false,
+            ),
+            (
+                "a node a Skyhook already touched is not new",
+                true,
+                true,
+                json!([]),
+                touched.clone(),
+                false,
+                vec![],
+                None,
+                false,
+            ),
+            (
+                "an already tainted fresh node is not tainted twice",
+                true,
+                true,
+                json!([runtime]),
+                json!({}),
+                false,
+                vec![],
+                None,
+                false,
+            ),
+            (
+                "complete and alone: removed, other taints kept",
+                true,
+                false,
+                json!([gpu, runtime]),
+                touched.clone(),
+                true,
+                vec![],
+                Some(vec!["nvidia.com/gpu=:NoSchedule"]),
+                false,
+            ),
+            (
+                "not complete: kept",
+                true,
+                false,
+                json!([runtime]),
+                touched.clone(),
+                false,
+                vec![],
+                None,
+                false,
+            ),
+            (
+                "not runtimeRequired: never removed",
+                false,
+                false,
+                json!([runtime]),
+                touched.clone(),
+                true,
+                vec![],
+                None,
+                false,
+            ),
+            (
+                "another runtime-required Skyhook incomplete: kept",
+                true,
+                false,
+                json!([runtime]),
+                touched.clone(),
+                true,
+                vec![other_rr("other", json!({}))],
+                None,
+                false,
+            ),
+            (
+                "another runtime-required Skyhook complete: removed",
+                true,
+                false,
+                json!([runtime]),
+                other_done.clone(),
+                true,
+                vec![other_rr("other", json!({}))],
+                Some(vec![]),
+                false,
+            ),
+            (
+                "a Skyhook that is not runtime-required does not hold it",
+                true,
+                false,
+                json!([runtime]),
+                touched.clone(),
+                true,
+                vec![other_plain("other")],
+                Some(vec![]),
+                false,
+            ),
+            (
+                "a runtime-required Skyhook that does not target the node does not hold it",
+                true,
+                false,
+                json!([runtime]),
+                touched.clone(),
+                true,
+                vec![other_rr("other", json!({"matchLabels": {"role": "cpu"}}))],
+                Some(vec![]),
+                false,
+            ),
+            (
+                "the taint is known by key and effect, whatever its value",
+                true,
+                false,
+                json!([{"key": "skyhook.nvidia.com", "value": "x", "effect": "NoSchedule"}]),
+                touched.clone(),
+                true,
+                vec![],
+                Some(vec![]),
+                false,
+            ),
+            (
+                "same key with another effect is not ours",
+                true,
+                false,
+                json!([{"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoExecute"}]),
+                touched.clone(),
+                true,
+                vec![],
+                None,
+                false,
+            ),
+        ];
+        for (name, rr, auto, taints, annotations, settled, others, want, want_auto) in cases {
+            let sk = skyhook(
+                "sh",
+                json!({"runtimeRequired": rr, "autoTaintNewNodes": auto}),
+            );
+            let mut all: Vec<Arc<Skyhook>> = others.into_iter().map(Arc::new).collect();
+            all.push(Arc::new(sk.clone()));
+            let m = MetaInput {
+                skyhook: &sk,
+                skyhooks: &all,
+                runtime_taint: &rt,
+                operator_version: OP,
+            };
+            let n = node(json!({
+                "metadata": {"name": "n", "annotations": annotations, "labels": {"role": "gpu"}},
+                "spec": {"taints": taints},
+            }));
+            let f = facts(&n);
+            let p = node_patch(&m, &f, &NodeOutcome::default(), Status::Waiting, settled);
+            let got: Option<Vec<String>> =
+                p.taints.as_ref().map(|ts| ts.iter().map(spelled).collect());
+            let want: Option<Vec<String>> = want.map(|v| v.into_iter().map(String::from).collect());
+            assert_eq!(got, want, "case: {name}");
+            let auto_key = schema::auto_taint_annotation(&rt.key);
+            assert_eq!(
+                p.annotations.get(&auto_key) == Some(&Some("true".to_string())),
+                want_auto,
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn node_patch_applied_record() {
+        let sk = skyhook("sh", json!({}));
+        let rt = runtime_taint();
+        let m = MetaInput {
+            skyhook: &sk,
+            skyhooks: &[],
+            runtime_taint: &rt,
+            operator_version: OP,
+        };
+        let key = schema::applied_annotation("sh");
+        let rec = |h: &str| BTreeMap::from([("p|1.0.0".to_string(), h.to_string())]);
+        // (case, recorded before, after the pass, write)
+        let cases: Vec<(
+            &str,
+            BTreeMap<String, String>,
+            BTreeMap<String, String>,
+            Option<Option<String>>,
+        )> = vec![
+            ("unchanged: not written", rec("a.b"), rec("a.b"), None),
+            (
+                "nothing before nor after",
+                BTreeMap::new(),
+                BTreeMap::new(),
+                None,
+            ),
+            (
+                "new record written as JSON",
+                BTreeMap::new(),
+                rec("a.b"),
+                Some(Some(r#"{"p|1.0.0":"a.b"}"#.to_string())),
+            ),
+            (
+                "changed record",
+                rec("a.b"),
+                rec("a.c"),
+                Some(Some(r#"{"p|1.0.0":"a.c"}"#.to_string())),
+            ),
+            (
+                "emptied record removed",
+                rec("a.b"),
+                BTreeMap::new(),
+                Some(None),
+            ),
+        ];
+        let n = node(json!({"metadata": {"name": "n"}}));
+        for (name, before, after, want) in cases {
+            let mut f = facts(&n);
+            f.applied = before;
+            let o = NodeOutcome {
+                applied: after,
+                ..NodeOutcome::default()
+            };
+            let p = node_patch(&m, &f, &o, Status::Waiting, false);
+            assert_eq!(p.annotations.get(&key).cloned(), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn node_conditions_written_only_when_they_change() {
+        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).expect("time");
+        let now = t(100);
+        let nr = schema::node_not_ready_condition("sh");
+        let er = schema::node_erroring_condition("sh");
+        let cond = |type_: &str, status: &str, reason: &str| {
+            json!({"type": type_, "status": status, "reason": reason,
+                   "lastTransitionTime": Time(t(0)), "lastHeartbeatTime": Time(t(0))})
+        };
+        let incomplete = cond(&nr, "True", schema::NOT_READY_REASON_INCOMPLETE);
+        let not_erroring = cond(&er, "False", schema::ERRORING_REASON_NOT_ERRORING);
+        let ok = state(&[("p", Stage::Apply, State::InProgress)]);
+        let failing = state(&[("p", Stage::Apply, State::Erroring)]);
+        let unknown = state(&[("p", Stage::Apply, State::Unknown)]);
+        type Want = Option<[(&'static str, &'static str, i64); 2]>;
+        // (case, existing conditions, state, complete, Some([(status, reason, transition) of
+        //  NotReady, then Erroring]) or None when nothing is written)
+        let cases: Vec<(&str, Value, &NodeState, bool, Want)> = vec![
+            (
+                "no condition yet",
+                json!([]),
+                &ok,
+                false,
+                Some([("True", "Incomplete", 100), ("False", "Not Erroring", 100)]),
+            ),
+            (
+                "up to date: nothing",
+                json!([incomplete.clone(), not_erroring.clone()]),
+                &ok,
+                false,
+                None,
+            ),
+            (
+                "complete flips NotReady only",
+                json!([incomplete.clone(), not_erroring.clone()]),
+                &ok,
+                true,
+                Some([("False", "Complete", 100), ("False", "Not Erroring", 0)]),
+            ),
+            (
+                "erroring flips Erroring only",
+                json!([incomplete.clone(), not_erroring.clone()]),
+                &failing,
+                false,
+                Some([
+                    ("True", "Incomplete", 0),
+                    ("True", "Package(s) Erroring or Unknown", 100),
+                ]),
+            ),
+            (
+                "unknown counts as erroring",
+                json!([incomplete.clone(), not_erroring.clone()]),
+                &unknown,
+                false,
+                Some([
+                    ("True", "Incomplete", 0),
+                    ("True", "Package(s) Erroring or Unknown", 100),
+                ]),
+            ),
+            (
+                "a stale reason is rewritten, its time kept",
+                json!([cond(&nr, "True", "Old"), not_erroring.clone()]),
+                &ok,
+                false,
+                Some([("True", "Incomplete", 0), ("False", "Not Erroring", 0)]),
+            ),
+            (
+                "one condition missing",
+                json!([incomplete.clone()]),
+                &ok,
+                false,
+                Some([("True", "Incomplete", 0), ("False", "Not Erroring", 100)]),
+            ),
+            (
+                "other Skyhooks' conditions do not count",
+                json!([cond(
+                    &schema::node_not_ready_condition("other"),
+                    "True",
+                    "Incomplete"
+                )]),
+                &ok,
+                false,
+                Some([("True", "Incomplete", 100), ("False", "Not Erroring", 100)]),
+            ),
+        ];
+        for (name, existing, state, complete, want) in cases {
+            let n = node(json!({"metadata": {"name": "n"}, "status": {"conditions": existing}}));
+            let got = node_conditions("sh", &n, state, complete, now);
+            let Some(want) = want else {
+                assert!(got.is_none(), "case: {name}: {got:?}");
+                continue;
+            };
+            let got = got.unwrap_or_else(|| panic!("case: {name}: nothing written"));
+            assert_eq!(got.len(), 2, "case: {name}");
+            for (c, (ty, (status, reason, since))) in
+                got.iter().zip([&nr, &er].into_iter().zip(want))
+            {
+                assert_eq!(&c.type_, ty, "case: {name}");
+                assert_eq!(c.status, status, "case: {name} {ty}");
+                assert_eq!(c.reason.as_deref(), Some(reason), "case: {name} {ty}");
+                assert_eq!(
+                    c.last_transition_time,
+                    Some(Time(t(since))),
+                    "case: {name} {ty}"
+                );
+                assert_eq!(c.last_heartbeat_time, Some(Time(now)), "case: {name} {ty}");
+            }
+            assert_eq!(
+                got[0].message,
+                Some(schema::node_not_ready_message("sh")),
+                "case: {name}"
+            );
+            assert_eq!(
+                got[1].message,
+                Some(schema::node_erroring_message("sh")),
+                "case: {name}"
+            );
+        }
+    }
+}

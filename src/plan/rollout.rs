@@ -85,4 +85,157 @@ mod tests {
         s.spec.deployment_policy = Some("gone".into());
         assert_eq!(batch_size(&s, &[], 5), 0);
     }
+
+    fn policy(name: &str, budget: serde_json::Value) -> Arc<DeploymentPolicy> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+                "metadata": {"name": name},
+                "spec": {"default": {"budget": budget, "strategy": {"fixed": {}}}},
+            }))
+            .expect("policy"),
+        )
+    }
+
+    #[test]
+    fn batch_size_table() {
+        use serde_json::json;
+        let policies = vec![
+            policy("two", json!({"count": 2})),
+            policy("ten", json!({"count": 10})),
+            policy("quarter", json!({"percent": 25})),
+            policy("none", json!({})),
+        ];
+        // (case, legacy percent, legacy count, deploymentPolicy, nodes, batch size)
+        let cases: &[(&str, Option<i64>, Option<i64>, Option<&str>, usize, usize)] = &[
+            (
+                "count over the node count is capped",
+                None,
+                Some(10),
+                None,
+                3,
+                3,
+            ),
+            ("count under the node count", None, Some(2), None, 5, 2),
+            ("count equal to the node count", None, Some(4), None, 4, 4),
+            (
+                "negative count still starts one",
+                None,
+                Some(-3),
+                None,
+                4,
+                1,
+            ),
+            (
+                "percent 29 of 100 is 28 (float math)",
+                Some(29),
+                None,
+                None,
+                100,
+                28,
+            ),
+            ("percent 33 of 3 is 1", Some(33), None, None, 3, 1),
+            ("percent 1 of 50 is at least 1", Some(1), None, None, 50, 1),
+            ("percent 50 of 7 truncates to 3", Some(50), None, None, 7, 3),
+            (
+                "percent 100 of 7 is every node",
+                Some(100),
+                None,
+                None,
+                7,
+                7,
+            ),
+            ("percent with no node", Some(50), None, None, 0, 0),
+            ("no budget: every node", None, None, None, 9, 9),
+            ("no budget and no node", None, None, None, 0, 0),
+            (
+                "an empty policy name reads as no policy",
+                None,
+                Some(2),
+                Some(""),
+                6,
+                2,
+            ),
+            (
+                "missing policy starts nothing",
+                None,
+                None,
+                Some("gone"),
+                5,
+                0,
+            ),
+            (
+                "missing policy ignores the legacy budget",
+                None,
+                Some(3),
+                Some("gone"),
+                5,
+                0,
+            ),
+            ("policy default count", None, None, Some("two"), 10, 2),
+            (
+                "policy default count capped by nodes",
+                None,
+                None,
+                Some("ten"),
+                4,
+                4,
+            ),
+            ("policy default percent", None, None, Some("quarter"), 10, 2),
+            (
+                "policy default percent, at least 1",
+                None,
+                None,
+                Some("quarter"),
+                3,
+                1,
+            ),
+            (
+                "the policy wins over interruptionBudget",
+                None,
+                Some(5),
+                Some("two"),
+                10,
+                2,
+            ),
+            (
+                "policy without a budget: every node",
+                None,
+                None,
+                Some("none"),
+                6,
+                6,
+            ),
+        ];
+        for &(name, percent, count, pol, nodes, want) in cases {
+            let mut s = sk(percent, count);
+            s.spec.deployment_policy = pol.map(String::from);
+            assert_eq!(batch_size(&s, &policies, nodes), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn ceiling_table() {
+        // (case, percent, count, matched, ceiling)
+        let cases: &[(&str, Option<i64>, Option<i64>, usize, usize)] = &[
+            ("percent 29 of 100", Some(29), None, 100, 28),
+            ("percent 33 of 3", Some(33), None, 3, 1),
+            ("percent 1 of 50 has a minimum of 1", Some(1), None, 50, 1),
+            ("percent 20 of 15", Some(20), None, 15, 3),
+            ("percent of no node", Some(50), None, 0, 0),
+            (
+                "count is taken as is, like the reference",
+                None,
+                Some(4),
+                2,
+                4,
+            ),
+            ("count wins over percent", Some(100), Some(1), 10, 1),
+            ("negative count is 0", None, Some(-5), 10, 0),
+            ("neither", None, None, 10, 0),
+        ];
+        for &(name, percent, count, matched, want) in cases {
+            assert_eq!(ceiling(percent, count, matched), want, "case: {name}");
+        }
+    }
 }

@@ -143,3 +143,650 @@ impl<'a> SpecView<'a> {
         self.node_complete(state) && !self.has_drift(state, applied)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{InterruptType, PackageStatus};
+    use serde_json::Value;
+    use sha2::{Digest, Sha256};
+
+    fn package(name: &str, extra: Value) -> Package {
+        let mut v = json!({"name": name, "version": "1.0.0", "image": format!("ghcr.io/x/{name}")});
+        if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        serde_json::from_value(v).expect("package")
+    }
+
+    fn tolerations(v: Value) -> Vec<Toleration> {
+        serde_json::from_value(v).expect("tolerations")
+    }
+
+    /// The hash as the operator wrote it before agentImageOverride, gracefulShutdown and the
+    /// tolerations were covered, spelled out with SHA-256 directly.
+    fn old_formula(p: &Package) -> String {
+        let short = |s: String| -> String {
+            Sha256::digest(s.as_bytes())
+                .iter()
+                .take(6)
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        let install = short(
+            json!({"image": p.image, "containerSHA": p.container_sha, "env": p.env, "resources": p.resources})
+                .to_string(),
+        );
+        format!("{install}.{}", short(json!(p.config_map).to_string()))
+    }
+
+    fn service(s: &[&str]) -> Interrupt {
+        Interrupt {
+            kind: InterruptType::Service,
+            services: s.iter().map(|x| x.to_string()).collect(),
+        }
+    }
+
+    fn entry(p: &Package, version: &str, stage: Stage, state: State) -> PackageStatus {
+        PackageStatus {
+            name: p.name.clone(),
+            version: version.into(),
+            image: p.image.clone(),
+            container_sha: None,
+            stage,
+            state: Some(state),
+            restarts: 0,
+        }
+    }
+
+    #[test]
+    fn spec_hash_moves_with_what_the_jobs_run() {
+        let resources = json!({"cpuRequest": "100m", "cpuLimit": "1", "memoryRequest": "64Mi", "memoryLimit": "128Mi"});
+        let gpu = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+        // (case, before, tolerations before, after, tolerations after, install part moves,
+        //  config part moves)
+        let cases = [
+            (
+                "image",
+                json!({}),
+                json!([]),
+                json!({"image": "ghcr.io/y/p"}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "containerSHA",
+                json!({}),
+                json!([]),
+                json!({"containerSHA": "sha256:0000000000000000000000000000000000000000000000000000000000000000"}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "env added",
+                json!({}),
+                json!([]),
+                json!({"env": [{"name": "A", "value": "1"}]}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "env value",
+                json!({"env": [{"name": "A", "value": "1"}]}),
+                json!([]),
+                json!({"env": [{"name": "A", "value": "2"}]}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "resources",
+                json!({}),
+                json!([]),
+                json!({"resources": resources}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "agentImageOverride",
+                json!({}),
+                json!([]),
+                json!({"agentImageOverride": "ghcr.io/x/agent:2"}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "gracefulShutdown",
+                json!({}),
+                json!([]),
+                json!({"gracefulShutdown": "30s"}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "gracefulShutdown value",
+                json!({"gracefulShutdown": "30s"}),
+                json!([]),
+                json!({"gracefulShutdown": "1m"}),
+                json!([]),
+                true,
+                false,
+            ),
+            (
+                "additionalTolerations added",
+                json!({}),
+                json!([]),
+                json!({}),
+                gpu.clone(),
+                true,
+                false,
+            ),
+            (
+                "additionalTolerations changed",
+                json!({}),
+                gpu.clone(),
+                json!({}),
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]),
+                true,
+                false,
+            ),
+            (
+                "configMap added",
+                json!({}),
+                json!([]),
+                json!({"configMap": {"a.conf": "1"}}),
+                json!([]),
+                false,
+                true,
+            ),
+            (
+                "configMap value",
+                json!({"configMap": {"a.conf": "1"}}),
+                json!([]),
+                json!({"configMap": {"a.conf": "2"}}),
+                json!([]),
+                false,
+                true,
+            ),
+            (
+                "version",
+                json!({}),
+                json!([]),
+                json!({"version": "2.0.0"}),
+                json!([]),
+                false,
+                false,
+            ),
+            (
+                "dependsOn",
+                json!({}),
+                json!([]),
+                json!({"dependsOn": {"q": "1.0.0"}}),
+                json!([]),
+                false,
+                false,
+            ),
+            (
+                "interrupt",
+                json!({}),
+                json!([]),
+                json!({"interrupt": {"type": "reboot"}}),
+                json!([]),
+                false,
+                false,
+            ),
+            (
+                "configInterrupts",
+                json!({}),
+                json!([]),
+                json!({"configInterrupts": {"*.conf": {"type": "service", "services": ["x"]}}}),
+                json!([]),
+                false,
+                false,
+            ),
+            (
+                "an empty agentImageOverride reads as unset",
+                json!({}),
+                json!([]),
+                json!({"agentImageOverride": ""}),
+                json!([]),
+                false,
+                false,
+            ),
+            (
+                "an empty gracefulShutdown reads as unset",
+                json!({}),
+                json!([]),
+                json!({"gracefulShutdown": ""}),
+                json!([]),
+                false,
+                false,
+            ),
+        ];
+        for (name, before, tol_before, after, tol_after, install, config) in cases {
+            let a = spec_hash(&package("p", before), &tolerations(tol_before));
+            let b = spec_hash(&package("p", after), &tolerations(tol_after));
+            assert_eq!(
+                install_part(&a) != install_part(&b),
+                install,
+                "case: {name}: install part"
+            );
+            assert_eq!(
+                config_part(&a) != config_part(&b),
+                config,
+                "case: {name}: config part"
+            );
+            assert_eq!(a.len(), 2 * PART_LEN + 1, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn spec_hash_unchanged_for_packages_without_the_new_fields() {
+        let cases = [
+            ("bare package", json!({})),
+            (
+                "with containerSHA",
+                json!({"containerSHA": "sha256:1111111111111111111111111111111111111111111111111111111111111111"}),
+            ),
+            (
+                "with env",
+                json!({"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "<&>"}]}),
+            ),
+            (
+                "with resources",
+                json!({"resources": {"cpuRequest": "100m", "cpuLimit": "1", "memoryRequest": "64Mi", "memoryLimit": "128Mi"}}),
+            ),
+            (
+                "with configMap",
+                json!({"configMap": {"b.conf": "2", "a.conf": "x\ny"}}),
+            ),
+            (
+                "with everything else old",
+                json!({
+                    "containerSHA": "sha256:2222222222222222222222222222222222222222222222222222222222222222",
+                    "env": [{"name": "A", "value": "1"}],
+                    "configMap": {"a": "1"},
+                    "interrupt": {"type": "reboot"},
+                    "dependsOn": {"q": "1.0.0"},
+                    "configInterrupts": {"a": {"type": "noop"}},
+                }),
+            ),
+            (
+                "empty new fields",
+                json!({"agentImageOverride": "", "gracefulShutdown": ""}),
+            ),
+        ];
+        for (name, extra) in cases {
+            let p = package("p", extra);
+            assert_eq!(spec_hash(&p, &[]), old_formula(&p), "case: {name}");
+        }
+    }
+
+    #[test]
+    fn hash_parts() {
+        let cases = [
+            ("both parts", "abc.def", "abc", "def"),
+            ("no dot", "abc", "abc", ""),
+            ("empty", "", "", ""),
+            ("empty install part", ".def", "", "def"),
+        ];
+        for (name, h, install, config) in cases {
+            assert_eq!(
+                (install_part(h), config_part(h)),
+                (install, config),
+                "case: {name}"
+            );
+        }
+        let data = BTreeMap::from([("a".to_string(), "1".to_string())]);
+        let p = package("p", json!({"configMap": {"a": "1"}}));
+        assert_eq!(config_part(&spec_hash(&p, &[])), config_hash(&data));
+    }
+
+    #[test]
+    fn interrupts_follow_config_updates() {
+        let reboot = Interrupt::new(InterruptType::Reboot);
+        let noop = Interrupt::new(InterruptType::Noop);
+        let ci = json!({
+            "*.conf": {"type": "service", "services": ["a"]},
+            "a.conf": {"type": "service", "services": ["a"]},
+            "x": {"type": "noop"},
+        });
+        let with_both = json!({"interrupt": {"type": "reboot"}, "configInterrupts": ci});
+        // (case, package fields, recorded config updates, interrupts)
+        let cases: Vec<(&str, Value, Vec<(&str, Vec<&str>)>, Vec<Interrupt>)> = vec![
+            (
+                "no update recorded: the package interrupt",
+                with_both.clone(),
+                vec![],
+                vec![reboot.clone()],
+            ),
+            (
+                "no update and no interrupt",
+                json!({"configInterrupts": ci}),
+                vec![],
+                vec![],
+            ),
+            (
+                "an empty update list: the package interrupt",
+                with_both.clone(),
+                vec![("p", vec![])],
+                vec![reboot.clone()],
+            ),
+            (
+                "a matching key: its configInterrupt only, once",
+                with_both.clone(),
+                vec![("p", vec!["a.conf"])],
+                vec![service(&["a"])],
+            ),
+            (
+                "no key matches: no interrupt at all",
+                with_both.clone(),
+                vec![("p", vec!["readme"])],
+                vec![],
+            ),
+            (
+                "two interrupts, in pattern order",
+                with_both.clone(),
+                vec![("p", vec!["x", "b.conf"])],
+                vec![service(&["a"]), noop.clone()],
+            ),
+            (
+                "a glob does not cross /",
+                with_both.clone(),
+                vec![("p", vec!["dir/b.conf"])],
+                vec![],
+            ),
+            (
+                "updates of another package do not count",
+                with_both.clone(),
+                vec![("q", vec!["a.conf"])],
+                vec![reboot.clone()],
+            ),
+        ];
+        for (name, fields, updates, want) in cases {
+            let p = package("p", fields);
+            let packages = BTreeMap::from([(p.name.clone(), p.clone())]);
+            let updates: BTreeMap<String, Vec<String>> = updates
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+                .collect();
+            let view = SpecView::new(&packages, &[], &updates);
+            assert_eq!(view.interrupts(&p), want, "case: {name}");
+            assert_eq!(view.has_interrupt(&p), !want.is_empty(), "case: {name}");
+        }
+    }
+
+    #[test]
+    fn package_complete_at_the_terminal_stage() {
+        let plain = package("p", json!({}));
+        let rb = package(
+            "r",
+            json!({"interrupt": {"type": "reboot"}, "configInterrupts": {"x": {"type": "noop"}}}),
+        );
+        // (case, package, entry as (version, stage, state), config updates of r, complete)
+        let cases: Vec<(
+            &str,
+            &Package,
+            Option<(&str, Stage, State)>,
+            Vec<&str>,
+            bool,
+        )> = vec![
+            (
+                "complete at config",
+                &plain,
+                Some(("1.0.0", Stage::Config, State::Complete)),
+                vec![],
+                true,
+            ),
+            (
+                "in progress at config",
+                &plain,
+                Some(("1.0.0", Stage::Config, State::InProgress)),
+                vec![],
+                false,
+            ),
+            (
+                "complete at apply",
+                &plain,
+                Some(("1.0.0", Stage::Apply, State::Complete)),
+                vec![],
+                false,
+            ),
+            ("no entry", &plain, None, vec![], false),
+            (
+                "complete at another version",
+                &plain,
+                Some(("0.9.0", Stage::Config, State::Complete)),
+                vec![],
+                false,
+            ),
+            (
+                "with interrupt, complete at config is not done",
+                &rb,
+                Some(("1.0.0", Stage::Config, State::Complete)),
+                vec![],
+                false,
+            ),
+            (
+                "with interrupt, complete at post-interrupt",
+                &rb,
+                Some(("1.0.0", Stage::PostInterrupt, State::Complete)),
+                vec![],
+                true,
+            ),
+            (
+                "skipped at interrupt is not complete",
+                &rb,
+                Some(("1.0.0", Stage::Interrupt, State::Skipped)),
+                vec![],
+                false,
+            ),
+            (
+                "a config update matching no configInterrupt ends at config",
+                &rb,
+                Some(("1.0.0", Stage::Config, State::Complete)),
+                vec!["other"],
+                true,
+            ),
+            (
+                "a config update matching a configInterrupt ends at post-interrupt",
+                &rb,
+                Some(("1.0.0", Stage::Config, State::Complete)),
+                vec!["x"],
+                false,
+            ),
+        ];
+        let packages = BTreeMap::from([
+            (plain.name.clone(), plain.clone()),
+            (rb.name.clone(), rb.clone()),
+        ]);
+        for (name, p, e, keys, want) in cases {
+            let updates = BTreeMap::from([(
+                "r".to_string(),
+                keys.into_iter().map(String::from).collect(),
+            )]);
+            let view = SpecView::new(&packages, &[], &updates);
+            let mut state = NodeState::default();
+            if let Some((v, stage, st)) = e {
+                state.upsert(entry(p, v, stage, st));
+            }
+            assert_eq!(view.package_complete(&state, p), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn node_complete_drift_and_settled() {
+        let a = package("a", json!({}));
+        let b = package("b", json!({"configMap": {"k": "v"}}));
+        let done = |p: &Package| entry(p, "1.0.0", Stage::Config, State::Complete);
+        let hash = |p: &Package| spec_hash(p, &[]);
+        let key = |p: &Package, v: &str| schema::package_key(&p.name, v);
+        // (case, spec packages, state entries, applied, node complete, drift, settled)
+        let cases: Vec<(
+            &str,
+            Vec<&Package>,
+            Vec<PackageStatus>,
+            Vec<(String, String)>,
+            bool,
+            bool,
+            bool,
+        )> = vec![
+            (
+                "every package complete",
+                vec![&a, &b],
+                vec![done(&a), done(&b)],
+                vec![],
+                true,
+                false,
+                true,
+            ),
+            (
+                "one package missing",
+                vec![&a, &b],
+                vec![done(&a)],
+                vec![],
+                false,
+                false,
+                false,
+            ),
+            (
+                "one package in progress",
+                vec![&a, &b],
+                vec![
+                    done(&a),
+                    entry(&b, "1.0.0", Stage::Apply, State::InProgress),
+                ],
+                vec![],
+                false,
+                false,
+                false,
+            ),
+            (
+                "a stray old version",
+                vec![&a],
+                vec![done(&a), entry(&a, "0.9.0", Stage::Config, State::Complete)],
+                vec![],
+                false,
+                false,
+                false,
+            ),
+            (
+                "an uninstall left",
+                vec![&a],
+                vec![
+                    done(&a),
+                    entry(&b, "1.0.0", Stage::Uninstall, State::InProgress),
+                ],
+                vec![],
+                false,
+                false,
+                false,
+            ),
+            (
+                "empty spec, empty node",
+                vec![],
+                vec![],
+                vec![],
+                true,
+                false,
+                true,
+            ),
+            (
+                "empty spec, a package left",
+                vec![],
+                vec![done(&a)],
+                vec![],
+                false,
+                false,
+                false,
+            ),
+            (
+                "recorded hashes match",
+                vec![&a, &b],
+                vec![done(&a), done(&b)],
+                vec![(key(&a, "1.0.0"), hash(&a)), (key(&b, "1.0.0"), hash(&b))],
+                true,
+                false,
+                true,
+            ),
+            (
+                "a recorded hash differs: drift",
+                vec![&a, &b],
+                vec![done(&a), done(&b)],
+                vec![(key(&b, "1.0.0"), "000000000000.000000000000".to_string())],
+                true,
+                true,
+                false,
+            ),
+            (
+                "an incomplete package with an old record is not drift",
+                vec![&a, &b],
+                vec![
+                    done(&a),
+                    entry(&b, "1.0.0", Stage::Config, State::InProgress),
+                ],
+                vec![(key(&b, "1.0.0"), "000000000000.000000000000".to_string())],
+                false,
+                false,
+                false,
+            ),
+            (
+                "a record of another version is not drift",
+                vec![&a],
+                vec![done(&a)],
+                vec![(key(&a, "0.9.0"), "000000000000.000000000000".to_string())],
+                true,
+                false,
+                true,
+            ),
+        ];
+        let none = BTreeMap::new();
+        for (name, spec, entries, applied, complete, drift, settled) in cases {
+            let packages: BTreeMap<String, Package> = spec
+                .into_iter()
+                .map(|p| (p.name.clone(), p.clone()))
+                .collect();
+            let view = SpecView::new(&packages, &[], &none);
+            let mut state = NodeState::default();
+            for e in entries {
+                state.upsert(e);
+            }
+            let applied: BTreeMap<String, String> = applied.into_iter().collect();
+            assert_eq!(
+                view.node_complete(&state),
+                complete,
+                "case: {name}: complete"
+            );
+            assert_eq!(
+                view.has_drift(&state, &applied),
+                drift,
+                "case: {name}: drift"
+            );
+            assert_eq!(
+                view.settled(&state, &applied),
+                settled,
+                "case: {name}: settled"
+            );
+        }
+    }
+
+    #[test]
+    fn spec_view_hashes_every_package_with_the_tolerations() {
+        let p = package("p", json!({}));
+        let packages = BTreeMap::from([(p.name.clone(), p.clone())]);
+        let none = BTreeMap::new();
+        let tols = tolerations(json!([{"operator": "Exists"}]));
+        let cases = [("no tolerations", Vec::new()), ("with tolerations", tols)];
+        for (name, tols) in cases {
+            let view = SpecView::new(&packages, &tols, &none);
+            assert_eq!(view.hash_of("p"), spec_hash(&p, &tols), "case: {name}");
+            assert_eq!(view.hash_of("absent"), "", "case: {name}");
+        }
+    }
+}

@@ -276,3 +276,587 @@ pub fn newly_invalid(prior: &SkyhookStatus, desired: &SkyhookStatus) -> bool {
     let now = find(desired);
     now.as_ref().is_some_and(|(st, _)| st == "False") && find(prior) != now
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    use crate::schema::{PackageStatus, Stage};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).expect("time")
+    }
+
+    fn skyhook(packages: &[(&str, &str)]) -> Skyhook {
+        let packages: serde_json::Map<String, serde_json::Value> = packages
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.to_string(),
+                    json!({"name": n, "version": v, "image": "img"}),
+                )
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+            "metadata": {"name": "sh", "generation": 3},
+            "spec": {"packages": packages},
+        }))
+        .expect("skyhook")
+    }
+
+    fn statuses(list: &[Status]) -> BTreeMap<String, Status> {
+        list.iter()
+            .enumerate()
+            .map(|(i, s)| (format!("n{i}"), *s))
+            .collect()
+    }
+
+    fn facts<'a>(sk: &'a Skyhook, prior: &'a SkyhookStatus, list: &[Status]) -> SkyhookFacts<'a> {
+        SkyhookFacts {
+            skyhook: sk,
+            prior,
+            node_states: BTreeMap::new(),
+            node_statuses: statuses(list),
+            paused: false,
+            disabled: false,
+            invalid: &[],
+            started: &[],
+            failures: &[],
+            held: &[],
+            blocked_nodes: Vec::new(),
+            ignored_nodes: Vec::new(),
+            now: t(0),
+        }
+    }
+
+    fn cond(type_: &str, status: &str, message: &str) -> Condition {
+        Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: "R".to_string(),
+            message: message.to_string(),
+            observed_generation: Some(1),
+            last_transition_time: Time(t(0)),
+        }
+    }
+
+    fn with(status: Option<Status>, conditions: Vec<Condition>) -> SkyhookStatus {
+        SkyhookStatus {
+            status,
+            conditions,
+            ..SkyhookStatus::default()
+        }
+    }
+
+    #[test]
+    fn aggregate_table() {
+        use Status::*;
+        // (case, node statuses, paused, disabled, invalid, aggregate)
+        let cases: &[(&str, &[Status], bool, bool, bool, Status)] = &[
+            (
+                "all complete",
+                &[Complete, Complete],
+                false,
+                false,
+                false,
+                Complete,
+            ),
+            ("no targeted node", &[], false, false, false, Complete),
+            (
+                "any in progress",
+                &[Complete, Erroring, InProgress, Waiting],
+                false,
+                false,
+                false,
+                InProgress,
+            ),
+            (
+                "all the same: waiting",
+                &[Waiting, Waiting],
+                false,
+                false,
+                false,
+                Waiting,
+            ),
+            (
+                "all remaining blocked",
+                &[Complete, Blocked, Blocked],
+                false,
+                false,
+                false,
+                Blocked,
+            ),
+            (
+                "all remaining erroring",
+                &[Erroring, Complete],
+                false,
+                false,
+                false,
+                Erroring,
+            ),
+            (
+                "mixed with erroring",
+                &[Waiting, Erroring, Blocked],
+                false,
+                false,
+                false,
+                Erroring,
+            ),
+            (
+                "mixed without erroring",
+                &[Waiting, Blocked, Complete],
+                false,
+                false,
+                false,
+                Waiting,
+            ),
+            (
+                "invalid is blocked",
+                &[InProgress],
+                false,
+                false,
+                true,
+                Blocked,
+            ),
+            (
+                "invalid is blocked even when complete",
+                &[Complete],
+                false,
+                false,
+                true,
+                Blocked,
+            ),
+            (
+                "invalid wins over disabled",
+                &[Waiting],
+                true,
+                true,
+                true,
+                Blocked,
+            ),
+            (
+                "paused when not complete",
+                &[InProgress],
+                true,
+                false,
+                false,
+                Paused,
+            ),
+            (
+                "paused but complete",
+                &[Complete],
+                true,
+                false,
+                false,
+                Complete,
+            ),
+            (
+                "disabled when not complete",
+                &[Waiting],
+                false,
+                true,
+                false,
+                Disabled,
+            ),
+            (
+                "disabled beats paused",
+                &[Waiting],
+                true,
+                true,
+                false,
+                Disabled,
+            ),
+            (
+                "disabled but complete",
+                &[Complete],
+                false,
+                true,
+                false,
+                Complete,
+            ),
+        ];
+        let sk = skyhook(&[]);
+        let prior = SkyhookStatus::default();
+        let problems = ["bad".to_string()];
+        for &(name, list, paused, disabled, invalid, want) in cases {
+            let mut f = facts(&sk, &prior, list);
+            f.paused = paused;
+            f.disabled = disabled;
+            if invalid {
+                f.invalid = &problems;
+            }
+            assert_eq!(aggregate(&f), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn skyhook_status_counters() {
+        use Status::*;
+        // (case, node statuses, packages, completeNodes, nodesInProgress, packageList)
+        let cases: &[(&str, &[Status], &[(&str, &str)], &str, i64, &str)] = &[
+            ("no node", &[], &[], "0/0", 0, ""),
+            (
+                "one of three complete, in progress and erroring count",
+                &[Complete, InProgress, Erroring],
+                &[("p", "1.0.0")],
+                "1/3",
+                2,
+                "p:1.0.0",
+            ),
+            (
+                "waiting, blocked, paused do not count as in progress",
+                &[Waiting, Blocked, Paused, Complete],
+                &[],
+                "1/4",
+                0,
+                "",
+            ),
+            ("all complete", &[Complete, Complete], &[], "2/2", 0, ""),
+            (
+                "package list sorted as name:version strings",
+                &[Waiting],
+                &[("zeta", "1.0.0"), ("a", "2.0.0"), ("a-b", "0.1.0")],
+                "0/1",
+                0,
+                "a-b:0.1.0,a:2.0.0,zeta:1.0.0",
+            ),
+        ];
+        for &(name, list, packages, complete, in_progress, package_list) in cases {
+            let sk = skyhook(packages);
+            let prior = SkyhookStatus::default();
+            let s = skyhook_status(&facts(&sk, &prior, list));
+            assert_eq!(s.complete_nodes, complete, "case: {name}");
+            assert_eq!(s.nodes_in_progress, in_progress, "case: {name}");
+            assert_eq!(s.package_list, package_list, "case: {name}");
+            assert_eq!(s.node_status, statuses(list), "case: {name}");
+        }
+    }
+
+    #[test]
+    fn skyhook_status_maps_follow_the_targeted_nodes() {
+        let sk = skyhook(&[("p", "1.0.0")]);
+        let prior = SkyhookStatus {
+            node_boot_ids: BTreeMap::from([
+                ("n0".to_string(), "b0".to_string()),
+                ("gone".to_string(), "bg".to_string()),
+            ]),
+            node_priority: BTreeMap::from([("gone".to_string(), Time(t(0)))]),
+            ..SkyhookStatus::default()
+        };
+        let mut state = NodeState::default();
+        state.upsert(PackageStatus {
+            name: "p".into(),
+            version: "1.0.0".into(),
+            image: "img".into(),
+            container_sha: None,
+            stage: Stage::Apply,
+            state: Some(State::InProgress),
+            restarts: 0,
+        });
+        let mut f = facts(&sk, &prior, &[Status::InProgress, Status::Waiting]);
+        f.node_states = BTreeMap::from([
+            ("n0".to_string(), state.clone()),
+            ("n1".to_string(), NodeState::default()),
+        ]);
+        let s = skyhook_status(&f);
+        // (case, got, want)
+        let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+            (
+                "nodeState keeps non-empty states only",
+                s.node_state.keys().cloned().collect(),
+                vec!["n0"],
+            ),
+            (
+                "nodeBootIds of targeted nodes only",
+                s.node_boot_ids.keys().cloned().collect(),
+                vec!["n0"],
+            ),
+            (
+                "nodePriority of targeted nodes only",
+                s.node_priority.keys().cloned().collect(),
+                vec![],
+            ),
+            (
+                "nodeStatus of every targeted node",
+                s.node_status.keys().cloned().collect(),
+                vec!["n0", "n1"],
+            ),
+        ];
+        for (name, got, want) in cases {
+            assert_eq!(got, want, "case: {name}");
+        }
+        assert_eq!(s.node_state["n0"], state);
+        assert_eq!(s.status, Some(Status::InProgress));
+    }
+
+    /// One pass's inputs that matter to the conditions.
+    #[derive(Clone, Copy)]
+    struct Pass {
+        statuses: &'static [Status],
+        held: &'static [&'static str],
+        blocked: &'static [&'static str],
+        ignored: &'static [&'static str],
+        invalid: &'static [&'static str],
+        failures: &'static [&'static str],
+    }
+
+    const BASE: Pass = Pass {
+        statuses: &[Status::InProgress],
+        held: &[],
+        blocked: &[],
+        ignored: &[],
+        invalid: &[],
+        failures: &[],
+    };
+
+    fn run(sk: &Skyhook, prior: &SkyhookStatus, p: Pass, now: Timestamp) -> SkyhookStatus {
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let held = owned(p.held);
+        let invalid = owned(p.invalid);
+        let failures = owned(p.failures);
+        let mut f = facts(sk, prior, p.statuses);
+        f.held = &held;
+        f.invalid = &invalid;
+        f.failures = &failures;
+        f.blocked_nodes = owned(p.blocked);
+        f.ignored_nodes = owned(p.ignored);
+        f.now = now;
+        skyhook_status(&f)
+    }
+
+    #[test]
+    fn condition_times_move_only_when_their_status_flips() {
+        use schema::*;
+        // (case, first pass, second pass, condition types whose transition time moves)
+        let cases: Vec<(&str, Pass, Pass, Vec<&str>)> = vec![
+            ("nothing changed", BASE, BASE, vec![]),
+            (
+                "a node held back",
+                BASE,
+                Pass {
+                    held: &["node n0: draining"],
+                    ..BASE
+                },
+                vec![NODE_BLOCKED_CONDITION],
+            ),
+            (
+                "held for another reason: message only",
+                Pass {
+                    held: &["node n0: a"],
+                    ..BASE
+                },
+                Pass {
+                    held: &["node n0: b"],
+                    ..BASE
+                },
+                vec![],
+            ),
+            (
+                "no longer held",
+                Pass {
+                    held: &["node n0: a"],
+                    ..BASE
+                },
+                BASE,
+                vec![NODE_BLOCKED_CONDITION],
+            ),
+            (
+                "a node with an untolerated taint",
+                BASE,
+                Pass {
+                    blocked: &["n0"],
+                    ..BASE
+                },
+                vec![TAINT_NOT_TOLERABLE_CONDITION],
+            ),
+            (
+                "a node ignored",
+                BASE,
+                Pass {
+                    ignored: &["n0"],
+                    ..BASE
+                },
+                vec![NODES_IGNORED_CONDITION],
+            ),
+            (
+                "spec became invalid (and the aggregate blocked)",
+                BASE,
+                Pass {
+                    invalid: &["bad"],
+                    ..BASE
+                },
+                vec![VALID_CONDITION, TRANSITION_CONDITION],
+            ),
+            (
+                "a package failed",
+                BASE,
+                Pass {
+                    failures: &["boom"],
+                    ..BASE
+                },
+                vec![PACKAGE_ERRORING_CONDITION],
+            ),
+            (
+                "rollout complete",
+                BASE,
+                Pass {
+                    statuses: &[Status::Complete],
+                    ..BASE
+                },
+                vec![TRANSITION_CONDITION],
+            ),
+        ];
+        let sk = skyhook(&[("p", "1.0.0")]);
+        for (name, first, second, moved) in cases {
+            let prior = run(&sk, &SkyhookStatus::default(), first, t(0));
+            let next = run(&sk, &prior, second, t(60));
+            if moved.is_empty() && first.held == second.held {
+                assert_eq!(
+                    next, prior,
+                    "case: {name}: an unchanged world writes nothing"
+                );
+            }
+            for c in &next.conditions {
+                let want = if moved.contains(&c.type_.as_str()) {
+                    t(60)
+                } else {
+                    t(0)
+                };
+                assert_eq!(
+                    c.last_transition_time,
+                    Time(want),
+                    "case: {name}: {}",
+                    c.type_
+                );
+            }
+            for ty in moved {
+                assert!(
+                    next.conditions.iter().any(|c| c.type_ == ty),
+                    "case: {name}: {ty} missing"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn transition_table() {
+        use Status::*;
+        let cases: &[(
+            &str,
+            Option<Status>,
+            Option<Status>,
+            Option<(Status, Status)>,
+        )] = &[
+            ("first status ever", None, Some(InProgress), None),
+            ("unchanged", Some(InProgress), Some(InProgress), None),
+            (
+                "changed",
+                Some(InProgress),
+                Some(Complete),
+                Some((InProgress, Complete)),
+            ),
+            ("status dropped", Some(Complete), None, None),
+        ];
+        for &(name, a, b, want) in cases {
+            assert_eq!(
+                transition(&with(a, vec![]), &with(b, vec![])),
+                want,
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn newly_held_table() {
+        let nb = schema::NODE_BLOCKED_CONDITION;
+        let cases: Vec<(&str, Vec<Condition>, Vec<Condition>, Option<&str>)> = vec![
+            ("newly held", vec![], vec![cond(nb, "True", "a")], Some("a")),
+            (
+                "held before as False",
+                vec![cond(nb, "False", "none")],
+                vec![cond(nb, "True", "a")],
+                Some("a"),
+            ),
+            (
+                "same reason",
+                vec![cond(nb, "True", "a")],
+                vec![cond(nb, "True", "a")],
+                None,
+            ),
+            (
+                "new reason",
+                vec![cond(nb, "True", "a")],
+                vec![cond(nb, "True", "b")],
+                Some("b"),
+            ),
+            (
+                "released",
+                vec![cond(nb, "True", "a")],
+                vec![cond(nb, "False", "none")],
+                None,
+            ),
+            ("no condition", vec![], vec![], None),
+            (
+                "another condition type",
+                vec![],
+                vec![cond(schema::VALID_CONDITION, "True", "a")],
+                None,
+            ),
+        ];
+        for (name, a, b, want) in cases {
+            assert_eq!(
+                newly_held(&with(None, a), &with(None, b)).as_deref(),
+                want,
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn newly_invalid_table() {
+        let v = schema::VALID_CONDITION;
+        let cases: Vec<(&str, Vec<Condition>, Vec<Condition>, bool)> = vec![
+            ("newly invalid", vec![], vec![cond(v, "False", "x")], true),
+            (
+                "was valid",
+                vec![cond(v, "True", "ok")],
+                vec![cond(v, "False", "x")],
+                true,
+            ),
+            (
+                "still invalid, same problems",
+                vec![cond(v, "False", "x")],
+                vec![cond(v, "False", "x")],
+                false,
+            ),
+            (
+                "still invalid, other problems",
+                vec![cond(v, "False", "x")],
+                vec![cond(v, "False", "y")],
+                true,
+            ),
+            (
+                "fixed",
+                vec![cond(v, "False", "x")],
+                vec![cond(v, "True", "ok")],
+                false,
+            ),
+            (
+                "valid all along",
+                vec![cond(v, "True", "ok")],
+                vec![cond(v, "True", "ok")],
+                false,
+            ),
+            ("no condition", vec![], vec![], false),
+        ];
+        for (name, a, b, want) in cases {
+            assert_eq!(
+                newly_invalid(&with(None, a), &with(None, b)),
+                want,
+                "case: {name}"
+            );
+        }
+    }
+}
