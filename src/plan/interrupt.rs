@@ -243,7 +243,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "bug: a package at the interrupt stage whose interrupt went away is marked skipped and stays so: the node never settles"]
     fn a_package_whose_interrupt_went_away_is_not_stuck() {
         use crate::plan::spec::spec_hash;
         use crate::plan::stage::{RetryPolicy, StepInput, step};

@@ -62,7 +62,11 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     };
     let value_ok = match t.operator.as_deref() {
         Some("Exists") => true,
-        _ => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        None | Some("") | Some("Equal") => {
+            t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+        // The scheduler tolerates nothing with an operator it does not know (Gt, Lt, typos).
+        Some(_) => false,
     };
     effect_ok && key_ok && value_ok
 }
@@ -269,7 +273,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "bug: an operator other than Exists/Equal (e.g. Gt) is read as Equal; the scheduler tolerates nothing with it"]
     fn tolerates_refuses_unknown_operators() {
         let tol = toleration(json!({"key": "k", "operator": "Gt", "value": "1"}));
         let ta = taint(json!({"key": "k", "value": "1", "effect": "NoSchedule"}));

@@ -165,6 +165,7 @@ pub fn step(input: StepInput) -> NodeOutcome {
     adopt_unrecorded(spec, &state, &mut applied);
     if may_start {
         versions::version_changes(spec, &mut state);
+        versions::interrupt_gone(spec, &mut state);
         versions::drift(spec, &mut state, &applied);
         let m = Machine {
             spec,

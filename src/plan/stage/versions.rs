@@ -93,3 +93,17 @@ pub(super) fn drift(spec: &SpecView, state: &mut NodeState, applied: &BTreeMap<S
         set(state, &e, stage, State::InProgress, 0);
     }
 }
+
+/// A package at the interrupt or post-interrupt stage that has no interrupt now (removed from
+/// the spec, or a config rollout whose keys match none of its configInterrupts) finished at
+/// config: without this it would wait for an interrupt that never comes.
+pub(super) fn interrupt_gone(spec: &SpecView, state: &mut NodeState) {
+    for p in spec.packages.values() {
+        let Some(e) = state.get(&p.name, &p.version).cloned() else {
+            continue;
+        };
+        if matches!(e.stage, Stage::Interrupt | Stage::PostInterrupt) && !spec.has_interrupt(p) {
+            set(state, &e, Stage::Config, State::Complete, e.restarts);
+        }
+    }
+}
