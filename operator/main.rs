@@ -7,6 +7,11 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 
+// jemalloc returns freed memory to the system and keeps fewer per-thread arenas than glibc's
+// malloc, which held a quarter of the operator's resident set at 200 nodes.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Rolls host packages out to Kubernetes nodes (Rust re-implementation of NVIDIA Skyhook).
 #[derive(Debug, Parser)]
 #[command(name = "skyhook-operator", version, about)]
