@@ -10,6 +10,7 @@
 pub mod controller;
 pub mod crd;
 pub mod jobs;
+pub mod kubeconfig;
 pub mod metrics;
 pub mod plan;
 pub mod schema;

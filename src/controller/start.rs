@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config as KubeConfig};
+use kube::Client;
 use tracing_subscriber::EnvFilter;
 
 use super::Error;
@@ -13,22 +12,18 @@ use crate::settings::Config;
 /// Where the operator finds its cluster: `--kubeconfig`/`KUBECONFIG` out of a cluster, the
 /// ServiceAccount in one.
 pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Result<Client, Error> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(&path)
-                .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?;
-            let opts = KubeConfigOptions {
-                context,
-                ..Default::default()
-            };
-            KubeConfig::from_custom_kubeconfig(kc, &opts)
-                .await
-                .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?
-        }
-        None => KubeConfig::infer()
-            .await
-            .map_err(|e| Error::Kubeconfig("(inferred)".to_string(), e.to_string()))?,
+    let source = crate::kubeconfig::Source {
+        path: kubeconfig.as_deref(),
+        context,
+        ..Default::default()
     };
+    let where_ = kubeconfig.as_ref().map_or_else(
+        || "(KUBECONFIG, ~/.kube/config or in-cluster)".to_string(),
+        |p| p.display().to_string(),
+    );
+    let config = crate::kubeconfig::load(&source)
+        .await
+        .map_err(|e| Error::Kubeconfig(where_, e.to_string()))?;
     // kube's default retry layer retries 429 up to 15 times with delays up to 1000 s: a PDB that
     // refuses an eviction (429) would freeze the single reconcile worker. The controller retries
     // failed reconciles itself, and a refused eviction must come back at once to be reported.
