@@ -11,18 +11,15 @@ use skyhook::schema::Stage;
 
 use clap_complete::engine::ArgValueCandidates;
 
-use crate::completion;
-use crate::output::OutputFormat;
-
-/// Namespace the operator runs in (reference default; the kubeconfig namespace is not used).
-pub const DEFAULT_NAMESPACE: &str = "skyhook";
+use crate::app::complete as completion;
+use crate::app::global::{GlobalArgs, parse_duration};
+#[cfg(test)]
+use crate::app::global::{Timeout, parse_timeout};
+use crate::app::output::OutputFormat;
 
 /// How kubectl finds plugins: `kubectl skyhook` runs `kubectl-skyhook`.
 const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
 const PLUGIN_INVOCATION: &str = "kubectl skyhook";
-
-/// Help section of the flags every command accepts.
-const GLOBAL: &str = "Global options";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,50 +40,6 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 }
-
-/// Flags every command accepts, before or after the subcommand.
-#[derive(Debug, Clone, Args)]
-pub struct GlobalArgs {
-    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)
-    #[arg(long, global = true, value_name = "PATH", help_heading = GLOBAL)]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// The kubeconfig context to use
-    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
-    pub context: Option<String>,
-
-    /// Namespace the Skyhook operator runs in
-    #[arg(short = 'n', long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NAMESPACE", help_heading = GLOBAL)]
-    pub namespace: String,
-
-    /// Output format: table, wide, json or yaml (for `debug collect`: the archive's path)
-    #[arg(short = 'o', long = "output", global = true, value_name = "FORMAT", help_heading = GLOBAL)]
-    pub output_arg: Option<String>,
-
-    /// `-o` read as a format (every command but `debug collect`, which takes a path).
-    #[arg(skip)]
-    pub output: OutputFormat,
-
-    /// Disable colours (also disabled by NO_COLOR or when stdout is not a terminal)
-    #[arg(long, global = true, help_heading = GLOBAL)]
-    pub no_color: bool,
-
-    /// Time limit for each request to the API server, e.g. 30s or 1m ("0" waits forever)
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = parse_timeout, help_heading = GLOBAL)]
-    pub request_timeout: Timeout,
-
-    /// Print warnings, e.g. about nodes whose Skyhook annotations cannot be read
-    #[arg(short = 'v', long, global = true, help_heading = GLOBAL)]
-    pub verbose: bool,
-
-    /// Show what would change without changing anything
-    #[arg(long, global = true, help_heading = GLOBAL)]
-    pub dry_run: bool,
-}
-
-/// A parsed `--request-timeout`; `None` means no limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeout(pub Option<Duration>);
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -564,55 +517,10 @@ fn command_path(usage: &str, bin: &str) -> String {
     }
 }
 
-/// `--request-timeout` as kubectl reads it: `0` is no limit, a bare number is seconds.
-fn parse_timeout(s: &str) -> Result<Timeout, String> {
-    let d = parse_duration(s)?;
-    Ok(Timeout((!d.is_zero()).then_some(d)))
-}
-
-/// Go `time.ParseDuration` units (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`, combinable as in
-/// `1m30s`); a bare number means seconds, as kubectl's `--request-timeout` accepts.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let invalid = || format!("invalid duration {s:?} (use e.g. 30s, 2m, 1h30m)");
-    if s.is_empty() {
-        return Err(invalid());
-    }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        if num_len == 0 {
-            return Err(invalid());
-        }
-        let value: f64 = rest[..num_len].parse().map_err(|_| invalid())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(invalid()),
-        };
-        total += value * scale;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| invalid())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::global::DEFAULT_NAMESPACE;
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()

@@ -4,60 +4,22 @@
 //! single annotation or label keys. Every failure is one line on stderr and exit code 1; usage
 //! errors exit with 2.
 
+mod app;
 mod cli;
-mod completion;
-mod debug;
-mod error;
-mod jobs;
-mod kube;
-mod lifecycle;
-mod logs;
-mod node;
-mod output;
-mod package;
-mod rerun;
-mod reset;
-mod version;
+mod commands;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use crate::cli::{
-    Command, DebugCommand, GlobalArgs, NodeCommand, PackageCommand, Parsed, PolicyCommand,
+use crate::app::Ctx;
+use crate::app::error::{CliError, one_line};
+use crate::app::operator::PLUGIN_VERSION;
+use crate::app::output::Painter;
+use crate::cli::{Command, DebugCommand, NodeCommand, PackageCommand, Parsed, PolicyCommand};
+use crate::commands::lifecycle::Action;
+use crate::commands::{
+    completion, debug, jobs, lifecycle, logs, node, package, rerun, reset, version,
 };
-use crate::error::{CliError, one_line};
-use crate::kube::Kube;
-use crate::lifecycle::Action;
-use crate::output::Painter;
-
-/// What every command gets: the global flags and the colour decision.
-pub struct Ctx {
-    pub global: GlobalArgs,
-    pub painter: Painter,
-}
-
-impl Ctx {
-    pub async fn kube(&self) -> Result<Kube, CliError> {
-        Kube::connect(&self.global).await
-    }
-
-    /// A warning on stderr, shown only with `-v`.
-    pub fn warn(&self, message: &str) {
-        if self.global.verbose {
-            eprintln!("Warning: {message}");
-        }
-    }
-
-    #[cfg(test)]
-    pub fn for_tests() -> Ctx {
-        use clap::Parser;
-        let cli = cli::Cli::parse_from(["kubectl-skyhook", "--no-color"]);
-        Ctx {
-            global: cli.global,
-            painter: Painter::new(false),
-        }
-    }
-}
 
 fn main() -> ExitCode {
     // `COMPLETE=<shell> kubectl-skyhook -- <words>`: the shell scripts of `completion` ask for
@@ -123,7 +85,7 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if cli.version {
-        writeln!(out, "Skyhook plugin: {}", version::PLUGIN_VERSION).map_err(CliError::from)?;
+        writeln!(out, "Skyhook plugin: {}", PLUGIN_VERSION).map_err(CliError::from)?;
         return Ok(0);
     }
     let Some(command) = cli.command else {
@@ -136,52 +98,10 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
         Command::Resume(args) => lifecycle_cmd(&ctx, &mut out, Action::Resume, &args).await?,
         Command::Disable(args) => lifecycle_cmd(&ctx, &mut out, Action::Disable, &args).await?,
         Command::Enable(args) => lifecycle_cmd(&ctx, &mut out, Action::Enable, &args).await?,
-        Command::Node(NodeCommand::List { skyhook }) => {
-            node::list(&ctx, &mut out, &skyhook).await?
-        }
-        Command::Node(NodeCommand::Status { patterns, skyhook }) => {
-            node::status(&ctx, &mut out, &patterns, skyhook.as_deref()).await?
-        }
-        Command::Node(NodeCommand::Ignore { patterns }) => {
-            node::ignore(&ctx, &mut out, &patterns, true).await?
-        }
-        Command::Node(NodeCommand::Unignore { patterns }) => {
-            node::ignore(&ctx, &mut out, &patterns, false).await?
-        }
-        Command::Node(NodeCommand::Reset {
-            patterns,
-            skyhook,
-            confirm,
-        }) => {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
-            reset::nodes(&ctx, &mut out, &mut input, &patterns, &skyhook, confirm).await?
-        }
-        Command::Package(PackageCommand::Status {
-            package,
-            skyhook,
-            nodes,
-        }) => package::status(&ctx, &mut out, &package, &skyhook, &nodes).await?,
-        Command::Package(PackageCommand::Rerun {
-            package,
-            skyhook,
-            nodes,
-            stage,
-            confirm,
-        }) => {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
-            let target = rerun::Target {
-                package: &package,
-                skyhook: &skyhook,
-                patterns: &nodes,
-                stage,
-            };
-            rerun::run(&ctx, &mut out, &mut input, &target, confirm).await?
-        }
-        Command::Package(PackageCommand::Logs(args)) | Command::Logs(args) => {
-            logs::run(&ctx, &mut out, &args).await?
-        }
+        Command::Node(cmd) => node_cmd(&ctx, &mut out, cmd).await?,
+        Command::Package(PackageCommand::Logs(args)) => logs::run(&ctx, &mut out, &args).await?,
+        Command::Package(cmd) => package_cmd(&ctx, &mut out, cmd).await?,
+        Command::Logs(args) => logs::run(&ctx, &mut out, &args).await?,
         Command::Reset(args) => {
             let stdin = io::stdin();
             let mut input = stdin.lock();
@@ -201,6 +121,56 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
     }
     out.flush().map_err(CliError::from)?;
     Ok(code)
+}
+
+async fn node_cmd(ctx: &Ctx, out: &mut dyn Write, cmd: NodeCommand) -> Result<(), CliError> {
+    match cmd {
+        NodeCommand::List { skyhook } => node::list(ctx, out, &skyhook).await?,
+        NodeCommand::Status { patterns, skyhook } => {
+            node::status(ctx, out, &patterns, skyhook.as_deref()).await?
+        }
+        NodeCommand::Ignore { patterns } => node::ignore(ctx, out, &patterns, true).await?,
+        NodeCommand::Unignore { patterns } => node::ignore(ctx, out, &patterns, false).await?,
+        NodeCommand::Reset {
+            patterns,
+            skyhook,
+            confirm,
+        } => {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            reset::nodes(ctx, out, &mut input, &patterns, &skyhook, confirm).await?
+        }
+    }
+    Ok(())
+}
+
+async fn package_cmd(ctx: &Ctx, out: &mut dyn Write, cmd: PackageCommand) -> Result<(), CliError> {
+    match cmd {
+        PackageCommand::Status {
+            package,
+            skyhook,
+            nodes,
+        } => package::status(ctx, out, &package, &skyhook, &nodes).await?,
+        PackageCommand::Rerun {
+            package,
+            skyhook,
+            nodes,
+            stage,
+            confirm,
+        } => {
+            let stdin = io::stdin();
+            let mut input = stdin.lock();
+            let target = rerun::Target {
+                package: &package,
+                skyhook: &skyhook,
+                patterns: &nodes,
+                stage,
+            };
+            rerun::run(ctx, out, &mut input, &target, confirm).await?
+        }
+        PackageCommand::Logs(args) => logs::run(ctx, out, &args).await?,
+    }
+    Ok(())
 }
 
 async fn lifecycle_cmd(

@@ -212,13 +212,7 @@ pub async fn run(
     let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
     let owned = schema::NAME_LABEL.to_string();
 
-    let (nodes, node_w) = reflector::store();
-    let node_stream = watcher(Api::<Node>::all(client.clone()), watch_config())
-        .default_backoff()
-        .modify(prune_node)
-        .reflect(node_w)
-        .applied_objects()
-        .predicate_filter(node_fingerprint, PredicateConfig::default());
+    let (nodes, node_stream) = node_watch(&client);
     let (jobs, job_events) = owned_watch(
         Api::<Job>::namespaced(client.clone(), &ns),
         &managed,
@@ -230,9 +224,8 @@ pub async fn run(
         &owned,
         prune_pod,
     );
-    let pod_stream = pod_events
-        .applied_objects()
-        .predicate_filter(pod_fingerprint, PredicateConfig::default());
+    let pod_stream = pod_events.applied_objects();
+    let pod_stream = pod_stream.predicate_filter(pod_fingerprint, PredicateConfig::default());
     let (configmaps, cm_events) = owned_watch(
         Api::<ConfigMap>::namespaced(client.clone(), &ns),
         &owned,
@@ -240,16 +233,16 @@ pub async fn run(
     );
     let cm_stream = cm_events.touched_objects();
     let (policies, policy_w) = reflector::store();
-    let policy_stream = watcher(Api::<DeploymentPolicy>::all(client.clone()), watch_config())
+    let policy_stream = watcher(Api::all(client.clone()), watch_config())
         .default_backoff()
         .reflect(policy_w)
         .touched_objects();
 
     check_skyhook_selector(&client, &config).await?;
-    let sk_cfg = match &config.skyhook_selector {
-        Some(sel) => watch_config().labels(sel),
-        None => watch_config(),
-    };
+    let sk_cfg = config
+        .skyhook_selector
+        .as_deref()
+        .map_or_else(watch_config, |sel| watch_config().labels(sel));
     let controller = Controller::new(Api::<Skyhook>::all(client.clone()), sk_cfg);
     let skyhooks = controller.store();
     let caches = Caches {
@@ -276,11 +269,7 @@ pub async fn run(
         .watches_stream(policy_stream, move |p: DeploymentPolicy| {
             skyhooks_using(&for_policies, &p)
         })
-        .with_config(
-            controller::Config::default()
-                .concurrency(1)
-                .debounce(Duration::from_millis(300)),
-        )
+        .with_config(queue_config())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -291,6 +280,30 @@ pub async fn run(
         .await;
     info!("skyhook operator stopped");
     Ok(())
+}
+
+/// One Skyhook at a time; bursts of events within 300 ms make one pass.
+fn queue_config() -> controller::Config {
+    controller::Config::default()
+        .concurrency(1)
+        .debounce(Duration::from_millis(300))
+}
+
+/// Every node, pruned, with the events that change what the planner reads.
+fn node_watch(
+    client: &Client,
+) -> (
+    Store<Node>,
+    impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + use<>,
+) {
+    let (nodes, writer) = reflector::store();
+    let stream = watcher(Api::<Node>::all(client.clone()), watch_config())
+        .default_backoff()
+        .modify(prune_node)
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(node_fingerprint, PredicateConfig::default());
+    (nodes, stream)
 }
 
 /// Watches start from any cached version (`resourceVersion=0`): fine for reflector stores.

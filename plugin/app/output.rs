@@ -8,7 +8,7 @@ use owo_colors::{AnsiColors, OwoColorize};
 use serde::Serialize;
 use skyhook::schema::{State, Status, go_json};
 
-use crate::error::CliError;
+use crate::app::error::CliError;
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
+use skyhook::kubeconfig::{KubeconfigError, Source, load};
 
-use crate::cli::GlobalArgs;
-use crate::error::{CliError, is_not_found, one_line};
+use crate::app::error::{CliError, is_not_found, one_line};
+use crate::app::global::GlobalArgs;
 
 /// Nodes are listed in pages of this size (kubectl's default chunk size).
 const PAGE_SIZE: u32 = 500;
@@ -37,33 +37,18 @@ impl Kube {
     /// `~/.kube/config`, else the in-cluster service account) and applies `--context` and
     /// `--request-timeout`.
     pub async fn connect(global: &GlobalArgs) -> Result<Kube, CliError> {
-        let options = KubeConfigOptions {
+        let source = Source {
+            path: global.kubeconfig.as_deref(),
             context: global.context.clone(),
-            cluster: None,
-            user: None,
+            ..Source::default()
         };
-        let mut config = match &global.kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| match e {
-                    KubeconfigError::ReadConfig(io, _) => CliError::Kubeconfig(format!(
-                        "cannot read {}: {}",
-                        path.display(),
-                        one_line(&io.to_string())
-                    )),
-                    other => kubeconfig_error(other),
-                })?;
-                Config::from_custom_kubeconfig(kubeconfig, &options)
-                    .await
-                    .map_err(kubeconfig_error)?
+        let mut config = load(&source).await.map_err(|e| match e {
+            KubeconfigError::Read { path, reason } => {
+                CliError::Kubeconfig(format!("cannot read {path}: {}", one_line(&reason)))
             }
-            None => match Config::from_kubeconfig(&options).await {
-                Ok(config) => config,
-                Err(kubeconfig_err) => match (global.context.is_none(), Config::incluster()) {
-                    (true, Ok(config)) => config,
-                    _ => return Err(kubeconfig_error(kubeconfig_err)),
-                },
-            },
-        };
+            KubeconfigError::NoSuchContext(name) => CliError::NoSuchContext(name),
+            KubeconfigError::Invalid(message) => CliError::Kubeconfig(one_line(&message)),
+        })?;
         if let Some(limit) = global.request_timeout.0 {
             config.connect_timeout = Some(limit);
             config.read_timeout = Some(limit);
@@ -252,13 +237,6 @@ impl Kube {
             .await
             .map(|l| l.items)
             .map_err(|e| self.fail(e, format!("listing deployments in namespace {namespace:?}")))
-    }
-}
-
-fn kubeconfig_error(err: KubeconfigError) -> CliError {
-    match err {
-        KubeconfigError::LoadContext(name) => CliError::NoSuchContext(name),
-        other => CliError::Kubeconfig(one_line(&other.to_string())),
     }
 }
 

@@ -8,43 +8,12 @@ use serde_json::{Map, Value, json};
 use skyhook::crd::{BatchState, Skyhook};
 use skyhook::schema::{self, NodePattern, NodeState};
 
-use crate::Ctx;
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::kube::{Kube, NodeMeta};
+use crate::app::nodes::select_nodes;
+use crate::app::prompt::ask;
 use crate::cli::ResetArgs;
-use crate::error::CliError;
-use crate::kube::{Kube, NodeMeta};
-use crate::node::select_nodes;
-
-/// Only `y`/`yes` (any case) confirms; other input aborts; end of input is an error, so a
-/// script that forgot `--confirm` fails instead of silently doing nothing.
-pub fn read_confirmation(input: &mut dyn BufRead) -> Result<bool, CliError> {
-    let mut line = String::new();
-    match input.read_line(&mut line) {
-        Ok(0) => Err(CliError::Confirmation("EOF".into())),
-        Ok(_) => {
-            let answer = line.trim().to_ascii_lowercase();
-            Ok(answer == "y" || answer == "yes")
-        }
-        Err(e) => Err(CliError::Confirmation(e.to_string())),
-    }
-}
-
-/// Prints `lines`, then `Continue? [y/N]: `, and reads the answer; `Aborted` when declined.
-pub fn ask(
-    out: &mut dyn Write,
-    input: &mut dyn BufRead,
-    lines: &[String],
-) -> Result<bool, CliError> {
-    for line in lines {
-        writeln!(out, "{line}")?;
-    }
-    write!(out, "Continue? [y/N]: ")?;
-    out.flush()?;
-    let yes = read_confirmation(input)?;
-    if !yes {
-        writeln!(out, "Aborted")?;
-    }
-    Ok(yes)
-}
 
 /// A node that has state for the Skyhook, and how many package entries it holds (`None` when
 /// the annotation cannot be read: it is reset all the same, which is what an unreadable
@@ -342,6 +311,7 @@ pub async fn batch_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::prompt::read_confirmation;
 
     #[test]
     fn confirmation_answers() {

@@ -2,123 +2,18 @@
 //! the Job and pod lookup `logs` shares: identity from labels and annotations
 //! (`skyhook::jobs::JobView`), never from names.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 use serde::Serialize;
-use skyhook::jobs::{JobView, Outcome};
+use skyhook::jobs::Outcome;
 use skyhook::schema;
 
-use crate::Ctx;
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::jobs::{Found, find, waiting_reason};
+use crate::app::output::{Field, OutputFormat, Painter, Tone, structured};
 use crate::cli::JobsArgs;
-use crate::error::CliError;
-use crate::kube::Kube;
-use crate::output::{Field, OutputFormat, Painter, Tone, structured};
-
-/// The label the Job controller puts on a Job's pods.
-pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
-
-/// One of our Jobs with its newest pod.
-#[derive(Debug, Clone)]
-pub struct Found {
-    pub view: JobView,
-    pub job: Job,
-    pub pod: Option<Pod>,
-}
-
-impl Found {
-    /// Sort key: node, Skyhook, package, version, stage in run order, attempt.
-    pub fn order(&self) -> (&str, &str, &str, &str, u8, u32) {
-        let v = &self.view;
-        (
-            &v.node,
-            &v.skyhook,
-            &v.package,
-            &v.version,
-            v.stage.run_order(),
-            v.attempt,
-        )
-    }
-}
-
-/// Jobs and pods in `namespace` matching the label `selector`, each Job with its newest pod,
-/// in stage order. Foreign Jobs (no readable Skyhook annotations) are left out.
-pub async fn find(kube: &Kube, namespace: &str, selector: &str) -> Result<Vec<Found>, CliError> {
-    let params = ListParams::default().labels(selector);
-    let jobs: Api<Job> = Api::namespaced(kube.client(), namespace);
-    let jobs = jobs
-        .list(&params)
-        .await
-        .map_err(|e| kube.fail(e, format!("listing jobs in namespace {namespace:?}")))?
-        .items;
-    let pods: Api<Pod> = Api::namespaced(kube.client(), namespace);
-    let pods = pods
-        .list(&params)
-        .await
-        .map_err(|e| kube.fail(e, format!("listing pods in namespace {namespace:?}")))?
-        .items;
-    Ok(assemble(jobs, pods))
-}
-
-/// Pairs Jobs with their newest pod (by the Job controller's label) and sorts them.
-pub fn assemble(jobs: Vec<Job>, pods: Vec<Pod>) -> Vec<Found> {
-    let mut by_job: BTreeMap<String, Pod> = BTreeMap::new();
-    for pod in pods {
-        let Some(job) = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(JOB_NAME_LABEL))
-            .cloned()
-        else {
-            continue;
-        };
-        let newer = by_job.get(&job).is_none_or(|old| {
-            old.metadata.creation_timestamp.as_ref().map(|t| t.0)
-                <= pod.metadata.creation_timestamp.as_ref().map(|t| t.0)
-        });
-        if newer {
-            by_job.insert(job, pod);
-        }
-    }
-    let mut found: Vec<Found> = jobs
-        .into_iter()
-        .filter_map(|job| {
-            let name = job.metadata.name.clone()?;
-            let pod = by_job.remove(&name);
-            let view = JobView::from_job(&job, pod.as_ref())?;
-            Some(Found { view, job, pod })
-        })
-        .collect();
-    found.sort_by(|a, b| a.order().cmp(&b.order()));
-    found
-}
-
-/// A container of the pod waiting for a reason worth showing (not the routine
-/// `PodInitializing`/`ContainerCreating`): (container, reason, message).
-pub fn waiting_reason(pod: &Pod) -> Option<(String, String, String)> {
-    let status = pod.status.as_ref()?;
-    status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .find_map(|c| {
-            let w = c.state.as_ref()?.waiting.as_ref()?;
-            let reason = w.reason.clone()?;
-            (!matches!(reason.as_str(), "PodInitializing" | "ContainerCreating")).then(|| {
-                (
-                    c.name.clone(),
-                    reason,
-                    w.message.clone().unwrap_or_default(),
-                )
-            })
-        })
-}
 
 /// One row of `jobs`, as scripts see it in `-o json|yaml`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -376,6 +271,9 @@ fn describe_filter(args: &JobsArgs) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::jobs::{JOB_NAME_LABEL, assemble};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     fn job(
@@ -487,7 +385,7 @@ mod tests {
     fn outputs() {
         let rows = sample();
         let p = Painter::new(false);
-        insta::with_settings!({snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false}, {
+        insta::with_settings!({snapshot_path => "../../tests/snapshots", prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!("jobs_table", render(&p, OutputFormat::Table, &rows).unwrap());
             insta::assert_snapshot!("jobs_wide", render(&p, OutputFormat::Wide, &rows).unwrap());
             insta::assert_snapshot!("jobs_json", render(&p, OutputFormat::Json, &rows).unwrap());

@@ -1,14 +1,9 @@
-//! `version`, and operator version discovery (also used by the lifecycle commands' gate).
-
-use std::io::Write;
-use std::time::Duration;
+//! Finding this operator's (or the reference operator's) Deployment and its version: the
+//! `version` command shows it, the lifecycle commands gate on it, `debug collect` records it.
 
 use k8s_openapi::api::apps::v1::Deployment;
 
-use crate::Ctx;
-use crate::cli::VersionArgs;
-use crate::error::CliError;
-use crate::kube::Kube;
+use super::kube::Kube;
 
 /// The plugin version (`Cargo.toml`).
 pub const PLUGIN_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -102,36 +97,6 @@ pub async fn discover(kube: &Kube, namespace: &str) -> Result<OperatorInfo, Stri
         .await
         .map_err(|e| e.to_string())?;
     find_operator(&deployments, namespace)
-}
-
-pub async fn run(ctx: &Ctx, out: &mut dyn Write, args: &VersionArgs) -> Result<(), CliError> {
-    writeln!(out, "Skyhook plugin:\t{PLUGIN_VERSION}")?;
-    if args.client_only {
-        return Ok(());
-    }
-    let kube = ctx.kube().await?;
-    let ns = &ctx.global.namespace;
-    let found = match tokio::time::timeout(args.timeout, discover(&kube, ns)).await {
-        Ok(result) => result,
-        Err(_) => Err(format!(
-            "timed out after {} contacting the Kubernetes API at {}",
-            human(args.timeout),
-            kube.server()
-        )),
-    };
-    match found {
-        Ok(info) => writeln!(out, "Skyhook operator:\t{}", info.version)?,
-        Err(e) => writeln!(out, "Skyhook operator:\tunknown ({e})")?,
-    }
-    Ok(())
-}
-
-fn human(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{:.3}s", d.as_secs_f64())
-    }
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@ use serde::Serialize;
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, PackageStatus};
 
-use crate::Ctx;
-use crate::error::CliError;
-use crate::kube::NodeMeta;
-use crate::node::{parse_state, select_nodes};
-use crate::output::{Field, OutputFormat, Painter, structured, tone};
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::kube::NodeMeta;
+use crate::app::nodes::{parse_state, select_nodes};
+use crate::app::output::{Field, OutputFormat, Painter, structured, tone};
 
 /// A node-state entry with its node: the `PackageStatus` fields inlined, then `nodeName`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -144,7 +144,7 @@ pub async fn status(
     // A package that is neither in the spec nor on any node is a typo. (One removed from the
     // spec but still on nodes is shown.)
     if statuses.is_empty() {
-        crate::rerun::spec_version(&sk, skyhook, package)?;
+        crate::app::packages::spec_version(&sk, skyhook, package)?;
     }
     let text = render(
         &ctx.painter,
@@ -237,7 +237,7 @@ mod tests {
 
         let p = Painter::new(false);
         let list = package_list(&sk);
-        insta::with_settings!({snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false}, {
+        insta::with_settings!({snapshot_path => "../../tests/snapshots", prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!("package_status_table", render(&p, OutputFormat::Table, "sh", &list, &all).unwrap());
             insta::assert_snapshot!("package_status_wide", render(&p, OutputFormat::Wide, "sh", &list, &all).unwrap());
             insta::assert_snapshot!("package_status_json", render(&p, OutputFormat::Json, "sh", &list, &all).unwrap());

@@ -13,13 +13,13 @@ use kube::api::{Api, LogParams};
 use skyhook::jobs::{Outcome, STUCK_WAITING_REASONS};
 use skyhook::schema::{self, NodePattern, NodeState, Stage, State};
 
-use crate::Ctx;
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::jobs::{Found, find};
+use crate::app::kube::Kube;
+use crate::app::nodes::select_nodes;
+use crate::app::packages::spec_version;
 use crate::cli::LogsArgs;
-use crate::error::CliError;
-use crate::jobs::{Found, find};
-use crate::kube::Kube;
-use crate::node::select_nodes;
-use crate::rerun::spec_version;
 
 /// How often `-f` looks for new Jobs and container states.
 const POLL: Duration = Duration::from_secs(1);
@@ -520,7 +520,7 @@ mod tests {
             }},
         }))
         .unwrap();
-        crate::jobs::assemble(vec![job], vec![]).remove(0)
+        crate::app::jobs::assemble(vec![job], vec![]).remove(0)
     }
 
     fn names(v: &[Found]) -> Vec<String> {

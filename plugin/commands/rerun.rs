@@ -4,14 +4,14 @@
 use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
-use skyhook::crd::Skyhook;
-use skyhook::schema::{self, NodePattern, NodeState, Stage, State};
+use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
 
-use crate::Ctx;
-use crate::error::CliError;
-use crate::kube::Kube;
-use crate::node::select_nodes;
-use crate::reset::ask;
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::kube::Kube;
+use crate::app::nodes::select_nodes;
+use crate::app::packages::spec_version;
+use crate::app::prompt::ask;
 
 /// Attempts at the read-modify-write of one node's state before giving up: the operator may be
 /// writing the same annotation.
@@ -23,25 +23,6 @@ pub struct Target<'a> {
     pub skyhook: &'a str,
     pub patterns: &'a [String],
     pub stage: Option<Stage>,
-}
-
-/// The spec version of `package`, or `PackageNotFound` listing the Skyhook's packages.
-pub fn spec_version(sk: &Skyhook, skyhook: &str, package: &str) -> Result<String, CliError> {
-    match sk.spec.packages.get(package) {
-        Some(p) => Ok(p.version.clone()),
-        None => {
-            let known: Vec<&str> = sk.spec.packages.keys().map(String::as_str).collect();
-            Err(CliError::PackageNotFound {
-                package: package.to_string(),
-                skyhook: skyhook.to_string(),
-                known: if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                },
-            })
-        }
-    }
 }
 
 /// Applies the rerun to a parsed state. Returns `false` when the entry is not there.
@@ -128,7 +109,8 @@ pub async fn run(
         let Some(raw) = node.annotations.get(&key) else {
             continue;
         };
-        let Some(state) = crate::node::parse_state(ctx, &node.name, Some(target.skyhook), raw)
+        let Some(state) =
+            crate::app::nodes::parse_state(ctx, &node.name, Some(target.skyhook), raw)
         else {
             continue;
         };
@@ -143,20 +125,7 @@ pub async fn run(
             skyhook: target.skyhook.to_string(),
         });
     }
-    writeln!(out, "Package: {} (version {version})", target.package)?;
-    writeln!(out, "Skyhook: {}", target.skyhook)?;
-    if let Some(stage) = target.stage {
-        writeln!(out, "Re-run from stage: {stage}")?;
-    }
-    writeln!(out, "Nodes to reset ({}):", found.len())?;
-    for (node, entry) in &found {
-        let state = entry.state.map_or("", State::as_str);
-        writeln!(
-            out,
-            "  - {node} (current state: {state}, stage: {})",
-            entry.stage
-        )?;
-    }
+    plan_summary(out, target, &version, &found)?;
     if ctx.global.dry_run {
         writeln!(out, "\n[dry-run] No changes applied")?;
         return Ok(());
@@ -174,7 +143,41 @@ pub async fn run(
             errors.push(format!("{node}: {e}"));
         }
     }
-    let done = found.len() - errors.len();
+    report(out, target, found.len(), errors)
+}
+
+/// What will be reset, before asking.
+fn plan_summary(
+    out: &mut dyn Write,
+    target: &Target<'_>,
+    version: &str,
+    found: &[(String, PackageStatus)],
+) -> Result<(), CliError> {
+    writeln!(out, "Package: {} (version {version})", target.package)?;
+    writeln!(out, "Skyhook: {}", target.skyhook)?;
+    if let Some(stage) = target.stage {
+        writeln!(out, "Re-run from stage: {stage}")?;
+    }
+    writeln!(out, "Nodes to reset ({}):", found.len())?;
+    for (node, entry) in found {
+        let state = entry.state.map_or("", State::as_str);
+        writeln!(
+            out,
+            "  - {node} (current state: {state}, stage: {})",
+            entry.stage
+        )?;
+    }
+    Ok(())
+}
+
+/// Successes and failures; a partial failure is an error (exit 1).
+fn report(
+    out: &mut dyn Write,
+    target: &Target<'_>,
+    total: usize,
+    errors: Vec<String>,
+) -> Result<(), CliError> {
+    let done = total - errors.len();
     if done > 0 {
         writeln!(
             out,
@@ -191,7 +194,7 @@ pub async fn run(
     }
     Err(CliError::PartialFailure {
         failed: errors.len(),
-        total: found.len(),
+        total,
     })
 }
 

@@ -8,6 +8,7 @@
 mod archive;
 mod describe;
 mod logs;
+mod operator;
 mod redact;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +19,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, GetParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -26,11 +27,12 @@ use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::schema::{self, NodePattern};
 
 use self::archive::{Archive, Piece, human_size};
-use crate::Ctx;
-use crate::cli::{CollectArgs, Timeout};
-use crate::error::{CliError, is_not_found};
-use crate::kube::Kube;
-use crate::version::{PLUGIN_VERSION, find_operator};
+use crate::app::Ctx;
+use crate::app::error::{CliError, is_not_found};
+use crate::app::global::Timeout;
+use crate::app::kube::Kube;
+use crate::app::operator::PLUGIN_VERSION;
+use crate::cli::CollectArgs;
 
 /// Per-request limit when `--request-timeout` is not given: a hung API server must not hang
 /// the command people run because something is wrong.
@@ -199,7 +201,7 @@ impl Collector<'_> {
                 if self.redact {
                     redact::redact(&mut v);
                 }
-                crate::output::yaml(&v)
+                crate::app::output::yaml(&v)
             });
         match text {
             Ok(text) => self.archive.add(path, text),
@@ -358,7 +360,7 @@ impl Collector<'_> {
                         continue;
                     }
                     let state = describe::node_state(node, skyhooks);
-                    match crate::output::json(&state) {
+                    match crate::app::output::json(&state) {
                         Ok(text) => self.archive.add(format!("nodes/{name}.json"), text),
                         Err(e) => piece.object_failed(format!("node {name}"), e),
                     }
@@ -472,114 +474,6 @@ impl Collector<'_> {
         self.finish(piece);
     }
 
-    /// The operator's Deployment, its pods' logs and a metrics snapshot.
-    async fn operator(&mut self) {
-        let mut piece = self.start("operator");
-        let ns = self.ns.clone();
-        let deployments = match self.kube.deployments(&ns).await {
-            Ok(d) => d,
-            Err(e) => {
-                piece.request_failed(format!("list deployments -n {ns}"), e);
-                return self.finish(piece);
-            }
-        };
-        let Some(deployment) = deployments
-            .iter()
-            .find(|d| find_operator(std::slice::from_ref(d), &ns).is_ok())
-        else {
-            piece.object_failed(
-                format!("operator deployment in namespace {ns}"),
-                format!("no operator Deployment found in namespace {ns:?}"),
-            );
-            return self.finish(piece);
-        };
-        self.add_yaml(&mut piece, "operator/deployment.yaml".into(), deployment);
-
-        let selector = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.match_labels.as_ref())
-            .map(|labels| {
-                labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .unwrap_or_default();
-        let pods: Api<Pod> = Api::namespaced(self.kube.client(), &ns);
-        match pods.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => {
-                let targets: Vec<logs::Target> = list
-                    .items
-                    .iter()
-                    .flat_map(|p| logs::targets(p, "operator/logs"))
-                    .collect();
-                let results = logs::fetch(
-                    self.kube.client(),
-                    targets,
-                    self.args.since,
-                    self.args.max_log_bytes,
-                    self.timeout,
-                    || {},
-                )
-                .await;
-                for (target, result) in results {
-                    match result {
-                        Ok(bytes) => self.archive.add(target.path, bytes),
-                        Err(e) => {
-                            let what = target.describe();
-                            piece.object_failed(
-                                what.clone(),
-                                self.error(e, &format!("getting {what}")),
-                            );
-                        }
-                    }
-                }
-            }
-            Err(e) => piece.request_failed(
-                format!("list pods -n {ns} -l {selector}"),
-                self.error(e, "listing the operator's pods"),
-            ),
-        }
-
-        // Through the API server's service proxy: works from outside the cluster network.
-        let url = format!("/api/v1/namespaces/{ns}/services/{METRICS_SERVICE}/proxy");
-        let request = format!("GET {url}/metrics");
-        let available = deployment
-            .status
-            .as_ref()
-            .and_then(|s| s.available_replicas)
-            .unwrap_or(0);
-        if available == 0 {
-            // The API server keeps retrying a Service without endpoints for minutes.
-            piece.request_failed(
-                request,
-                "skipped: the operator Deployment has no available replicas",
-            );
-            return self.finish(piece);
-        }
-        let result = match kube::core::Request::new(&url).get("metrics", &GetParams::default()) {
-            Ok(req) => {
-                let client = self.kube.client();
-                let call = client.request_text(req);
-                match tokio::time::timeout(self.timeout, call).await {
-                    Ok(result) => result.map_err(|e| self.error(e, "getting operator metrics")),
-                    Err(_) => Err(format!(
-                        "getting operator metrics: no answer within {:?}",
-                        self.timeout
-                    )),
-                }
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match result {
-            Ok(text) => self.archive.add("operator/metrics.txt", text),
-            Err(e) => piece.request_failed(request, e),
-        }
-        self.finish(piece);
-    }
-
     async fn versions(&mut self) {
         let mut piece = self.start("versions");
         let server = match self.kube.client().apiserver_version().await {
@@ -591,14 +485,14 @@ impl Collector<'_> {
             }
         };
         // Not a failure of this piece: the operator piece records why it is unknown.
-        let operator = match crate::version::discover(&self.kube, &self.ns).await {
+        let operator = match crate::app::operator::discover(&self.kube, &self.ns).await {
             Ok(info) => {
                 json!({"version": info.version, "thisImplementation": info.this_implementation})
             }
             Err(e) => json!({"error": e}),
         };
         let versions = json!({"plugin": PLUGIN_VERSION, "server": server, "operator": operator});
-        match crate::output::json(&versions) {
+        match crate::app::output::json(&versions) {
             Ok(text) => self.archive.add("versions.json", text),
             Err(e) => piece.object_failed("versions.json", e),
         }

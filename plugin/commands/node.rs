@@ -8,10 +8,11 @@ use std::io::Write;
 use serde::Serialize;
 use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
 
-use crate::Ctx;
-use crate::error::CliError;
-use crate::kube::{Kube, NodeMeta};
-use crate::output::{Field, OutputFormat, Painter, structured, tone};
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::kube::{Kube, NodeMeta};
+use crate::app::nodes::{parse_state, select_nodes, skyhook_states};
+use crate::app::output::{Field, OutputFormat, Painter, structured, tone};
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,56 +54,6 @@ pub fn summarize(state: &NodeState) -> Summary {
         restarts,
     }
 }
-
-/// Every `(skyhook, raw nodeState)` annotation of a node.
-pub fn skyhook_states(node: &NodeMeta) -> impl Iterator<Item = (&str, &str)> {
-    node.annotations
-        .iter()
-        .filter_map(|(k, v)| schema::skyhook_of_node_state_annotation(k).map(|sh| (sh, v.as_str())))
-}
-
-/// Parses one node-state annotation; unreadable ones are skipped (with a warning under `-v`).
-pub fn parse_state(ctx: &Ctx, node: &str, skyhook: Option<&str>, raw: &str) -> Option<NodeState> {
-    match NodeState::parse(raw) {
-        Ok(state) => Some(state),
-        Err(e) => {
-            match skyhook {
-                Some(sh) => ctx.warn(&format!(
-                    "skipping node {node:?} skyhook {sh:?} - invalid annotation: {e}"
-                )),
-                None => ctx.warn(&format!("skipping node {node:?} - invalid annotation: {e}")),
-            }
-            None
-        }
-    }
-}
-
-/// The node names the patterns select. Every pattern must match at least one node, so a typo
-/// is an error rather than an empty result.
-pub fn select_nodes<'a>(
-    patterns: &[String],
-    names: impl Iterator<Item = &'a str> + Clone,
-) -> Result<BTreeSet<String>, CliError> {
-    let mut selected = BTreeSet::new();
-    for p in patterns {
-        let pattern = NodePattern::new(p)?;
-        let mut any = false;
-        for name in names.clone().filter(|n| pattern.matches(n)) {
-            any = true;
-            selected.insert(name.to_string());
-        }
-        if !any {
-            return Err(if pattern.is_regex() {
-                CliError::NoNodeMatches(p.clone())
-            } else {
-                CliError::NodeNotFound(p.clone())
-            });
-        }
-    }
-    Ok(selected)
-}
-
-// ----- node list -----
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -452,7 +403,7 @@ pub async fn ignore(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::Painter;
+    use crate::app::output::Painter;
 
     fn entry(name: &str, state: Option<State>, restarts: i32) -> PackageStatus {
         PackageStatus {
@@ -559,7 +510,7 @@ mod tests {
         let entries = list_entries(&ctx(), &nodes, "sh");
         assert_eq!(entries.len(), 2, "the unparsable node is skipped");
         let p = Painter::new(false);
-        insta::with_settings!({snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false}, {
+        insta::with_settings!({snapshot_path => "../../tests/snapshots", prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!("node_list_table", render_list(&p, OutputFormat::Table, "sh", &entries).unwrap());
             insta::assert_snapshot!("node_list_wide", render_list(&p, OutputFormat::Wide, "sh", &entries).unwrap());
             insta::assert_snapshot!("node_list_json", render_list(&p, OutputFormat::Json, "sh", &entries).unwrap());
@@ -591,7 +542,7 @@ mod tests {
         let only_sh = status_summaries(&ctx(), &nodes, None, Some("sh"));
         assert_eq!(only_sh.len(), 2);
         let p = Painter::new(false);
-        insta::with_settings!({snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false}, {
+        insta::with_settings!({snapshot_path => "../../tests/snapshots", prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!("node_status_table", render_status(&p, OutputFormat::Table, &all).unwrap());
             insta::assert_snapshot!("node_status_wide", render_status(&p, OutputFormat::Wide, &all).unwrap());
             insta::assert_snapshot!("node_status_json", render_status(&p, OutputFormat::Json, &only_sh).unwrap());

@@ -6,10 +6,10 @@ use std::io::{BufRead, Write};
 use kube::ResourceExt;
 use skyhook::schema;
 
-use crate::Ctx;
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::operator::{OperatorInfo, discover};
 use crate::cli::LifecycleArgs;
-use crate::error::CliError;
-use crate::version::{OperatorInfo, discover};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

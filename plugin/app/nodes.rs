@@ -1,0 +1,60 @@
+//! Node lookups several commands share: the Skyhooks with state on a node, its parsed node
+//! state, and node selection by pattern.
+
+use std::collections::BTreeSet;
+
+use skyhook::schema::{self, NodePattern, NodeState};
+
+use super::Ctx;
+use super::error::CliError;
+use super::kube::NodeMeta;
+
+/// Every `(skyhook, raw nodeState)` annotation of a node.
+pub fn skyhook_states(node: &NodeMeta) -> impl Iterator<Item = (&str, &str)> {
+    node.annotations
+        .iter()
+        .filter_map(|(k, v)| schema::skyhook_of_node_state_annotation(k).map(|sh| (sh, v.as_str())))
+}
+
+/// Parses one node-state annotation; unreadable ones are skipped (with a warning under `-v`).
+pub fn parse_state(ctx: &Ctx, node: &str, skyhook: Option<&str>, raw: &str) -> Option<NodeState> {
+    match NodeState::parse(raw) {
+        Ok(state) => Some(state),
+        Err(e) => {
+            match skyhook {
+                Some(sh) => ctx.warn(&format!(
+                    "skipping node {node:?} skyhook {sh:?} - invalid annotation: {e}"
+                )),
+                None => ctx.warn(&format!("skipping node {node:?} - invalid annotation: {e}")),
+            }
+            None
+        }
+    }
+}
+
+/// The node names the patterns select. Every pattern must match at least one node, so a typo
+/// is an error rather than an empty result.
+pub fn select_nodes<'a>(
+    patterns: &[String],
+    names: impl Iterator<Item = &'a str> + Clone,
+) -> Result<BTreeSet<String>, CliError> {
+    let mut selected = BTreeSet::new();
+    for p in patterns {
+        let pattern = NodePattern::new(p)?;
+        let mut any = false;
+        for name in names.clone().filter(|n| pattern.matches(n)) {
+            any = true;
+            selected.insert(name.to_string());
+        }
+        if !any {
+            return Err(if pattern.is_regex() {
+                CliError::NoNodeMatches(p.clone())
+            } else {
+                CliError::NodeNotFound(p.clone())
+            });
+        }
+    }
+    Ok(selected)
+}
+
+// ----- node list -----
