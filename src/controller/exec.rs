@@ -8,7 +8,8 @@
 //!    that mount them;
 //! 4. node patches (merge): node state, status, labels, `spec.unschedulable`, `spec.taints`. The
 //!    outcomes read from finished Jobs are durable here, before step 6 marks those Jobs recorded,
-//!    and a cordon is persisted before any Job of an interrupt package exists;
+//!    and a cordon is persisted before any Job of an interrupt package exists. Nodes that start
+//!    work are written after the others, so the stored state never exceeds the budget;
 //! 5. node conditions (strategic merge);
 //! 6. Job operations: `Record`, `Fail`, `Delete`;
 //! 7. Jobs (create; 409 means an earlier pass created it: adopt it). A node state that says a
@@ -88,12 +89,11 @@ pub async fn execute(
         .map(|cm| w.apply_configmap(cm).boxed())
         .collect())
     .await?;
-    all(plan
-        .node_patches
-        .iter()
-        .map(|p| w.patch_node(p).boxed())
-        .collect())
-    .await?;
+    // Nodes leaving work are stored before nodes starting it (see `NodePatch::starts`).
+    for starting in [false, true] {
+        let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
+        all(patches.map(|p| w.patch_node(p).boxed()).collect()).await?;
+    }
     all(plan
         .node_conditions
         .iter()

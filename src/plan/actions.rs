@@ -17,6 +17,10 @@ pub struct NodePatch {
     pub unschedulable: Option<bool>,
     /// The node's whole taint list, when it changes.
     pub taints: Option<Vec<Taint>>,
+    /// The node goes from idle to working in this pass. Such patches are written after the
+    /// others, so a node leaving the batch is stored as done before the next one is stored as
+    /// working: the stored state never shows more nodes at work than the budget allows.
+    pub starts: bool,
 }
 
 impl NodePatch {
@@ -27,6 +31,7 @@ impl NodePatch {
         }
     }
 
+    /// Nothing to write (`starts` alone is not a write).
     pub fn is_empty(&self) -> bool {
         self.annotations.is_empty()
             && self.labels.is_empty()

@@ -42,7 +42,7 @@ pub use select::{targeted, tolerates_cordon};
 
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::JobView;
-use crate::schema::{self, NodeState, Status};
+use crate::schema::{self, NodeState, State, Status};
 use crate::settings::Config;
 use batch::Seen;
 use events::Started;
@@ -202,7 +202,12 @@ impl Pass<'_> {
             plan.events
                 .push(Note::node(&f.name, schema::STATE_REASON, msg));
         }
-        let patch = metadata::node_patch(&self.meta, f, &o, status, settled);
+        let mut patch = metadata::node_patch(&self.meta, f, &o, status, settled);
+        let was_working = f
+            .prior
+            .iter()
+            .any(|(_, e)| e.state == Some(State::InProgress));
+        patch.starts = o.any_state(State::InProgress) && !was_working;
         if !patch.is_empty() {
             plan.node_patches.push(patch);
         }

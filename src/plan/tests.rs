@@ -723,3 +723,44 @@ fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged_not_fatal() {
         .and_then(|p| p.termination_grace_period_seconds);
     assert_eq!(grace, None);
 }
+
+#[test]
+fn a_node_leaving_the_batch_is_written_before_the_next_one_starts() {
+    let mut spec = one_package(false);
+    spec["interruptionBudget"] = json!({"count": 1});
+    let done = node(
+        "done",
+        0,
+        go_state(PLAIN, "config", "in_progress"),
+        json!({}),
+        false,
+    );
+    let next = node("next", 1, json!({}), json!({}), false);
+    let mut w = World::new(skyhook(spec, json!({})), vec![done, next]);
+    let at = now();
+    w.jobs.push(job(
+        PLAIN,
+        Stage::Config,
+        "done",
+        0,
+        Outcome::Complete { at },
+    ));
+    let plan = w.plan();
+    assert_eq!(created(&plan), vec![("next".into(), "apply".into())]);
+    let starts = |n: &str| {
+        plan.node_patches
+            .iter()
+            .find(|p| p.node == n)
+            .map(|p| p.starts)
+    };
+    assert_eq!(
+        starts("done"),
+        Some(false),
+        "the finished node is written first"
+    );
+    assert_eq!(
+        starts("next"),
+        Some(true),
+        "the starting node is written after"
+    );
+}
