@@ -13,6 +13,12 @@ API_PORT=${API_PORT:-16443}
 KCM_PORT=${KCM_PORT:-20257}
 KWOK_PORT=${KWOK_PORT:-20247}
 SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/16}
+# The controller manager's own limits, which bound how fast Jobs can complete (bench/run records them).
+KCM_QPS=${KCM_QPS:-200}
+KCM_BURST=${KCM_BURST:-400}
+KCM_JOB_SYNCS=${KCM_JOB_SYNCS:-5}
+# An audit policy file: when set, the API server writes an audit log to $KT_DIR/logs/audit.log.
+KT_AUDIT_POLICY=${KT_AUDIT_POLICY:-}
 PKI=$KT_DIR/pki
 KUBECONFIG_FILE=$KT_DIR/kubeconfig
 # Components in start order; `down` stops them in reverse.
