@@ -2,7 +2,7 @@
 //!
 //! The writes, in order, one function each:
 //!
-//! 1. the finalizer, if missing;
+//! 1. the finalizer, if missing, and the Skyhook's version annotation, if stale;
 //! 2. on deletion, the owned Jobs and ConfigMaps;
 //! 3. ConfigMaps (server-side apply): package and node metadata ConfigMaps, before the Jobs
 //!    that mount them;
@@ -77,8 +77,10 @@ pub async fn execute(
     };
     // The status replace below must carry the newest resourceVersion.
     let mut resource_version = sk.resource_version();
-    if plan.add_finalizer {
-        resource_version = w.add_finalizer().await?;
+    if plan.add_finalizer || plan.version_annotation.is_some() {
+        resource_version = w
+            .patch_metadata(plan.add_finalizer, plan.version_annotation.as_deref())
+            .await?;
     }
     if plan.delete_owned {
         w.delete_owned().await?;
@@ -154,12 +156,23 @@ struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Returns the patched Skyhook's resourceVersion.
-    async fn add_finalizer(&self) -> Result<Option<String>, Error> {
+    /// The finalizer and the version annotation in one merge patch, guarded by the
+    /// resourceVersion this pass read. Returns the patched Skyhook's resourceVersion.
+    async fn patch_metadata(
+        &self,
+        add_finalizer: bool,
+        version: Option<&str>,
+    ) -> Result<Option<String>, Error> {
         let sk = self.sk;
-        let mut finalizers = sk.finalizers().to_vec();
-        finalizers.push(schema::FINALIZER.to_string());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": sk.resource_version()}});
+        let mut patch = json!({"metadata": {"resourceVersion": sk.resource_version()}});
+        if add_finalizer {
+            let mut finalizers = sk.finalizers().to_vec();
+            finalizers.push(schema::FINALIZER.to_string());
+            patch["metadata"]["finalizers"] = json!(finalizers);
+        }
+        if let Some(v) = version {
+            patch["metadata"]["annotations"] = json!({schema::VERSION_ANNOTATION: v});
+        }
         let patched = self
             .skyhooks
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -46,6 +46,16 @@ pub enum Error {
     Kubeconfig(String, String),
     #[error("SKYHOOK_SELECTOR {0:?} was refused by the API server: {1}")]
     Selector(String, kube::Error),
+    #[error(
+        "the API server does not serve skyhooks.skyhook.nvidia.com after {0:?}: install the CRDs \
+         (kubectl apply -f deploy/crds/) and start the operator again"
+    )]
+    CrdMissing(Duration),
+    #[error(
+        "the API server refused to list Skyhooks ({0}): grant the operator's ServiceAccount the \
+         ClusterRole in deploy/rbac-operator.yaml"
+    )]
+    Forbidden(String),
     #[error("cannot serve {what} on {addr}: {source}")]
     Serve {
         what: &'static str,
@@ -238,7 +248,6 @@ pub async fn run(
         .reflect(policy_w)
         .touched_objects();
 
-    check_skyhook_selector(&client, &config).await?;
     let sk_cfg = config
         .skyhook_selector
         .as_deref()
@@ -253,8 +262,11 @@ pub async fn run(
         policies,
         configmaps,
     };
-    let ctx = new_ctx(client, config, version, caches);
+    let ctx = new_ctx(client.clone(), config, version, caches);
+    // Probes first: a liveness probe must not kill an operator that waits for its API.
     serve_probes_and_metrics(&ctx).await?;
+    let selector = ctx.config.skyhook_selector.as_deref();
+    start::wait_for_skyhook_api(&client, selector, CRD_WAIT).await?;
 
     let for_nodes = skyhooks.clone();
     let for_policies = skyhooks.clone();
@@ -281,6 +293,10 @@ pub async fn run(
     info!("skyhook operator stopped");
     Ok(())
 }
+
+/// How long start-up waits for the Skyhook CRD to be served (it may be being installed beside
+/// the operator) before saying it is missing.
+const CRD_WAIT: Duration = Duration::from_secs(120);
 
 /// One Skyhook at a time; bursts of events within 300 ms make one pass.
 fn queue_config() -> controller::Config {
@@ -338,25 +354,13 @@ where
     (store, events)
 }
 
-/// The API server is the judge of selector syntax; ask it once so a typo fails start-up.
-async fn check_skyhook_selector(client: &Client, config: &Config) -> Result<(), Error> {
-    if let Some(sel) = &config.skyhook_selector {
-        let lp = kube::api::ListParams::default().labels(sel).limit(1);
-        Api::<Skyhook>::all(client.clone())
-            .list(&lp)
-            .await
-            .map_err(|e| Error::Selector(sel.clone(), e))?;
-    }
-    Ok(())
-}
-
 /// Starts the metrics and probe servers, and marks the operator ready once the caches have
 /// filled, whether or not any Skyhook exists to reconcile.
 async fn serve_probes_and_metrics(ctx: &Arc<Ctx>) -> Result<(), Error> {
     server::spawn(ctx.clone()).await?;
     let readiness = ctx.clone();
     tokio::spawn(async move {
-        if let Err(e) = readiness.wait_ready().await {
+        while let Err(e) = readiness.wait_ready().await {
             warn!(error = %e, "caches not ready");
         }
     });

@@ -108,6 +108,8 @@ impl Note {
 #[derive(Debug, Default)]
 pub struct Plan {
     pub add_finalizer: bool,
+    /// The Skyhook's `skyhook.nvidia.com/version` annotation, when it must change.
+    pub version_annotation: Option<String>,
     pub remove_finalizer: bool,
     pub configmaps: Vec<ConfigMap>,
     pub create_jobs: Vec<Job>,

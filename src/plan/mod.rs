@@ -122,6 +122,7 @@ pub fn plan(inp: &Inputs) -> Plan {
     let allowed = pass.batch(&facts);
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
+        version_annotation: version_annotation(sk, inp.operator_version),
         ..Plan::default()
     };
     let mut tally = Tally::default();
@@ -279,6 +280,13 @@ fn jobs_by_node(jobs: &[JobView]) -> BTreeMap<&str, Vec<&JobView>> {
 }
 
 /// Drops every write but the status (and its Events).
+/// The reference writes its version on every Skyhook it reconciles (§11.4 #20); its plugin gates
+/// pause/disable on it. `None` when the annotation already says so.
+fn version_annotation(sk: &Skyhook, operator_version: &str) -> Option<String> {
+    let want = schema::skyhook_version_value(operator_version);
+    (sk.annotations().get(schema::VERSION_ANNOTATION) != Some(&want)).then_some(want)
+}
+
 fn freeze(plan: &mut Plan, cfg: &Config) {
     plan.node_patches.clear();
     plan.node_conditions.clear();

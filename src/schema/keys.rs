@@ -84,6 +84,32 @@ pub const DISABLE_ANNOTATION: &str = "skyhook.nvidia.com/disable";
 /// Skyhook annotation with the operator version that last migrated it; the plugin refuses
 /// lifecycle commands when it is below `MIN_OPERATOR_VERSION_FOR_ANNOTATIONS`.
 pub const VERSION_ANNOTATION: &str = "skyhook.nvidia.com/version";
+/// The reference operator release whose stored format (node state, status, annotations) this
+/// operator reads and writes.
+pub const REFERENCE_COMPATIBLE_VERSION: &str = "v0.13.0";
+
+/// The value of [`VERSION_ANNOTATION`] this operator writes: the reference release it is
+/// compatible with, so that the reference's plugin gate and migrations treat our objects as that
+/// release's, with this operator's own version as semver build metadata (ignored by comparisons).
+pub fn skyhook_version_value(operator_version: &str) -> String {
+    let sanitized: String = operator_version
+        .trim_start_matches('v')
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' => c,
+            _ => '-',
+        })
+        .collect();
+    let build = sanitized
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(".");
+    if build.is_empty() {
+        return REFERENCE_COMPATIBLE_VERSION.to_string();
+    }
+    format!("{REFERENCE_COMPATIBLE_VERSION}+skyhook-rs.{build}")
+}
 /// Finalizer on Skyhook objects.
 pub const FINALIZER: &str = "skyhook.nvidia.com/skyhook";
 /// Oldest operator version that understands the pause/disable annotations.
@@ -226,5 +252,26 @@ mod tests {
         assert!(!is_skyhook_key("skyhook.nvidia.comx/a"));
         assert!(!is_skyhook_key("skyhook.nvidia.com"));
         assert!(!is_skyhook_key("kubernetes.io/hostname"));
+    }
+
+    #[test]
+    fn skyhook_version_value_passes_the_reference_plugin_gate() {
+        for (operator, want) in [
+            ("v0.1.0", "v0.13.0+skyhook-rs.0.1.0"),
+            ("0.2.0-rc.1", "v0.13.0+skyhook-rs.0.2.0-rc.1"),
+            ("v1.0.0+abc_def", "v0.13.0+skyhook-rs.1.0.0-abc-def"),
+            ("v..1", "v0.13.0+skyhook-rs.1"),
+            ("", "v0.13.0"),
+            ("v", "v0.13.0"),
+        ] {
+            let got = skyhook_version_value(operator);
+            assert_eq!(got, want, "operator {operator:?}");
+            assert!(crate::schema::is_valid_semver(&got), "{got}");
+            assert_ne!(
+                crate::schema::semver_compare(&got, MIN_OPERATOR_VERSION_FOR_ANNOTATIONS),
+                std::cmp::Ordering::Less,
+                "{got}"
+            );
+        }
     }
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use crate::support::private::PrivateCluster;
 use crate::support::{TestCtx, cluster_dir, foreground, run};
 
 /// A Job pinned to `node` whose single container carries `env`.
@@ -416,25 +417,10 @@ async fn node_add_and_remove_at_run_time() {
 #[tokio::test]
 async fn down_leaves_nothing_running() {
     let base = 31000 + (std::process::id() % 500) as u16 * 10;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("cluster");
-    let ports = [
-        ("ETCD_PORT", base),
-        ("ETCD_PEER_PORT", base + 1),
-        ("API_PORT", base + 2),
-        ("KCM_PORT", base + 3),
-        ("KWOK_PORT", base + 4),
-    ];
-    let with_env = |cmd: &mut Command| {
-        cmd.env("KT_DIR", &state);
-        for (k, v) in ports {
-            cmd.env(k, v.to_string());
-        }
-    };
-    let mut up = Command::new(cluster_dir().join("up"));
-    up.args(["--nodes", "1"]);
-    with_env(&mut up);
-    run(&mut up);
+    let pc = PrivateCluster::new(base);
+    let state = pc.state.clone();
+    let ports = pc.ports;
+    run(pc.script("up").args(["--nodes", "1"]));
 
     let pids: Vec<i32> = std::fs::read_dir(state.join("pids"))
         .expect("pid files")
@@ -477,9 +463,7 @@ async fn down_leaves_nothing_running() {
         using_state()
     );
 
-    let mut down = Command::new(cluster_dir().join("down"));
-    with_env(&mut down);
-    run(&mut down);
+    pc.down();
     let left = using_state();
     assert!(left.is_empty(), "processes left after down: {left:#?}");
     for pid in &pids {

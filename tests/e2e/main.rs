@@ -9,4 +9,5 @@ mod plugin_debug;
 mod plugin_jobs_logs;
 mod plugin_reset;
 mod scale;
+mod startup;
 mod support;

@@ -137,6 +137,16 @@ async fn rollout_three_packages_on_three_nodes() {
     assert_eq!(st.package_list, "alpha:1.2.3,bravo:2.0.0,charlie:1.0.0");
     assert_eq!(st.observed_generation, sk.metadata.generation.unwrap_or(0));
     assert_eq!(st.node_status.len(), 3);
+    // The reference's plugin gates pause/disable on this annotation (§11.4).
+    let version = sk.annotations().get(schema::VERSION_ANNOTATION).cloned();
+    assert_eq!(
+        version,
+        Some(schema::skyhook_version_value(&format!(
+            "v{}",
+            env!("CARGO_PKG_VERSION")
+        )))
+    );
+    assert!(version.is_some_and(|v| v.starts_with("v0.13.0+")));
 
     for node in &env.nodes {
         let (raw, state) = env.node_state(node, &name).await.expect("node state");
@@ -2052,4 +2062,98 @@ fn apply(env: &Env, obj: &Value) -> std::process::Output {
         .write_all(obj.to_string().as_bytes())
         .expect("write");
     child.wait_with_output().expect("kubectl output")
+}
+
+/// A Skyhook stored before the CRD bounded `gracefulShutdown` (written straight into etcd, as an
+/// older CRD would have let it in): admission refuses it today, and the operator flags it
+/// instead of crashing on it.
+#[tokio::test]
+async fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged() {
+    use base64::Engine as _;
+    let env = setup("bound", 1, &[]).await;
+    let (k, v) = env.ctx.test_label();
+    let name = env.ctx.name("sk");
+    let mut spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
+    spec["packages"]["tool"]["gracefulShutdown"] = json!("1000000000h");
+    spec["nodeSelectors"] = json!({"matchLabels": {k.clone(): v.clone()}});
+    let mut obj = json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+        "metadata": {"name": name, "labels": {k: v}},
+        "spec": spec,
+    });
+    // Admission refuses it, naming the field.
+    let refused = apply(&env, &obj);
+    assert!(
+        !refused.status.success(),
+        "admission took a huge gracefulShutdown"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("gracefulShutdown"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    obj["metadata"]["uid"] = json!(format!(
+        "00000000-0000-4000-8000-{:012x}",
+        std::process::id()
+    ));
+    obj["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    obj["metadata"]["generation"] = json!(1);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let port = std::env::var("ETCD_PORT").unwrap_or_else(|_| "23790".into());
+    let body = json!({
+        "key": b64(&format!("/registry/skyhook.nvidia.com/skyhooks/{name}")),
+        "value": b64(&obj.to_string()),
+    });
+    let put = std::process::Command::new("curl")
+        .args(["-fsS", "-X", "POST", "--data-binary", &body.to_string()])
+        .arg(format!("http://127.0.0.1:{port}/v3/kv/put"))
+        .output()
+        .expect("curl");
+    assert!(
+        put.status.success(),
+        "etcd put: {}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+
+    let cond = env
+        .ctx
+        .wait_for(
+            "the stored Skyhook to be flagged invalid",
+            Duration::from_secs(60),
+            || async {
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                sk.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == schema::VALID_CONDITION && c.status == "False")
+            },
+        )
+        .await;
+    assert!(
+        cond.message.contains("gracefulShutdown"),
+        "{}",
+        cond.message
+    );
+    env.ctx
+        .holds_for(
+            "no Job for the invalid Skyhook, operator alive",
+            Duration::from_secs(5),
+            || async {
+                if !env.op.running() {
+                    return Err(format!("the operator exited:\n{}", env.op.log_tail(40)));
+                }
+                match env.jobs_of(&name).await.len() {
+                    0 => Ok(()),
+                    n => Err(format!("{n} Jobs were created")),
+                }
+            },
+        )
+        .await;
+    // Remove it the way it came, so that nothing needs its finalizer released.
+    let del = json!({"key": b64(&format!("/registry/skyhook.nvidia.com/skyhooks/{name}"))});
+    let _ = std::process::Command::new("curl")
+        .args(["-fsS", "-X", "POST", "--data-binary", &del.to_string()])
+        .arg(format!("http://127.0.0.1:{port}/v3/kv/deleterange"))
+        .output();
 }

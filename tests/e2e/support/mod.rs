@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod plugin;
+pub mod private;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -410,6 +411,14 @@ impl Operator {
             cmd.env(k, v);
         }
         self.child = Some(cmd.spawn().expect("start skyhook-operator"));
+    }
+
+    /// The process has not exited.
+    pub fn running(&self) -> bool {
+        self.child.as_ref().is_some_and(|c| {
+            std::fs::read_to_string(format!("/proc/{}/stat", c.id()))
+                .is_ok_and(|stat| !stat.contains(") Z "))
+        })
     }
 
     /// SIGKILL, as a crash would.

@@ -1,0 +1,68 @@
+//! A second, private control plane (own state directory and ports) beside the shared one, for
+//! tests that must see a cluster from its first second or tear one down.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+
+use super::{cluster_dir, run};
+
+pub struct PrivateCluster {
+    _dir: tempfile::TempDir,
+    pub state: PathBuf,
+    pub ports: [(&'static str, u16); 5],
+}
+
+impl PrivateCluster {
+    /// Ports from `base` to `base + 4`; pick a base no other test uses.
+    pub fn new(base: u16) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("cluster");
+        PrivateCluster {
+            _dir: dir,
+            state,
+            ports: [
+                ("ETCD_PORT", base),
+                ("ETCD_PEER_PORT", base + 1),
+                ("API_PORT", base + 2),
+                ("KCM_PORT", base + 3),
+                ("KWOK_PORT", base + 4),
+            ],
+        }
+    }
+
+    /// A cluster script (`up`, `down`, `nodes`) aimed at this cluster.
+    pub fn script(&self, name: &str) -> Command {
+        let mut cmd = Command::new(cluster_dir().join(name));
+        cmd.env("KT_DIR", &self.state);
+        for (k, v) in self.ports {
+            cmd.env(k, v.to_string());
+        }
+        cmd
+    }
+
+    /// `up --nodes <n>` in the background: the caller can act while the cluster comes up.
+    pub fn spawn_up(&self, nodes: usize) -> Child {
+        self.script("up")
+            .args(["--nodes", &nodes.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start tests/cluster/up")
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state.join("kubeconfig")
+    }
+
+    pub fn down(&self) {
+        run(&mut self.script("down"));
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        if self.state.exists() {
+            let _ = self.script("down").output();
+        }
+    }
+}
