@@ -324,6 +324,7 @@ mod tests {
                 gated,
                 boot_id: None,
                 rebooted: false,
+                unreadable: None,
             };
             let mut o = NodeOutcome {
                 active,

@@ -163,6 +163,7 @@ mod tests {
             gated: false,
             boot_id: None,
             rebooted: false,
+            unreadable: None,
         }
     }
 

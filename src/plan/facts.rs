@@ -53,6 +53,8 @@ pub struct NodeFacts<'a> {
     pub boot_id: Option<String>,
     /// A new boot id and REAPPLY_ON_REBOOT: the node starts over (§3.18).
     pub rebooted: bool,
+    /// Why the stored progress cannot be read: such a node is left untouched.
+    pub unreadable: Option<String>,
 }
 
 impl NodeFacts<'_> {
@@ -85,10 +87,13 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
         && boot_id
             .as_ref()
             .is_some_and(|b| prior_boot.is_some_and(|p| p != b));
-    let (prior, applied) = if rebooted {
-        (NodeState::default(), BTreeMap::new())
+    let (prior, applied, unreadable) = if rebooted {
+        (NodeState::default(), BTreeMap::new(), None)
     } else {
-        stored_progress(node, &skyhook)
+        match stored_progress(node, &name, &skyhook) {
+            Ok((prior, applied)) => (prior, applied, None),
+            Err(why) => (NodeState::default(), BTreeMap::new(), Some(why)),
+        }
     };
     NodeFacts {
         host: Host {
@@ -111,16 +116,30 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
         applied,
         boot_id,
         rebooted,
+        unreadable,
     }
 }
 
-/// The node state and applied record of `skyhook` on `node`; unreadable values read as empty.
-fn stored_progress(node: &Node, skyhook: &str) -> (NodeState, BTreeMap<String, String>) {
-    let state = annotation(node, &schema::node_state_annotation(skyhook))
-        .and_then(|a| NodeState::parse(a).ok())
-        .unwrap_or_default();
-    let applied = annotation(node, &schema::applied_annotation(skyhook))
-        .and_then(|a| serde_json::from_str(a).ok())
-        .unwrap_or_default();
-    (state, applied)
+/// The node state and applied record of `skyhook` on `node` (empty when absent), or why one of
+/// them cannot be read: writing over a value we cannot read would erase progress.
+fn stored_progress(
+    node: &Node,
+    node_name: &str,
+    skyhook: &str,
+) -> Result<(NodeState, BTreeMap<String, String>), String> {
+    let state_key = schema::node_state_annotation(skyhook);
+    let state = match annotation(node, &state_key) {
+        None => NodeState::default(),
+        Some(raw) => NodeState::parse(raw).map_err(|e| {
+            schema::node_state_unreadable_message(node_name, &state_key, &e.to_string(), raw)
+        })?,
+    };
+    let applied_key = schema::applied_annotation(skyhook);
+    let applied = match annotation(node, &applied_key) {
+        None => BTreeMap::new(),
+        Some(raw) => serde_json::from_str(raw).map_err(|e| {
+            schema::node_state_unreadable_message(node_name, &applied_key, &e.to_string(), raw)
+        })?,
+    };
+    Ok((state, applied))
 }

@@ -252,6 +252,7 @@ mod tests {
             gated: false,
             boot_id: None,
             rebooted: false,
+            unreadable: None,
         }
     }
 

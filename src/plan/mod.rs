@@ -93,6 +93,8 @@ struct Tally {
     held: Vec<String>,
     blocked_nodes: Vec<String>,
     ignored_nodes: Vec<String>,
+    /// Why some nodes' stored progress cannot be read, one line per node.
+    unreadable: Vec<String>,
     any_active: bool,
     retry_at: Option<Timestamp>,
 }
@@ -103,7 +105,11 @@ pub fn plan(inp: &Inputs) -> Plan {
     let cfg = inp.config;
     let prior = sk.status.clone().unwrap_or_default();
     let tolerations = select::job_tolerations(sk, &cfg.runtime_required_taint);
-    let facts = facts::gather(inp, &tolerations);
+    // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
+    // no budget slot; the status and an Event name them.
+    let (facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) = facts::gather(inp, &tolerations)
+        .into_iter()
+        .partition(|f| f.unreadable.is_none());
     let updates = config::config_updates(sk, inp.configmaps, &prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates);
     let pass = Pass {
@@ -126,6 +132,15 @@ pub fn plan(inp: &Inputs) -> Plan {
         ..Plan::default()
     };
     let mut tally = Tally::default();
+    for f in &unreadable {
+        let why = f.unreadable.clone().unwrap_or_default();
+        if !status::already_unreadable(&prior, &why) {
+            let note = Note::node(&f.name, schema::NODE_STATE_UNREADABLE_REASON, why.clone());
+            plan.events.push(note.warning());
+        }
+        tally.unreadable.push(why);
+        tally.node_statuses.insert(f.name.clone(), Status::Blocked);
+    }
     for f in &facts {
         let may_start = pass.switches.can_run() && allowed.contains(&f.name) && f.eligible();
         pass.decide(f, may_start, &mut plan, &mut tally);
@@ -261,6 +276,7 @@ impl Pass<'_> {
             held: &tally.held,
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
+            unreadable: std::mem::take(&mut tally.unreadable),
             now: self.inp.now,
         });
         plan.events

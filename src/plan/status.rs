@@ -26,6 +26,8 @@ pub struct SkyhookFacts<'a> {
     pub held: &'a [String],
     pub blocked_nodes: Vec<String>,
     pub ignored_nodes: Vec<String>,
+    /// Nodes whose stored progress cannot be read, one message each.
+    pub unreadable: Vec<String>,
     pub now: Timestamp,
 }
 
@@ -117,6 +119,7 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
     s.status = Some(status);
     work_conditions(&mut s.conditions, f, generation);
     node_conditions(&mut s.conditions, f, generation);
+    unreadable_condition(&mut s.conditions, f, generation);
     s
 }
 
@@ -241,6 +244,44 @@ fn node_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64)
     );
 }
 
+/// `True` while some node's stored progress cannot be read. Skyhooks that never had such a node
+/// do not carry the condition at all.
+fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let known = list
+        .iter()
+        .any(|c| c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION);
+    let (status, reason, message) = if f.unreadable.is_empty() {
+        let message = "every node's stored state can be read".to_string();
+        (false, schema::NODE_STATE_READABLE_REASON, message)
+    } else {
+        (
+            true,
+            schema::NODE_STATE_UNREADABLE_REASON,
+            f.unreadable.join("; "),
+        )
+    };
+    if status || known {
+        set_condition(
+            list,
+            schema::NODE_STATE_UNREADABLE_CONDITION,
+            status,
+            reason,
+            message,
+            generation,
+            f.now,
+        );
+    }
+}
+
+/// The stored status already reports this unreadable value (its Event was published then).
+pub fn already_unreadable(prior: &SkyhookStatus, why: &str) -> bool {
+    prior.conditions.iter().any(|c| {
+        c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION
+            && c.status == "True"
+            && c.message.contains(why)
+    })
+}
+
 fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -327,6 +368,7 @@ mod tests {
             held: &[],
             blocked_nodes: Vec::new(),
             ignored_nodes: Vec::new(),
+            unreadable: Vec::new(),
             now: t(0),
         }
     }

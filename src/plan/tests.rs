@@ -764,3 +764,137 @@ fn a_node_leaving_the_batch_is_written_before_the_next_one_starts() {
         "the starting node is written after"
     );
 }
+
+#[test]
+fn unreadable_node_state_leaves_the_node_untouched_and_says_so() {
+    let state_key = schema::node_state_annotation("sh");
+    let applied_key = schema::applied_annotation("sh");
+    let cases = [
+        (
+            "corrupt JSON",
+            json!({state_key.clone(): "{not json"}),
+            state_key.clone(),
+        ),
+        (
+            "unknown stage",
+            json!({state_key.clone(): r#"{"tuned|1.0.0":{"name":"tuned","version":"1.0.0","image":"ghcr.io/x/tuned","stage":"bogus","state":"complete"}}"#}),
+            state_key.clone(),
+        ),
+        (
+            "corrupt applied record",
+            json!({applied_key.clone(): "[1,"}),
+            applied_key.clone(),
+        ),
+    ];
+    for (name, annotations, key) in cases {
+        let bad = node("n1", 0, annotations, json!({}), false);
+        let good = node("n2", 1, json!({}), json!({}), false);
+        let w = World::new(skyhook(one_package(false), json!({})), vec![bad, good]);
+        let plan = w.plan();
+        assert!(
+            plan.node_patches.iter().all(|p| p.node != "n1"),
+            "case: {name}: {:?}",
+            plan.node_patches
+        );
+        assert!(
+            plan.node_conditions.iter().all(|(n, _, _)| n != "n1"),
+            "case: {name}"
+        );
+        let nodes_with_jobs: Vec<String> = plan
+            .create_jobs
+            .iter()
+            .filter_map(|j| j.metadata.labels.as_ref()?.get(schema::NODE_LABEL).cloned())
+            .collect();
+        assert_eq!(nodes_with_jobs, vec!["n2".to_string()], "case: {name}");
+        let warning = plan
+            .events
+            .iter()
+            .find(|e| e.reason == schema::NODE_STATE_UNREADABLE_REASON)
+            .unwrap_or_else(|| panic!("case: {name}: no Event"));
+        assert!(
+            warning.warning && warning.node.as_deref() == Some("n1"),
+            "case: {name}"
+        );
+        assert!(
+            warning.message.contains(&key),
+            "case: {name}: {}",
+            warning.message
+        );
+        let status = plan.status.clone().expect("status");
+        let cond = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION)
+            .unwrap_or_else(|| panic!("case: {name}: no condition"));
+        assert_eq!(cond.status, "True", "case: {name}");
+        assert!(
+            cond.message.contains("node n1") && cond.message.contains(&key),
+            "case: {name}"
+        );
+        assert_eq!(
+            status.node_status.get("n1"),
+            Some(&Status::Blocked),
+            "case: {name}"
+        );
+
+        // Reported once: the next pass publishes no second Event, and keeps the condition.
+        let mut again = World::new(w.sk.clone(), w.nodes.clone());
+        again.sk.status = Some(status);
+        let plan = again.plan();
+        assert!(
+            plan.events
+                .iter()
+                .all(|e| e.reason != schema::NODE_STATE_UNREADABLE_REASON),
+            "case: {name}: Event repeated"
+        );
+        let kept = plan
+            .status
+            .as_ref()
+            .or(again.sk.status.as_ref())
+            .expect("status");
+        assert!(
+            kept.conditions
+                .iter()
+                .any(|c| c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION && c.status == "True"),
+            "case: {name}"
+        );
+    }
+}
+
+#[test]
+fn a_skyhook_without_unreadable_nodes_carries_no_such_condition() {
+    let w = World::new(
+        skyhook(one_package(false), json!({})),
+        vec![node("n1", 0, json!({}), json!({}), false)],
+    );
+    let status = w.plan().status.expect("status");
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != schema::NODE_STATE_UNREADABLE_CONDITION)
+    );
+}
+
+#[test]
+fn the_version_annotation_is_written_once() {
+    let mut w = World::new(
+        skyhook(one_package(false), json!({})),
+        vec![node("n1", 0, json!({}), json!({}), false)],
+    );
+    let want = schema::skyhook_version_value("test");
+    assert_eq!(w.plan().version_annotation, Some(want.clone()));
+    w.sk = skyhook(
+        one_package(false),
+        json!({schema::VERSION_ANNOTATION: want}),
+    );
+    assert_eq!(w.plan().version_annotation, None);
+    w.sk = skyhook(
+        one_package(false),
+        json!({schema::VERSION_ANNOTATION: "v0.12.0"}),
+    );
+    assert!(
+        w.plan().version_annotation.is_some(),
+        "an older writer's value is replaced"
+    );
+}

@@ -60,6 +60,10 @@ pub const PACKAGE_ERRORING_CONDITION: &str = "skyhook.nvidia.com/PackageErroring
 /// Ours: `True` while a drain is blocked by a protected pod or a PodDisruptionBudget.
 pub const NODE_BLOCKED_CONDITION: &str = "skyhook.nvidia.com/NodeBlocked";
 
+/// Ours: `True` while some node's stored state for this Skyhook cannot be read; those nodes are
+/// left untouched. Written only once it has been `True`.
+pub const NODE_STATE_UNREADABLE_CONDITION: &str = "skyhook.nvidia.com/NodeStateUnreadable";
+
 pub const APPLY_PACKAGE_REASON: &str = "ApplyPackage";
 pub const TAINT_NOT_TOLERABLE_REASON: &str = "TaintNotTolerable";
 pub const NODES_IGNORED_REASON: &str = "NodesIgnored";
@@ -71,6 +75,20 @@ pub const PACKAGE_ERRORING_REASON: &str = "PackageErroring";
 pub const NO_PACKAGE_ERRORING_REASON: &str = "NoPackageErroring";
 pub const DRAIN_BLOCKED_REASON: &str = "DrainBlocked";
 pub const NOT_BLOCKED_REASON: &str = "NotBlocked";
+pub const NODE_STATE_UNREADABLE_REASON: &str = "NodeStateUnreadable";
+pub const NODE_STATE_READABLE_REASON: &str = "NodeStateReadable";
+
+/// One node whose stored state cannot be read: which key, why, and the start of the value.
+pub fn node_state_unreadable_message(node: &str, key: &str, error: &str, value: &str) -> String {
+    let mut shown: String = value.chars().take(80).collect();
+    if shown.len() < value.len() {
+        shown.push('…');
+    }
+    format!(
+        "node {node}: annotation {key} cannot be read ({error}): {shown:?}; the node is left \
+         untouched until the value is fixed or removed (kubectl skyhook node reset {node})"
+    )
+}
 
 pub fn transition_message(prior: Status, current: Status) -> String {
     format!("Transitioned [{prior}] -> [{current}]")

@@ -79,6 +79,16 @@ last_node_index() {
   kc get nodes -o name 2>/dev/null | sed -n 's#^node/node-\([0-9][0-9]*\)$#\1#p' | sort -n | tail -n 1 | grep . || echo 0
 }
 
+# nodes_ready <first> <last>: nodes node-<first>..node-<last> all report Ready. One list, not
+# `kubectl wait`, whose single timeout covers its objects one after the other and so cannot
+# check hundreds of nodes in time.
+nodes_ready() {
+  local ready
+  ready=$(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    awk -v a="$1" -v b="$2" '{ n = substr($1, 6) + 0; if (n >= a && n <= b && $2 == "True") c++ } END { print c + 0 }')
+  ((ready == $2 - $1 + 1))
+}
+
 add_nodes() { # <count>
   local first last
   # Parallel tests add nodes at once: numbering and creation must not interleave.
@@ -88,7 +98,6 @@ add_nodes() { # <count>
   last=$((first + $1 - 1))
   node_manifests "$first" "$last" | kc create -f - >/dev/null
   flock -u 9
-  wait_for "nodes node-$first..node-$last to be Ready" $((60 + $1 / 20)) \
-    kc wait --for=condition=Ready node -l type=kwok --timeout=5s
+  wait_for "nodes node-$first..node-$last to be Ready" $((60 + $1 / 20)) nodes_ready "$first" "$last"
   for ((i = first; i <= last; i++)); do echo "node-$i"; done
 }

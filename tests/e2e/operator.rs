@@ -2157,3 +2157,101 @@ async fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged() {
         .arg(format!("http://127.0.0.1:{port}/v3/kv/deleterange"))
         .output();
 }
+
+/// A node whose stored state cannot be read is left as it is (annotation kept, nothing run) and
+/// named by a condition and a Warning Event, while the other nodes go on; once the value is
+/// removed the node is rolled out like any other.
+#[tokio::test]
+async fn unreadable_node_state_is_reported_and_left_alone() {
+    let env = setup("corrupt", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    let (bad, good) = (env.nodes[0].clone(), env.nodes[1].clone());
+    let key = schema::node_state_annotation(&name);
+    let corrupt = "{\"tool|1.0.0\": {\"stage\": \"bogus\"";
+    env.node_api
+        .patch(
+            &bad,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key.clone(): corrupt}}})),
+        )
+        .await
+        .expect("corrupt the node state");
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+
+    let cond = env
+        .ctx
+        .wait_for(
+            "the NodeStateUnreadable condition and the good node complete",
+            Duration::from_secs(90),
+            || async {
+                let st = env.skyhooks.get(&name).await.ok()?.status?;
+                if st.node_status.get(&good) != Some(&schema::Status::Complete) {
+                    return None;
+                }
+                st.conditions.into_iter().find(|c| {
+                    c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION && c.status == "True"
+                })
+            },
+        )
+        .await;
+    assert!(
+        cond.message.contains(&bad) && cond.message.contains(&key),
+        "{}",
+        cond.message
+    );
+    let raw = env.node_api.get(&bad).await.expect("node");
+    assert_eq!(
+        raw.annotations().get(&key).map(String::as_str),
+        Some(corrupt)
+    );
+    assert!(
+        env.jobs_of(&name)
+            .await
+            .iter()
+            .all(|j| label(j, schema::NODE_LABEL) != bad),
+        "a Job ran on the unreadable node"
+    );
+    let events: Api<Event> = Api::all(env.ctx.client.clone());
+    env.ctx
+        .wait_for(
+            "a Warning Event on the node",
+            Duration::from_secs(30),
+            || async {
+                let list = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={bad}")))
+                    .await
+                    .ok()?;
+                list.items.into_iter().find(|e| {
+                    e.reason.as_deref() == Some(schema::NODE_STATE_UNREADABLE_REASON)
+                        && e.type_.as_deref() == Some("Warning")
+                })
+            },
+        )
+        .await;
+
+    // Removing the value lets the node proceed.
+    env.node_api
+        .patch(
+            &bad,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key.clone(): null}}})),
+        )
+        .await
+        .expect("remove the node state");
+    let sk = env
+        .wait_status(&name, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    let st = sk.status.expect("status");
+    assert!(
+        st.conditions
+            .iter()
+            .any(|c| { c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION && c.status == "False" }),
+        "{:?}",
+        st.conditions
+    );
+}
