@@ -71,6 +71,8 @@ pub struct Metrics {
     in_progress: Family<RolloutLabels, Gauge>,
     completed: Family<RolloutLabels, Gauge>,
     progress: Family<RolloutLabels, Gauge>,
+    /// 1 while this process leads (or runs without leader election), 0 while it waits.
+    pub leader: Gauge,
     /// Package label sets last emitted per Skyhook, so removed packages' series go away.
     emitted: Mutex<BTreeMap<String, BTreeSet<(String, String)>>>,
     /// Rollout label set last emitted per Skyhook (its policy name can change).
@@ -96,12 +98,18 @@ impl Default for Metrics {
             in_progress: Family::default(),
             completed: Family::default(),
             progress: Family::default(),
+            leader: Gauge::default(),
             emitted: Mutex::new(BTreeMap::new()),
             emitted_policy: Mutex::new(BTreeMap::new()),
         };
         m.register_skyhook_families();
         m.register_package_families();
         m.register_rollout_families();
+        m.registry.register(
+            "skyhook_operator_leader",
+            "1 while this operator process reconciles (it leads, or leader election is off), 0 while it waits to lead",
+            m.leader.clone(),
+        );
         m.registry.register(
             "skyhook_api_requests",
             "Requests this operator sent to the API server, by verb, resource and response class",
@@ -458,6 +466,7 @@ mod tests {
                 "skyhook_rollout_in_progress",
                 "skyhook_rollout_completed",
                 "skyhook_rollout_progress_percent",
+                "skyhook_operator_leader",
             ]
         );
 

@@ -87,6 +87,19 @@ pub struct Settings {
     /// test operator own a subset of Skyhooks.
     #[arg(long, env = "SKYHOOK_SELECTOR", default_value = "")]
     pub skyhook_selector: String,
+    /// Take part in leader election (the reference's variable and default); the manifests in
+    /// deploy/ turn it on. Off, this process reconciles on its own: run only one.
+    #[arg(long, env = "LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// How long a Lease record must stay unchanged before another candidate takes over.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s")]
+    pub leader_election_lease_duration: String,
+    /// A leader that has not renewed for this long stops (must be below the lease duration).
+    #[arg(long, env = "LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s")]
+    pub leader_election_renew_deadline: String,
+    /// Between two renewals, or two attempts to acquire.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s")]
+    pub leader_election_retry_period: String,
     /// Log format: json or console.
     #[arg(long, env = "LOG_ENCODER", default_value = "json")]
     pub log_encoder: String,
@@ -117,6 +130,16 @@ pub struct Config {
     pub skyhook_selector: Option<String>,
     pub log_json: bool,
     pub log_level: String,
+    /// `None` when leader election is off.
+    pub leader: Option<LeaderTimings>,
+}
+
+/// Leader election timings, checked: retry period < renew deadline < lease duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderTimings {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
 }
 
 /// The duration settings, parsed (a value that is invalid or too small reads as its minimum,
@@ -127,6 +150,7 @@ struct Durations {
     completed_job_ttl: Duration,
     retry_base: Duration,
     retry_max: Duration,
+    leader: LeaderTimings,
 }
 
 impl Settings {
@@ -134,6 +158,7 @@ impl Settings {
     pub fn validate(&self) -> Result<Config, SettingsError> {
         let mut errs = Vec::new();
         let durations = self.durations(&mut errs);
+        self.check_leader(&durations.leader, &mut errs);
         self.check_paths_and_images(&mut errs);
         let taint = match TaintSpec::parse(&self.runtime_required_taint) {
             Ok(t) => Some(t),
@@ -191,6 +216,36 @@ impl Settings {
             ),
             retry_base: dur("RETRY_BASE", &self.retry_base, Duration::from_millis(100)),
             retry_max: dur("RETRY_MAX", &self.retry_max, Duration::from_millis(100)),
+            leader: LeaderTimings {
+                lease_duration: dur(
+                    "LEADER_ELECTION_LEASE_DURATION",
+                    &self.leader_election_lease_duration,
+                    Duration::from_secs(2),
+                ),
+                renew_deadline: dur(
+                    "LEADER_ELECTION_RENEW_DEADLINE",
+                    &self.leader_election_renew_deadline,
+                    Duration::from_secs(1),
+                ),
+                retry_period: dur(
+                    "LEADER_ELECTION_RETRY_PERIOD",
+                    &self.leader_election_retry_period,
+                    Duration::from_millis(100),
+                ),
+            },
+        }
+    }
+
+    /// The fencing argument of `controller::leader` holds only in this order.
+    fn check_leader(&self, t: &LeaderTimings, errs: &mut Vec<String>) {
+        if self.leader_election
+            && !(t.retry_period < t.renew_deadline && t.renew_deadline < t.lease_duration)
+        {
+            errs.push(format!(
+                "leader election needs LEADER_ELECTION_RETRY_PERIOD < LEADER_ELECTION_RENEW_DEADLINE \
+                 < LEADER_ELECTION_LEASE_DURATION, got {:?} < {:?} < {:?}",
+                t.retry_period, t.renew_deadline, t.lease_duration
+            ));
         }
     }
 
@@ -235,6 +290,7 @@ impl Settings {
             skyhook_selector: Some(self.skyhook_selector.clone()).filter(|s| !s.is_empty()),
             log_json,
             log_level: self.log_level.clone(),
+            leader: self.leader_election.then_some(d.leader),
         }
     }
 }

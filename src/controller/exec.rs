@@ -40,6 +40,7 @@ use tracing::{debug, info, warn};
 
 use super::Error;
 use crate::crd::{Skyhook, SkyhookStatus};
+use crate::jobs::JobView;
 use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 
@@ -190,13 +191,76 @@ impl Writer<'_> {
     async fn create_job(&self, job: &Job) -> Result<(), Error> {
         match self.jobs.create(&PostParams::default(), job).await {
             Ok(_) => info!(skyhook = %self.name, job = %job.name_any(), "created Job"),
-            // A deterministic name already taken means an earlier pass created it: adopt it.
-            Err(e) if is_status(&e, 409) => {
-                debug!(job = %job.name_any(), "Job exists, adopting");
-            }
+            // A deterministic name already taken means an earlier pass created it: adopt it,
+            // but only if it is the same work.
+            Err(e) if is_status(&e, 409) => self.adopt(job).await?,
             Err(e) => return Err(e.into()),
         }
         Ok(())
+    }
+
+    /// The Job under this name is adopted when its labels and spec hash say it does the same
+    /// work; otherwise the pass fails with a Warning Event naming both, never a silent wait.
+    async fn adopt(&self, job: &Job) -> Result<(), Error> {
+        let name = job.name_any();
+        let existing = self.jobs.get(&name).await?;
+        let want = JobView::from_job(job, None);
+        let have = JobView::from_job(&existing, None);
+        let same = |a: &JobView, b: &JobView| {
+            (
+                &a.skyhook,
+                &a.package,
+                &a.version,
+                a.stage,
+                &a.node,
+                a.attempt,
+                &a.spec_hash,
+            ) == (
+                &b.skyhook,
+                &b.package,
+                &b.version,
+                b.stage,
+                &b.node,
+                b.attempt,
+                &b.spec_hash,
+            )
+        };
+        if let (Some(w), Some(h)) = (&want, &have)
+            && same(w, h)
+        {
+            debug!(job = %name, "Job exists, adopting");
+            return Ok(());
+        }
+        let found = have.map_or_else(
+            || "not one of this operator's stage Jobs".to_string(),
+            |h| {
+                format!(
+                    "{} {}:{} {} on {} attempt {} (spec hash {})",
+                    h.skyhook,
+                    h.package,
+                    h.version,
+                    h.stage.as_str(),
+                    h.node,
+                    h.attempt,
+                    h.spec_hash
+                )
+            },
+        );
+        let message = format!(
+            "Job {name} already exists and does other work ({found}); delete it so that this \
+             stage can run"
+        );
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: schema::JOB_NAME_TAKEN_REASON.to_string(),
+            note: Some(message.clone()),
+            action: "CreateJob".to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &self.sk.object_ref(&())).await {
+            warn!(error = %e, "could not publish an event");
+        }
+        Err(Error::JobNameTaken(message))
     }
 
     async fn job_op(&self, op: &JobOp) -> Result<(), Error> {
@@ -233,7 +297,13 @@ impl Writer<'_> {
                         .await
                         .map(|_| ())
                 }
-                JobOp::Delete { job } => self.jobs.delete(job, &background()).await.map(|_| ()),
+                // Foreground: the Job stays until its pod is gone, and the planner creates no
+                // next attempt while it does, so two pods of one stage never overlap on a host.
+                JobOp::Delete { job } => self
+                    .jobs
+                    .delete(job, &DeleteParams::foreground())
+                    .await
+                    .map(|_| ()),
             };
             ignore_not_found(res)?;
         }

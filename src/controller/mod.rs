@@ -4,6 +4,7 @@
 
 pub mod api_counter;
 pub mod exec;
+pub mod leader;
 pub mod server;
 pub mod start;
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Node, NodeSystemInfo, Pod};
 use kube::api::Api;
@@ -56,6 +57,10 @@ pub enum Error {
          ClusterRole in deploy/rbac-operator.yaml"
     )]
     Forbidden(String),
+    #[error("{0}")]
+    JobNameTaken(String),
+    #[error("leadership lost ({0}); exiting so that the new leader works alone")]
+    LostLeadership(String),
     #[error("cannot serve {what} on {addr}: {source}")]
     Serve {
         what: &'static str,
@@ -77,6 +82,8 @@ pub struct Ctx {
     pub policies: Store<DeploymentPolicy>,
     pub configmaps: Store<ConfigMap>,
     pub ready: AtomicBool,
+    /// Waiting to lead: ready (as a follower), not reconciling.
+    pub standby: AtomicBool,
     pub metrics: Metrics,
 }
 
@@ -218,6 +225,7 @@ pub async fn run(
     version: String,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
+    let shutdown = shutdown.shared();
     let ns = config.namespace.clone();
     let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
     let owned = schema::NAME_LABEL.to_string();
@@ -264,14 +272,30 @@ pub async fn run(
     };
     let ctx = new_ctx(client.clone(), config, version, caches);
     // Probes first: a liveness probe must not kill an operator that waits for its API.
-    serve_probes_and_metrics(&ctx).await?;
+    server::spawn(ctx.clone()).await?;
     let selector = ctx.config.skyhook_selector.as_deref();
     start::wait_for_skyhook_api(&client, selector, CRD_WAIT).await?;
+
+    let mut elector = match ctx.config.leader {
+        Some(timings) => {
+            let mut e = leader::Elector::new(client.clone(), &ns, leader::identity(), timings);
+            ctx.standby.store(true, Ordering::Relaxed);
+            tokio::select! {
+                _ = e.acquire() => {}
+                _ = shutdown.clone() => return Ok(()),
+            }
+            ctx.standby.store(false, Ordering::Relaxed);
+            Some(e)
+        }
+        None => None,
+    };
+    ctx.metrics.leader.set(1);
+    mark_ready_when_synced(&ctx);
 
     let for_nodes = skyhooks.clone();
     let for_policies = skyhooks.clone();
     info!(namespace = %ns, "skyhook operator starting");
-    controller
+    let reconciling = controller
         .watches_stream(node_stream, move |node: Node| {
             skyhooks_selecting(&for_nodes, &node)
         })
@@ -288,8 +312,17 @@ pub async fn run(
             if let Err(e) = res {
                 warn!(error = %e, "reconcile failed");
             }
-        })
-        .await;
+        });
+    match elector.as_mut() {
+        None => reconciling.await,
+        Some(e) => {
+            // Losing the Lease drops the reconcile loop at once: no write after that.
+            tokio::select! {
+                _ = reconciling => e.release().await,
+                why = e.hold() => return Err(Error::LostLeadership(why)),
+            }
+        }
+    }
     info!("skyhook operator stopped");
     Ok(())
 }
@@ -354,17 +387,15 @@ where
     (store, events)
 }
 
-/// Starts the metrics and probe servers, and marks the operator ready once the caches have
-/// filled, whether or not any Skyhook exists to reconcile.
-async fn serve_probes_and_metrics(ctx: &Arc<Ctx>) -> Result<(), Error> {
-    server::spawn(ctx.clone()).await?;
+/// Marks the operator ready once the caches have filled, whether or not any Skyhook exists to
+/// reconcile (the caches fill once the reconcile loop runs).
+fn mark_ready_when_synced(ctx: &Arc<Ctx>) {
     let readiness = ctx.clone();
     tokio::spawn(async move {
         while let Err(e) = readiness.wait_ready().await {
             warn!(error = %e, "caches not ready");
         }
     });
-    Ok(())
 }
 
 /// The reflector stores a [`Ctx`] reads.
@@ -394,6 +425,7 @@ fn new_ctx(client: Client, config: Config, version: String, caches: Caches) -> A
         policies: caches.policies,
         configmaps: caches.configmaps,
         ready: AtomicBool::new(false),
+        standby: AtomicBool::new(false),
         metrics: Metrics::default(),
     })
 }

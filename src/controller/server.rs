@@ -48,7 +48,7 @@ pub async fn spawn(ctx: Arc<Ctx>) -> Result<(), Error> {
             get(move || {
                 let r = r.clone();
                 async move {
-                    if r.ready.load(Ordering::Relaxed) {
+                    if r.ready.load(Ordering::Relaxed) || r.standby.load(Ordering::Relaxed) {
                         (StatusCode::OK, "ok")
                     } else {
                         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")

@@ -46,7 +46,14 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
     let owner = req.owner;
     let agent_id = ids.agent_resource_id(owner);
     let copy_dir = ids.copy_dir(owner, cfg);
-    let name = schema::interrupt_job_name(ids.name, req.interrupt.kind, req.node, req.attempt).ok();
+    let name = schema::interrupt_job_name(
+        ids.name,
+        req.interrupt.kind,
+        (&owner.name, &owner.version),
+        req.node,
+        req.attempt,
+    )
+    .ok();
 
     let mut labels = job_labels(&ids, owner, Stage::Interrupt, req.node, &agent_id);
     labels.insert(
@@ -133,6 +140,7 @@ mod tests {
                 schema::interrupt_job_name(
                     "simple-skyhook",
                     InterruptType::Reboot,
+                    ("dexter", "1.2.3"),
                     "kind-worker",
                     3
                 )

@@ -898,3 +898,31 @@ fn the_version_annotation_is_written_once() {
         "an older writer's value is replaced"
     );
 }
+
+#[test]
+fn an_interrupt_never_starts_beside_another_stage_in_one_pass() {
+    let mut spec = one_package(true);
+    spec["packages"][PLAIN] = json!({"version": "1.0.0", "image": format!("ghcr.io/x/{PLAIN}")});
+    let mut annotations = go_state(REBOOT, "config", "complete");
+    annotations[schema::cordon_annotation("sh")] = json!("true");
+    let n = node("n1", 0, annotations, json!({}), true);
+    let mut w = World::new(skyhook(spec, json!({})), vec![n]);
+    w.pods.insert("n1".into(), Vec::new());
+    let plan = w.plan();
+    let stages: Vec<String> = plan
+        .create_jobs
+        .iter()
+        .filter_map(|j| {
+            j.metadata
+                .labels
+                .as_ref()?
+                .get(schema::STAGE_LABEL)
+                .cloned()
+        })
+        .collect();
+    assert!(!stages.is_empty(), "nothing started");
+    assert!(
+        !stages.iter().any(|s| s == "interrupt") || stages.len() == 1,
+        "an interrupt started beside {stages:?}"
+    );
+}

@@ -76,6 +76,8 @@ pub const NO_PACKAGE_ERRORING_REASON: &str = "NoPackageErroring";
 pub const DRAIN_BLOCKED_REASON: &str = "DrainBlocked";
 pub const NOT_BLOCKED_REASON: &str = "NotBlocked";
 pub const NODE_STATE_UNREADABLE_REASON: &str = "NodeStateUnreadable";
+/// Event reason: a Job name this pass needs is taken by a Job doing other work.
+pub const JOB_NAME_TAKEN_REASON: &str = "JobNameTaken";
 pub const NODE_STATE_READABLE_REASON: &str = "NodeStateReadable";
 
 /// One node whose stored state cannot be read: which key, why, and the start of the value.

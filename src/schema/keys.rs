@@ -110,6 +110,9 @@ pub fn skyhook_version_value(operator_version: &str) -> String {
     }
     format!("{REFERENCE_COMPATIBLE_VERSION}+skyhook-rs.{build}")
 }
+/// The leader-election Lease (in the operator namespace), the reference's `LeaderElectionID`:
+/// shared with the reference operator, so the two never lead at once.
+pub const LEADER_LEASE_NAME: &str = "3c22c1ae.nvidia.com";
 /// Finalizer on Skyhook objects.
 pub const FINALIZER: &str = "skyhook.nvidia.com/skyhook";
 /// Oldest operator version that understands the pause/disable annotations.

@@ -61,14 +61,21 @@ pub fn job_name(
     attempt_name(&[skyhook, package, version, stage.as_str(), node], attempt)
 }
 
-/// Name of the interrupt Job for one attempt (parts as the reference interrupt pod name).
+/// Name of the interrupt Job for one attempt: the reference interrupt pod name's parts plus the
+/// owner package and its version, so that the interrupt of another package, or of another
+/// version of the same one, can never be taken for this one.
 pub fn interrupt_job_name(
     skyhook: &str,
     kind: InterruptType,
+    owner: (&str, &str),
     node: &str,
     attempt: u32,
 ) -> Result<String, SchemaError> {
-    attempt_name(&[skyhook, "interrupt", kind.as_str(), node], attempt)
+    let (package, version) = owner;
+    attempt_name(
+        &[skyhook, "interrupt", kind.as_str(), package, version, node],
+        attempt,
+    )
 }
 
 fn attempt_name(parts: &[&str], attempt: u32) -> Result<String, SchemaError> {
@@ -269,13 +276,31 @@ mod tests {
             job_name("sh", "p", "1", Stage::Apply, "n", 1000),
             Err(SchemaError::AttemptOutOfRange(1000))
         ));
-        let int =
-            interrupt_job_name("sh", InterruptType::RestartAllServices, long_node, 12).unwrap();
+        let owner = ("drv", "1.2.0");
+        let int = interrupt_job_name(
+            "sh",
+            InterruptType::RestartAllServices,
+            owner,
+            long_node,
+            12,
+        )
+        .unwrap();
         assert!(
-            int.starts_with("sh-interrupt-restartallservices-ip-100-96-5-57-eu--"),
+            int.starts_with("sh-interrupt-restartallservices-drv-1-2-0-ip-100-9"),
             "{int}"
         );
         assert!(int.len() <= 63 && is_dns1123_label(&int));
+        // Another version or another package never shares an interrupt Job's name.
+        let reboot =
+            |owner| interrupt_job_name("sh", InterruptType::Reboot, owner, "n1", 0).unwrap();
+        let names = [
+            reboot(("drv", "1.2.0")),
+            reboot(("drv", "1.1.0")),
+            reboot(("fw", "1.2.0")),
+        ];
+        assert_ne!(names[0], names[1]);
+        assert_ne!(names[0], names[2]);
+        assert_ne!(names[1], names[2]);
     }
 
     #[test]

@@ -79,13 +79,14 @@ last_node_index() {
   kc get nodes -o name 2>/dev/null | sed -n 's#^node/node-\([0-9][0-9]*\)$#\1#p' | sort -n | tail -n 1 | grep . || echo 0
 }
 
-# nodes_ready <first> <last>: nodes node-<first>..node-<last> all report Ready. One list, not
+# nodes_ready <first> <last>: nodes node-<first>..node-<last> all report Ready and carry no taint
+# (the node lifecycle controller's not-ready taint goes a moment after Ready). One list, not
 # `kubectl wait`, whose single timeout covers its objects one after the other and so cannot
 # check hundreds of nodes in time.
 nodes_ready() {
   local ready
-  ready=$(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
-    awk -v a="$1" -v b="$2" '{ n = substr($1, 6) + 0; if (n >= a && n <= b && $2 == "True") c++ } END { print c + 0 }')
+  ready=$(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{" "}{.spec.taints[*].key}{"\n"}{end}' |
+    awk -v a="$1" -v b="$2" '{ n = substr($1, 6) + 0; if (n >= a && n <= b && $2 == "True" && NF == 2) c++ } END { print c + 0 }')
   ((ready == $2 - $1 + 1))
 }
 

@@ -304,7 +304,8 @@ async fn installed_objects_match_the_contract() {
         );
     }
     let spec = dep.spec.as_ref().expect("spec");
-    assert_eq!(spec.replicas, Some(1));
+    // Two replicas, made safe by leader election.
+    assert_eq!(spec.replicas, Some(2));
     let pod = spec.template.spec.as_ref().expect("pod spec");
     let tmpl_labels = spec
         .template
@@ -353,12 +354,14 @@ async fn installed_objects_match_the_contract() {
         ("LOG_LEVEL", "info"),
         ("METRICS_PORT", ":8080"),
         ("PROBE_PORT", ":8081"),
+        ("LEADER_ELECTION", "true"),
     ]
     .into_iter()
     .collect();
     let names: BTreeSet<&str> = env.keys().map(String::as_str).collect();
     let mut want: BTreeSet<&str> = expected.keys().copied().collect();
     want.insert("NAMESPACE");
+    want.insert("POD_NAME");
     assert_eq!(names, want, "operator environment variable names");
     for (k, v) in &expected {
         assert_eq!(

@@ -2,6 +2,7 @@ mod admission;
 mod binaries;
 mod cluster;
 mod deploy;
+mod leader;
 mod operator;
 mod plugin;
 mod plugin_completion;

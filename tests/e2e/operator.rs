@@ -2255,3 +2255,86 @@ async fn unreadable_node_state_is_reported_and_left_alone() {
         st.conditions
     );
 }
+
+/// `restarts` is a persisted count: with one failed Job kept it still grows past one, and the
+/// delay between attempts doubles up to RETRY_MAX.
+#[tokio::test]
+async fn restarts_grow_past_the_failed_jobs_kept_and_backoff_reaches_its_cap() {
+    let env = setup(
+        "restarts",
+        1,
+        &[
+            ("FAILED_JOBS_KEPT", "1"),
+            ("RETRY_BASE", "1s"),
+            ("RETRY_MAX", "4s"),
+        ],
+    )
+    .await;
+    let name = env.ctx.name("sk");
+    let node = env.nodes[0].clone();
+    let failing = pkg("1.0.0", json!([{"name": "EXIT_CODE", "value": "1"}]));
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {"broken": failing}}),
+    ))
+    .await;
+
+    // When each attempt's Job was first seen, by attempt.
+    let mut created: BTreeMap<u32, std::time::Instant> = BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    let restarts = loop {
+        for j in env.jobs_of(&name).await {
+            if let Some(a) = j
+                .annotations()
+                .get(schema::ATTEMPT_ANNOTATION)
+                .and_then(|a| a.parse().ok())
+            {
+                created.entry(a).or_insert_with(std::time::Instant::now);
+            }
+        }
+        let restarts = env
+            .node_state(&node, &name)
+            .await
+            .and_then(|(_, s)| s.get("broken", "1.0.0").map(|e| e.restarts))
+            .unwrap_or(0);
+        if restarts >= 6 {
+            break restarts;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "restarts stuck at {restarts}; attempts seen {:?}",
+            created.keys().collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(restarts >= 6, "restarts {restarts}");
+    let failed_jobs = env
+        .jobs_of(&name)
+        .await
+        .iter()
+        .filter(|j| j.status.as_ref().and_then(|s| s.failed).unwrap_or(0) > 0)
+        .count();
+    assert!(
+        failed_jobs <= 2,
+        "{failed_jobs} failed Jobs kept with FAILED_JOBS_KEPT=1"
+    );
+    // Attempt k starts after the k-th failure's backoff, 1·2^(k−1) s capped at 4 s: the gaps
+    // 3→4 and 4→5 hold at least 4 s (less the 200 ms polling), and 4→5 stays well under the
+    // uncapped 16 s.
+    for a in [4u32, 5] {
+        let (Some(prev), Some(this)) = (created.get(&(a - 1)), created.get(&a)) else {
+            panic!(
+                "attempts {} and {a} not both seen: {:?}",
+                a - 1,
+                created.keys()
+            );
+        };
+        let gap = this.duration_since(*prev);
+        assert!(
+            gap >= Duration::from_millis(3500) && gap < Duration::from_secs(16),
+            "attempt {} → {a}: {gap:?}",
+            a - 1
+        );
+    }
+}

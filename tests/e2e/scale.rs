@@ -22,7 +22,7 @@ const STAGES: usize = 2;
 /// slack covers passes that see a node's packages finish one by one on a loaded machine.
 const MAX_WRITES_PER_STAGE: f64 = 3.25;
 
-fn metrics(port: u16) -> String {
+pub(crate) fn metrics(port: u16) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
@@ -32,7 +32,7 @@ fn metrics(port: u16) -> String {
 }
 
 /// (verb, resource) → count, successful or not, from `skyhook_api_requests_total`.
-fn requests(text: &str) -> BTreeMap<(String, String), f64> {
+pub(crate) fn requests(text: &str) -> BTreeMap<(String, String), f64> {
     let mut out = BTreeMap::new();
     for line in text
         .lines()

@@ -199,8 +199,24 @@ fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcom
             .last()
             .is_some_and(|j| !j.finished());
         if stage == Stage::Interrupt && !adopting {
-            match interrupt::turn(merged.as_ref(), &pkg.name, out.active || host.other_busy) {
-                Turn::Run(i) => start::start(m, state, &pkg, stage, Some(&i), out),
+            // Stages started earlier in this pass count as running: an interrupt runs alone.
+            let started = out
+                .actions
+                .iter()
+                .any(|a| matches!(a, NodeAction::Run { .. }));
+            let busy = out.active || host.other_busy || started;
+            match interrupt::turn(merged.as_ref(), &pkg.name, busy) {
+                Turn::Run(i) => {
+                    start::start(m, state, &pkg, stage, Some(&i), out);
+                    if out
+                        .actions
+                        .iter()
+                        .any(|a| matches!(a, NodeAction::Run { .. }))
+                    {
+                        // ...and nothing starts beside it.
+                        break;
+                    }
+                }
                 Turn::WaitAlone => {
                     out.blocked = Some(
                         "waiting for other stages on the node to finish before the interrupt"

@@ -70,7 +70,10 @@ pub(super) fn observe(
             completed(spec, state, applied, &e, &run, done, out);
             continue;
         }
-        let failed = failures(&run) as i32;
+        // `restarts` is the persisted count of failed attempts of this run: it goes up by one
+        // when an attempt's failure is first folded (the entry leaves `in_progress`), so it
+        // keeps growing after old failed Jobs are pruned.
+        let counted = e.restarts.saturating_add(1);
         match &latest.outcome {
             Outcome::Running => match &latest.stuck {
                 Some((container, reason, message)) => {
@@ -79,22 +82,24 @@ pub(super) fn observe(
                         reason: reason.clone(),
                         message: format!("container {container}: {message}"),
                     });
-                    set(state, &e, e.stage, State::Erroring, failed + 1);
-                    let message = format!("container {container}: {message}");
-                    out.notes.push(failed_note(&e, reason, message, failed + 1));
+                    if e.state != Some(State::Erroring) {
+                        set(state, &e, e.stage, State::Erroring, counted);
+                        let message = format!("container {container}: {message}");
+                        out.notes.push(failed_note(&e, reason, message, counted));
+                    }
                 }
-                None if e.state != Some(State::InProgress) || e.restarts != failed => {
-                    set(state, &e, e.stage, State::InProgress, failed);
+                None if e.state != Some(State::InProgress) => {
+                    set(state, &e, e.stage, State::InProgress, e.restarts);
                 }
                 None => {}
             },
             Outcome::Failed {
                 reason, message, ..
             } => {
-                if e.state != Some(State::Erroring) || e.restarts != failed {
-                    set(state, &e, e.stage, State::Erroring, failed);
+                if e.state != Some(State::Erroring) {
+                    set(state, &e, e.stage, State::Erroring, counted);
                     out.notes
-                        .push(failed_note(&e, reason, message.clone(), failed));
+                        .push(failed_note(&e, reason, message.clone(), counted));
                 }
             }
             Outcome::Complete { .. } => {}
@@ -124,7 +129,7 @@ fn completed(
     done: &JobView,
     out: &mut NodeOutcome,
 ) {
-    succeed(spec, state, e, failures(run) as i32);
+    succeed(spec, state, e, e.restarts);
     let key = schema::package_key(&e.name, &e.version);
     record(applied, key, e.stage, &done.spec_hash);
     out.notes.push(NodeNote::Completed {

@@ -24,20 +24,27 @@ pub(super) fn start(
         m.spec.hash_of(&p.name).to_string()
     };
     let run = current(m.jobs, &p.name, &p.version, stage);
-    let failed = failures(&run) as u32;
+    // Failed attempts of this run, as persisted on the node (never fewer than the failed Jobs
+    // still around, for state written before the count was kept).
+    let prior = state.get(&p.name, &p.version).map_or(0, |e| e.restarts);
+    let restarts = if run.is_empty() {
+        0
+    } else {
+        prior.max(failures(&run) as i32)
+    };
     if let Some(latest) = run.last() {
-        match judge(m, stage, latest, &hash, failed) {
+        match judge(m, stage, latest, &hash, restarts.max(0) as u32) {
             Latest::Replace => {
                 if !latest.deleting {
                     out.actions.push(NodeAction::Delete {
                         job: latest.name.clone(),
                     });
                 }
-                mark(state, p, stage, State::InProgress, failed as i32);
+                mark(state, p, stage, State::InProgress, restarts);
                 return;
             }
             Latest::Adopt => {
-                mark(state, p, stage, State::InProgress, failed as i32);
+                mark(state, p, stage, State::InProgress, restarts);
                 return;
             }
             Latest::Hold => return,
@@ -58,12 +65,6 @@ pub(super) fn start(
     if attempt > schema::MAX_JOB_ATTEMPT {
         return;
     }
-    let prior = state.get(&p.name, &p.version).map_or(0, |e| e.restarts);
-    let restarts = if run.is_empty() {
-        0
-    } else {
-        prior.max(failed as i32)
-    };
     mark(state, p, stage, State::InProgress, restarts);
     out.notes.push(NodeNote::Started {
         package: p.name.clone(),
@@ -79,7 +80,7 @@ pub(super) fn start(
     });
 }
 
-/// What to do about the newest attempt of a stage.
+/// What to do about the newest attempt of a stage (`failed`: the run's failed attempts).
 enum Latest {
     /// Built from an older spec while running: delete it, then start anew (the reference
     /// invalidates such pods, §4.7).

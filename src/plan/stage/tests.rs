@@ -738,3 +738,80 @@ fn stage_machine_transitions() {
         );
     }
 }
+
+/// `restarts` is persisted: it goes on counting after old failed Jobs are pruned, and the backoff
+/// follows it up to its cap.
+#[test]
+fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let failed = |attempt, at| {
+        job(
+            &a,
+            Stage::Apply,
+            attempt,
+            Outcome::Failed {
+                at,
+                reason: "PodFailurePolicy".into(),
+                message: "exit 1".into(),
+            },
+        )
+    };
+    let go = |state: NodeState, jobs: &[&JobView], now| {
+        step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            Host::default(),
+            jobs,
+            true,
+            RETRY,
+            1,
+            now,
+        )
+    };
+    // Four failures so far; only the newest failed Job is kept (FAILED_JOBS_KEPT=1).
+    let mut st = NodeState::default();
+    let mut e = entry(&a, Stage::Apply, State::Erroring);
+    e.restarts = 4;
+    st.upsert(e);
+    let f4 = failed(4, t(0));
+    // delay(4) = 10 s · 2³ = 80 s, not the delay of one failed Job (10 s).
+    let o = go(st.clone(), &[&f4], t(79));
+    assert!(
+        runs(&o).is_empty(),
+        "retried before the backoff of 4 failures"
+    );
+    assert_eq!(o.retry_at, Some(t(80)));
+    let o = go(st, &[&f4], t(80));
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 5)]);
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::InProgress), 4));
+
+    // Attempt 5 fails: the count becomes 5 although one failed Job is left after pruning.
+    let f5 = failed(5, t(90));
+    let o = go(o.state, &[&f4, &f5], t(91));
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Erroring), 5));
+    assert!(
+        o.notes
+            .iter()
+            .any(|n| matches!(n, NodeNote::Failed { restarts: 5, .. }))
+    );
+    assert!(
+        o.actions
+            .iter()
+            .any(|x| matches!(x, NodeAction::Delete { job } if *job == f4.name)),
+        "the older failed Job is pruned"
+    );
+    // Folded once: the next pass leaves the count alone.
+    let o = go(o.state, &[&f5], t(92));
+    assert_eq!(state_of(&o, &a).2, 5);
+    // The cap: 300 s however many failures.
+    let mut st = NodeState::default();
+    let mut e = entry(&a, Stage::Apply, State::Erroring);
+    e.restarts = 40;
+    st.upsert(e);
+    let f40 = failed(40, t(0));
+    assert_eq!(go(st, &[&f40], t(1)).retry_at, Some(t(300)));
+}

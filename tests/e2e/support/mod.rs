@@ -373,7 +373,17 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(ctx: &TestCtx, env: &[(&str, &str)]) -> Operator {
-        let log = std::env::temp_dir().join(format!("skyhook-operator-{}.log", ctx.prefix));
+        Operator::start_named(ctx, "", env)
+    }
+
+    /// A further operator of the same test, logging to its own file (`-<name>` appended).
+    pub fn start_named(ctx: &TestCtx, name: &str, env: &[(&str, &str)]) -> Operator {
+        let suffix = if name.is_empty() {
+            String::new()
+        } else {
+            format!("-{name}")
+        };
+        let log = std::env::temp_dir().join(format!("skyhook-operator-{}{suffix}.log", ctx.prefix));
         let mut op = Operator {
             child: None,
             log,
