@@ -266,6 +266,13 @@ impl Writer<'_> {
     async fn job_op(&self, op: &JobOp) -> Result<(), Error> {
         {
             let res = match op {
+                JobOp::Counted { job } => {
+                    let patch = json!({"metadata": {"annotations": {schema::COUNTED_ANNOTATION: schema::TRUE_VALUE}}});
+                    self.jobs
+                        .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map(|_| ())
+                }
                 JobOp::Record { job, ttl } => {
                     let mut patch = json!({"metadata": {"annotations": {schema::RECORDED_ANNOTATION: schema::TRUE_VALUE}}});
                     if let Some(ttl) = ttl {

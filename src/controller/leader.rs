@@ -9,6 +9,7 @@
 //! record, which is no earlier than the leader's last renewal. With `renew_deadline` shorter
 //! than `lease_duration`, the old leader has stopped before anyone else starts (docs/ say more).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -19,6 +20,7 @@ use kube::{Client, ResourceExt};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::{Ctx, Error};
 use crate::schema;
 use crate::settings::LeaderTimings;
 
@@ -93,30 +95,31 @@ impl Elector {
         &self.identity
     }
 
-    /// Returns once this process holds the Lease.
-    pub async fn acquire(&mut self) {
+    /// Returns once this process holds the Lease, with the moment the winning write was sent
+    /// (the leader's clock for its renew deadline starts there, never later).
+    pub async fn acquire(&mut self) -> Instant {
         info!(lease = schema::LEADER_LEASE_NAME, identity = %self.identity, "waiting to lead");
         loop {
             match self.try_acquire().await {
-                Ok(true) => {
+                Ok(Some(sent)) => {
                     info!(identity = %self.identity, "leading");
-                    return;
+                    return sent;
                 }
-                Ok(false) => {}
+                Ok(None) => {}
                 Err(e) => warn!(error = %e, "reading the leader Lease failed; retrying"),
             }
             tokio::time::sleep(self.timings.retry_period).await;
         }
     }
 
-    async fn try_acquire(&mut self) -> Result<bool, kube::Error> {
+    /// `Some(send time of the winning write)` when this process now holds the Lease.
+    async fn try_acquire(&mut self) -> Result<Option<Instant>, kube::Error> {
         let lease = self
             .bounded(self.api.get_opt(schema::LEADER_LEASE_NAME))
             .await?;
         let unchanged_for = self.observe(lease.as_ref());
         match decide(lease.as_ref(), &self.identity, unchanged_for) {
-            Decision::Wait => Ok(false),
-            Decision::Keep => Ok(true),
+            Decision::Wait => Ok(None),
             Decision::Create => {
                 let fresh = Lease {
                     metadata: kube::api::ObjectMeta {
@@ -126,40 +129,52 @@ impl Elector {
                     spec: Some(self.spec(0)),
                 };
                 let pp = PostParams::default();
-                conflict_is_false(self.bounded(self.api.create(&pp, &fresh)).await)
+                let sent = Instant::now();
+                won(self.bounded(self.api.create(&pp, &fresh)).await, sent)
             }
-            Decision::TakeOver => {
+            // Ours already (an earlier write of ours landed, though its answer did not): write
+            // it again, so that the deadline counts from a send time we know.
+            Decision::TakeOver | Decision::Keep => {
                 let Some(mut lease) = lease else {
-                    return Ok(false);
+                    return Ok(None);
                 };
-                let transitions = lease
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.lease_transitions)
-                    .unwrap_or(0);
-                lease.spec = Some(self.spec(transitions.saturating_add(1)));
+                let spec = lease.spec.as_ref();
+                let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+                let ours =
+                    spec.and_then(|s| s.holder_identity.as_deref()) == Some(self.identity.as_str());
+                let transitions = if ours {
+                    transitions
+                } else {
+                    transitions.saturating_add(1)
+                };
+                lease.spec = Some(self.spec(transitions));
                 let name = lease.name_any();
                 let pp = PostParams::default();
-                conflict_is_false(self.bounded(self.api.replace(&name, &pp, &lease)).await)
+                let sent = Instant::now();
+                won(
+                    self.bounded(self.api.replace(&name, &pp, &lease)).await,
+                    sent,
+                )
             }
         }
     }
 
     /// Renews the Lease every `retry_period`; returns why leadership was lost: another holder,
-    /// or no successful renewal for `renew_deadline`.
-    pub async fn hold(&mut self) -> String {
+    /// or no successful renewal within `renew_deadline` of the last successful write's send
+    /// time (`since` for the write that won the Lease).
+    pub async fn hold(&self, since: Instant) -> String {
         let lost = format!(
             "the leader Lease was not renewed within {:?}",
             self.timings.renew_deadline
         );
-        let mut renewed = Instant::now();
+        let mut renewed = since;
         loop {
             let deadline = renewed + self.timings.renew_deadline;
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return lost,
                 outcome = self.renew_once() => match outcome {
-                    Ok(true) => renewed = Instant::now(),
-                    Ok(false) => return "another process holds the leader Lease".to_string(),
+                    Ok(Some(sent)) => renewed = sent,
+                    Ok(None) => return "another process holds the leader Lease".to_string(),
                     Err(e) => warn!(error = %e, "renewing the leader Lease failed; retrying"),
                 },
             }
@@ -171,17 +186,18 @@ impl Elector {
         }
     }
 
-    /// `Ok(false)` when the Lease is someone else's.
-    async fn renew_once(&self) -> Result<bool, kube::Error> {
+    /// `Ok(Some(send time of the renewing write))`, or `Ok(None)` when the Lease is someone
+    /// else's.
+    async fn renew_once(&self) -> Result<Option<Instant>, kube::Error> {
         let Some(mut lease) = self
             .bounded(self.api.get_opt(schema::LEADER_LEASE_NAME))
             .await?
         else {
-            return Ok(false);
+            return Ok(None);
         };
         let spec = lease.spec.clone().unwrap_or_default();
         if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
-            return Ok(false);
+            return Ok(None);
         }
         lease.spec = Some(LeaseSpec {
             renew_time: Some(MicroTime(Timestamp::now())),
@@ -191,9 +207,10 @@ impl Elector {
         let name = lease.name_any();
         // A 409 (written meanwhile) is an error like any other: read again next round.
         let pp = PostParams::default();
+        let sent = Instant::now();
         self.bounded(self.api.replace(&name, &pp, &lease))
             .await
-            .map(|_| true)
+            .map(|_| Some(sent))
     }
 
     /// On a clean shutdown: hand the Lease back so that a successor need not wait it out.
@@ -215,11 +232,8 @@ impl Elector {
             ..spec
         });
         let name = lease.name_any();
-        match self
-            .api
-            .replace(&name, &PostParams::default(), &lease)
-            .await
-        {
+        let pp = PostParams::default();
+        match self.bounded(self.api.replace(&name, &pp, &lease)).await {
             Ok(_) => info!("released the leader Lease"),
             Err(e) => warn!(error = %e, "could not release the leader Lease"),
         }
@@ -267,11 +281,69 @@ impl Elector {
     }
 }
 
-/// A 409 means another candidate won the race: not leading, not an error.
-fn conflict_is_false<T>(res: Result<T, kube::Error>) -> Result<bool, kube::Error> {
+/// Who may reconcile: this process alone (no leader election), or this process as the leader.
+pub(super) enum Leadership {
+    Alone,
+    /// Leading since the winning write was sent at that instant.
+    Leading(Box<Elector>, Instant),
+}
+
+/// With leader election on, waits until this process leads; `None` when shut down first.
+pub(super) async fn lead(
+    ctx: &Ctx,
+    client: &Client,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Option<Leadership> {
+    let Some(timings) = ctx.config.leader else {
+        return Some(Leadership::Alone);
+    };
+    let ns = &ctx.config.namespace;
+    let mut elector = Elector::new(client.clone(), ns, identity(), timings);
+    ctx.standby.store(true, Ordering::Relaxed);
+    let since = tokio::select! {
+        since = elector.acquire() => since,
+        _ = shutdown => return None,
+    };
+    ctx.standby.store(false, Ordering::Relaxed);
+    Some(Leadership::Leading(Box::new(elector), since))
+}
+
+/// Runs the reconcile loop; a leader that loses its Lease drops the loop at once (no write
+/// after that) and reports it, and one that shuts down cleanly hands the Lease back.
+pub(super) async fn supervise(
+    reconciling: impl std::future::Future<Output = ()>,
+    leadership: Leadership,
+) -> Result<(), Error> {
+    match leadership {
+        Leadership::Alone => reconciling.await,
+        Leadership::Leading(e, since) => {
+            // Renewal runs in a task of its own, so a long pass never delays its deadline.
+            let e: std::sync::Arc<Elector> = std::sync::Arc::from(e);
+            let mut holding = tokio::spawn({
+                let e = e.clone();
+                async move { e.hold(since).await }
+            });
+            tokio::select! {
+                _ = reconciling => {
+                    holding.abort();
+                    e.release().await;
+                }
+                why = &mut holding => {
+                    let why = why.unwrap_or_else(|err| format!("the renewal task ended: {err}"));
+                    return Err(Error::LostLeadership(why));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A write that won the Lease (sent at `sent`); a 409 means another candidate won the race: not
+/// leading, not an error.
+fn won<T>(res: Result<T, kube::Error>, sent: Instant) -> Result<Option<Instant>, kube::Error> {
     match res {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Ok(_) => Ok(Some(sent)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -7,26 +7,30 @@ pub mod exec;
 pub mod leader;
 pub mod server;
 pub mod start;
+mod watch;
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Node, NodeSystemInfo, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
+use leader::{Leadership, lead, supervise};
 use thiserror::Error;
 use tracing::{error, info, warn};
+use watch::{
+    node_watch, owned_watch, pod_fingerprint, policy_watch, prune_job, prune_meta, prune_pod,
+    watch_config,
+};
 
 use crate::crd::{self, DeploymentPolicy, Skyhook};
 use crate::jobs::JobView;
@@ -108,108 +112,6 @@ impl Ctx {
     }
 }
 
-/// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
-/// conditions, boot id); images, volumes, addresses and capacities are most of a Node's bytes.
-fn prune_node(n: &mut Node) {
-    n.metadata.managed_fields = None;
-    if let Some(spec) = n.spec.as_mut() {
-        spec.pod_cidr = None;
-        spec.pod_cidrs = None;
-        spec.provider_id = None;
-    }
-    if let Some(s) = n.status.as_mut() {
-        s.images = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
-        s.config = None;
-        s.addresses = None;
-        s.allocatable = None;
-        s.capacity = None;
-        s.daemon_endpoints = None;
-        s.features = None;
-        s.runtime_handlers = None;
-        s.node_info = s.node_info.take().map(|i| NodeSystemInfo {
-            boot_id: i.boot_id,
-            ..NodeSystemInfo::default()
-        });
-    }
-}
-
-/// A Job is read for its labels, annotations and conditions only ([`JobView`]); its pod
-/// template is most of its bytes, and there are nodes × packages × stages of them.
-fn prune_job(j: &mut Job) {
-    j.metadata.managed_fields = None;
-    j.spec = None;
-    if let Some(s) = j.status.as_mut() {
-        s.uncounted_terminated_pods = None;
-    }
-}
-
-/// A stage pod is read for its Job label and its containers' waiting reasons only.
-fn prune_pod(p: &mut Pod) {
-    p.metadata.managed_fields = None;
-    p.spec = None;
-    if let Some(s) = p.status.as_mut() {
-        let keep = |list: &mut Option<Vec<ContainerStatus>>| {
-            if let Some(list) = list.as_mut() {
-                for c in list.iter_mut() {
-                    *c = ContainerStatus {
-                        name: std::mem::take(&mut c.name),
-                        state: c.state.take(),
-                        ..ContainerStatus::default()
-                    };
-                }
-            }
-        };
-        keep(&mut s.init_container_statuses);
-        keep(&mut s.container_statuses);
-        s.ephemeral_container_statuses = None;
-        s.conditions = None;
-        s.host_ips = None;
-        s.pod_ips = None;
-    }
-}
-
-/// What of a node the planner reads, hashed: a kubelet or kwok heartbeat changes none of it, so
-/// it starts no pass (at a thousand nodes heartbeats alone would keep the queue full).
-fn node_fingerprint(n: &Node) -> Option<u64> {
-    let mut h = DefaultHasher::new();
-    n.metadata.labels.hash(&mut h);
-    n.metadata.annotations.hash(&mut h);
-    if let Some(spec) = &n.spec {
-        spec.unschedulable.hash(&mut h);
-        for t in spec.taints.iter().flatten() {
-            (&t.key, &t.value, &t.effect).hash(&mut h);
-        }
-    }
-    if let Some(status) = &n.status {
-        status.node_info.as_ref().map(|i| &i.boot_id).hash(&mut h);
-        for c in status.conditions.iter().flatten() {
-            (&c.type_, &c.status, &c.reason).hash(&mut h);
-        }
-    }
-    Some(h.finish())
-}
-
-/// A stage pod matters to a pass only through its containers' waiting reasons (a stuck image
-/// pull); its Job reports everything else.
-fn pod_fingerprint(p: &Pod) -> Option<u64> {
-    let mut h = DefaultHasher::new();
-    p.metadata.deletion_timestamp.is_some().hash(&mut h);
-    if let Some(s) = &p.status {
-        let all = s.init_container_statuses.iter().flatten();
-        for c in all.chain(s.container_statuses.iter().flatten()) {
-            let waiting = c.state.as_ref().and_then(|st| st.waiting.as_ref());
-            (&c.name, waiting.and_then(|w| w.reason.as_ref())).hash(&mut h);
-        }
-    }
-    Some(h.finish())
-}
-
-fn prune_meta<K: Resource>(o: &mut K) {
-    o.meta_mut().managed_fields = None;
-}
-
 fn owner_of<K: Resource>(o: &K) -> Option<ObjectRef<Skyhook>> {
     o.meta()
         .labels
@@ -226,6 +128,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
     let shutdown = shutdown.shared();
+    // Poll it at once: the signal handlers are installed on the first poll, and as PID 1 a
+    // SIGTERM that arrives before them would be ignored until the kubelet's SIGKILL.
+    tokio::spawn(shutdown.clone());
     let ns = config.namespace.clone();
     let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
     let owned = schema::NAME_LABEL.to_string();
@@ -250,11 +155,7 @@ pub async fn run(
         prune_meta,
     );
     let cm_stream = cm_events.touched_objects();
-    let (policies, policy_w) = reflector::store();
-    let policy_stream = watcher(Api::all(client.clone()), watch_config())
-        .default_backoff()
-        .reflect(policy_w)
-        .touched_objects();
+    let (policies, policy_stream) = policy_watch(&client);
 
     let sk_cfg = config
         .skyhook_selector
@@ -271,26 +172,9 @@ pub async fn run(
         configmaps,
     };
     let ctx = new_ctx(client.clone(), config, version, caches);
-    // Probes first: a liveness probe must not kill an operator that waits for its API.
-    server::spawn(ctx.clone()).await?;
-    let selector = ctx.config.skyhook_selector.as_deref();
-    start::wait_for_skyhook_api(&client, selector, CRD_WAIT).await?;
-
-    let mut elector = match ctx.config.leader {
-        Some(timings) => {
-            let mut e = leader::Elector::new(client.clone(), &ns, leader::identity(), timings);
-            ctx.standby.store(true, Ordering::Relaxed);
-            tokio::select! {
-                _ = e.acquire() => {}
-                _ = shutdown.clone() => return Ok(()),
-            }
-            ctx.standby.store(false, Ordering::Relaxed);
-            Some(e)
-        }
-        None => None,
+    let Some(leadership) = prepare(&ctx, &client, shutdown.clone()).await? else {
+        return Ok(());
     };
-    ctx.metrics.leader.set(1);
-    mark_ready_when_synced(&ctx);
 
     let for_nodes = skyhooks.clone();
     let for_policies = skyhooks.clone();
@@ -313,18 +197,31 @@ pub async fn run(
                 warn!(error = %e, "reconcile failed");
             }
         });
-    match elector.as_mut() {
-        None => reconciling.await,
-        Some(e) => {
-            // Losing the Lease drops the reconcile loop at once: no write after that.
-            tokio::select! {
-                _ = reconciling => e.release().await,
-                why = e.hold() => return Err(Error::LostLeadership(why)),
-            }
-        }
-    }
+    supervise(reconciling, leadership).await?;
     info!("skyhook operator stopped");
     Ok(())
+}
+
+/// Everything between building the caches and reconciling: probes and metrics first (a
+/// liveness probe must not kill an operator that waits), the API and its CRDs, then leadership.
+/// `None` when shut down while waiting to lead.
+async fn prepare(
+    ctx: &Arc<Ctx>,
+    client: &Client,
+    shutdown: impl std::future::Future<Output = ()> + Clone,
+) -> Result<Option<Leadership>, Error> {
+    server::spawn(ctx.clone()).await?;
+    let selector = ctx.config.skyhook_selector.as_deref();
+    tokio::select! {
+        waited = start::wait_for_skyhook_api(client, selector, CRD_WAIT) => waited?,
+        _ = shutdown.clone() => return Ok(None),
+    }
+    let Some(leadership) = lead(ctx, client, shutdown).await else {
+        return Ok(None);
+    };
+    ctx.metrics.leader.set(1);
+    mark_ready_when_synced(ctx);
+    Ok(Some(leadership))
 }
 
 /// How long start-up waits for the Skyhook CRD to be served (it may be being installed beside
@@ -336,55 +233,6 @@ fn queue_config() -> controller::Config {
     controller::Config::default()
         .concurrency(1)
         .debounce(Duration::from_millis(300))
-}
-
-/// Every node, pruned, with the events that change what the planner reads.
-fn node_watch(
-    client: &Client,
-) -> (
-    Store<Node>,
-    impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + use<>,
-) {
-    let (nodes, writer) = reflector::store();
-    let stream = watcher(Api::<Node>::all(client.clone()), watch_config())
-        .default_backoff()
-        .modify(prune_node)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(node_fingerprint, PredicateConfig::default());
-    (nodes, stream)
-}
-
-/// Watches start from any cached version (`resourceVersion=0`): fine for reflector stores.
-fn watch_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
-}
-
-/// A reflector store of the objects of `api` carrying `labels`, and its stream of watch events
-/// (objects stored as `prune` leaves them).
-fn owned_watch<K>(
-    api: Api<K>,
-    labels: &str,
-    prune: fn(&mut K),
-) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let events = watcher(api, watch_config().labels(labels))
-        .default_backoff()
-        .modify(prune)
-        .reflect(writer);
-    (store, events)
 }
 
 /// Marks the operator ready once the caches have filled, whether or not any Skyhook exists to

@@ -112,7 +112,7 @@ pub async fn wait_for_skyhook_api(
     if let Some(sel) = selector {
         lp = lp.labels(sel);
     }
-    let started = tokio::time::Instant::now();
+    let mut first_missing: Option<tokio::time::Instant> = None;
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(15));
     loop {
         let e = match api.list(&lp).await {
@@ -124,7 +124,8 @@ pub async fn wait_for_skyhook_api(
                 warn!(error = %e, "the API server is not ready yet; waiting");
             }
             kube::Error::Api(s) if s.code == 404 => {
-                if started.elapsed() >= crd_wait {
+                let since = *first_missing.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= crd_wait {
                     return Err(Error::CrdMissing(crd_wait));
                 }
                 warn!("the Skyhook CRD is not served yet; waiting for it to be installed");

@@ -43,6 +43,8 @@ pub struct JobView {
     pub outcome: Outcome,
     /// The operator has folded this Job's outcome into the node state.
     pub recorded: bool,
+    /// This failed attempt is already counted in the node state's `restarts`.
+    pub counted: bool,
     /// Hash of the inputs the Job was built from; a different current hash means it is stale.
     pub spec_hash: String,
     pub created: Option<Timestamp>,
@@ -74,6 +76,7 @@ impl JobView {
             attempt,
             outcome,
             recorded: annotations.contains_key(schema::RECORDED_ANNOTATION),
+            counted: annotations.contains_key(schema::COUNTED_ANNOTATION),
             spec_hash: annotations
                 .get(schema::SPEC_HASH_ANNOTATION)
                 .cloned()

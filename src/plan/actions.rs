@@ -57,6 +57,10 @@ pub enum JobOp {
     Delete {
         job: String,
     },
+    /// This failed attempt is counted in the node's `restarts`.
+    Counted {
+        job: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

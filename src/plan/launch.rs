@@ -36,6 +36,7 @@ pub fn node_work(sk: &Skyhook, cfg: &Config, f: &NodeFacts, o: &NodeOutcome, pla
                 };
                 run_job(sk, cfg, &f.name, &run, plan);
             }
+            NodeAction::Counted { job } => plan.job_ops.push(JobOp::Counted { job: job.clone() }),
             NodeAction::Record { job, succeeded } => plan.job_ops.push(JobOp::Record {
                 job: job.clone(),
                 ttl: succeeded.then_some(cfg.completed_job_ttl.as_secs()),

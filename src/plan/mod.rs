@@ -125,7 +125,7 @@ pub fn plan(inp: &Inputs) -> Plan {
             operator_version: inp.operator_version,
         },
     };
-    let allowed = pass.batch(&facts);
+    let allowed = pass.batch(&facts, &unreadable);
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
@@ -180,15 +180,31 @@ impl Pass<'_> {
     }
 
     /// Observe every node without starting anything, then pick the batch.
-    fn batch(&self, facts: &[NodeFacts]) -> BTreeSet<String> {
-        let seen: Vec<Seen> = facts
+    /// Nodes whose state cannot be read start nothing, but one that still holds our cordon or
+    /// runs a Job of ours is at work, and the budget counts it.
+    fn batch(&self, facts: &[NodeFacts], unreadable: &[NodeFacts]) -> BTreeSet<String> {
+        let mut seen: Vec<Seen> = facts
             .iter()
             .map(|f| {
                 let o = self.step(f, false);
                 Seen::of(f, &o, self.spec.settled(&o.state, &o.applied))
             })
             .collect();
-        let size = rollout::batch_size(self.inp.skyhook, self.inp.policies, facts.len());
+        seen.extend(unreadable.iter().map(|f| {
+            Seen {
+                name: f.name.clone(),
+                busy: f.holds_cordon
+                    || self
+                        .by_node
+                        .get(f.name.as_str())
+                        .is_some_and(|jobs| jobs.iter().any(|j| !j.finished())),
+                settled: false,
+                erroring: false,
+                eligible: false,
+            }
+        }));
+        let targeted = facts.len() + unreadable.len();
+        let size = rollout::batch_size(self.inp.skyhook, self.inp.policies, targeted);
         batch::allowed(&seen, size, self.switches.can_run())
     }
 

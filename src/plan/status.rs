@@ -254,11 +254,15 @@ fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation:
         let message = "every node's stored state can be read".to_string();
         (false, schema::NODE_STATE_READABLE_REASON, message)
     } else {
-        (
-            true,
-            schema::NODE_STATE_UNREADABLE_REASON,
-            f.unreadable.join("; "),
-        )
+        // Bounded: the CRD caps a condition message, and a status the API server refuses would
+        // stop every status update. (Events beyond the shown nodes are aggregated by the
+        // recorder.)
+        const SHOWN: usize = 10;
+        let mut message = f.unreadable[..f.unreadable.len().min(SHOWN)].join("; ");
+        if f.unreadable.len() > SHOWN {
+            message.push_str(&format!("; and {} more", f.unreadable.len() - SHOWN));
+        }
+        (true, schema::NODE_STATE_UNREADABLE_REASON, message)
     };
     if status || known {
         set_condition(

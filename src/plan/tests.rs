@@ -92,6 +92,7 @@ fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) 
         ),
         created: None,
         deleting: false,
+        counted: false,
         stuck: None,
     }
 }
@@ -608,11 +609,11 @@ fn finished_jobs_are_recorded_and_the_node_moves_on() {
             1,
         ),
         (
-            "failure waits out the backoff",
+            "failure waits out the backoff, its Job marked counted",
             failed.clone(),
             (Stage::Apply, State::Erroring),
             0,
-            0,
+            1,
         ),
         (
             "running is adopted",
@@ -925,4 +926,56 @@ fn an_interrupt_never_starts_beside_another_stage_in_one_pass() {
         !stages.iter().any(|s| s == "interrupt") || stages.len() == 1,
         "an interrupt started beside {stages:?}"
     );
+}
+
+#[test]
+fn nothing_starts_beside_a_running_interrupt_in_later_passes() {
+    let mut spec = one_package(true);
+    spec["packages"][PLAIN] = json!({"version": "1.0.0", "image": format!("ghcr.io/x/{PLAIN}")});
+    // (case, the interrupt Job is being deleted)
+    for (case, deleting) in [("running", false), ("being deleted", true)] {
+        let mut annotations = go_state(REBOOT, "interrupt", "in_progress");
+        annotations[schema::cordon_annotation("sh")] = json!("true");
+        let n = node("n1", 0, annotations, json!({}), true);
+        let mut w = World::new(skyhook(spec.clone(), json!({})), vec![n]);
+        w.pods.insert("n1".into(), Vec::new());
+        let mut running = job(REBOOT, Stage::Interrupt, "n1", 0, Outcome::Running);
+        running.deleting = deleting;
+        w.jobs.push(running);
+        let plan = w.plan();
+        assert!(
+            plan.create_jobs.is_empty(),
+            "case: {case}: started {:?}",
+            plan.create_jobs
+                .iter()
+                .map(|j| j.metadata.name.clone())
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn an_unreadable_node_still_at_work_holds_the_budget() {
+    let bad_state = json!({schema::node_state_annotation("sh"): "{not json",
+                           schema::cordon_annotation("sh"): "true"});
+    // (case, the unreadable node holds our cordon, nodes that start)
+    for (case, busy, starts) in [("idle", false, 1), ("holds our cordon", true, 0)] {
+        let annotations = if busy {
+            bad_state.clone()
+        } else {
+            json!({schema::node_state_annotation("sh"): "{not json"})
+        };
+        let bad = node("n1", 0, annotations, json!({}), busy);
+        let good = node("n2", 1, json!({}), json!({}), false);
+        let mut spec = one_package(false);
+        spec["interruptionBudget"] = json!({"count": 1});
+        let w = World::new(skyhook(spec, json!({})), vec![bad, good]);
+        let plan = w.plan();
+        let nodes: BTreeSet<String> = plan
+            .create_jobs
+            .iter()
+            .filter_map(|j| j.metadata.labels.as_ref()?.get(schema::NODE_LABEL).cloned())
+            .collect();
+        assert_eq!(nodes.len(), starts, "case: {case}: {nodes:?}");
+    }
 }

@@ -195,6 +195,8 @@ pub const LEGACY_POLICY_NAME: &str = "legacy";
 /// Set on a Job once its outcome is folded into the node state, so a later re-run of the same
 /// stage (e.g. `package rerun`) is never mistaken for the old run.
 pub const RECORDED_ANNOTATION: &str = "skyhook.nvidia.com/recorded";
+/// Job annotation: this failed attempt is already counted in the node state's `restarts`.
+pub const COUNTED_ANNOTATION: &str = "skyhook.nvidia.com/counted";
 /// Hash of everything a Job's template was built from; a Job whose hash differs from the current
 /// spec's is stale.
 pub const SPEC_HASH_ANNOTATION: &str = "skyhook.nvidia.com/spec-hash";

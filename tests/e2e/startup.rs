@@ -37,7 +37,8 @@ fn http_ok(port: u16, path: &str) -> bool {
 async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
     // The binaries must be built; the shared cluster's first test builds them.
     let bin_dir = cluster().bin_dir.clone();
-    let base = 36000 + (std::process::id() % 300) as u16 * 10;
+    // Below the ephemeral port range, clear of the shared cluster's and the benchmark's ports.
+    let base = 24000 + (std::process::id() % 200) as u16 * 10;
     let pc = PrivateCluster::new(base);
     let up = pc.spawn_up(1);
 
@@ -56,19 +57,21 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
     let log = pc.state.with_file_name("operator.log");
     let probe_port = free_port();
     let file = std::fs::File::create(&log).expect("log file");
-    let mut op = Command::new(env!("CARGO_BIN_EXE_skyhook-operator"))
-        .arg("run")
-        .env("KUBECONFIG", &kubeconfig)
-        .env("NAMESPACE", "skyhook")
-        .env("METRICS_PORT", format!("127.0.0.1:{}", free_port()))
-        .env("PROBE_PORT", format!("127.0.0.1:{probe_port}"))
-        .env("LOG_ENCODER", "console")
-        .env("LOG_LEVEL", "info")
-        .stdout(file.try_clone().expect("fd"))
-        .stderr(file)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start skyhook-operator");
+    let mut op = Child(
+        Command::new(env!("CARGO_BIN_EXE_skyhook-operator"))
+            .arg("run")
+            .env("KUBECONFIG", &kubeconfig)
+            .env("NAMESPACE", "skyhook")
+            .env("METRICS_PORT", format!("127.0.0.1:{}", free_port()))
+            .env("PROBE_PORT", format!("127.0.0.1:{probe_port}"))
+            .env("LOG_ENCODER", "console")
+            .env("LOG_LEVEL", "info")
+            .stdout(file.try_clone().expect("fd"))
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start skyhook-operator"),
+    );
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
     let out = up.wait_with_output().expect("tests/cluster/up");
@@ -79,14 +82,19 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
     );
     // Cluster up, no CRD: the operator waits, alive and live, not ready.
     std::thread::sleep(Duration::from_secs(3));
-    assert!(alive(&mut op), "the operator exited:\n{}", log_text());
+    assert!(alive(&mut op.0), "the operator exited:\n{}", log_text());
     assert!(http_ok(probe_port, "/healthz"), "no liveness while waiting");
     assert!(!http_ok(probe_port, "/readyz"), "ready without its CRDs");
-    assert!(
-        log_text().contains("the Skyhook CRD is not served yet"),
-        "the wait is not logged:\n{}",
-        log_text()
-    );
+    for waited in [
+        "the API server is not ready yet",
+        "the Skyhook CRD is not served yet",
+    ] {
+        assert!(
+            log_text().contains(waited),
+            "{waited:?} is not logged:\n{}",
+            log_text()
+        );
+    }
 
     let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds");
     let kubectl = || {
@@ -128,7 +136,7 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         if s.and_then(|s| s.status?.status) == Some(Status::Complete) {
             break;
         }
-        assert!(alive(&mut op), "the operator exited:\n{}", log_text());
+        assert!(alive(&mut op.0), "the operator exited:\n{}", log_text());
         assert!(
             Instant::now() < deadline,
             "the Skyhook did not complete:\n{}",
@@ -137,7 +145,16 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(http_ok(probe_port, "/readyz"), "not ready after the CRDs");
-    let _ = op.kill();
-    let _ = op.wait();
+    drop(op);
     pc.down();
+}
+
+/// Killed when dropped, so a failing test leaves no operator polling a torn-down cluster.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

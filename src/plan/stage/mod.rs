@@ -84,6 +84,8 @@ pub enum NodeAction {
     },
     /// Mark a Job recorded and, when it succeeded, let the TTL controller collect it.
     Record { job: String, succeeded: bool },
+    /// Mark a failed Job counted in `restarts` (after the node state says so).
+    Counted { job: String },
     /// Fail a Job now (its pod can never start), naming why.
     FailNow {
         job: String,
@@ -161,7 +163,8 @@ pub fn step(input: StepInput) -> NodeOutcome {
     observe::migrate_legacy(spec, &mut state);
     observe::observe(spec, &mut state, &mut applied, jobs, &mut out);
     observe::prune_failed(jobs, failed_jobs_kept, &mut out);
-    out.active = jobs.iter().any(|j| !j.finished() && !j.deleting);
+    // A Job being deleted (Foreground) may still have its pod on the host: it counts.
+    out.active = jobs.iter().any(|j| !j.finished());
     adopt_unrecorded(spec, &state, &mut applied);
     if may_start {
         versions::version_changes(spec, &mut state);
@@ -193,6 +196,14 @@ fn adopt_unrecorded(spec: &SpecView, state: &NodeState, applied: &mut BTreeMap<S
 }
 
 fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcome) {
+    // While an interrupt runs (or its Job is still being deleted) nothing else starts on the
+    // node; the running interrupt itself is followed by `observe`.
+    if m.jobs
+        .iter()
+        .any(|j| j.stage == Stage::Interrupt && !j.finished())
+    {
+        return;
+    }
     let merged = interrupt::merged(m.spec, state);
     for (pkg, stage) in frontier::wanted(m.spec, state) {
         let adopting = observe::current(m.jobs, &pkg.name, &pkg.version, stage)

@@ -71,8 +71,9 @@ pub(super) fn observe(
             continue;
         }
         // `restarts` is the persisted count of failed attempts of this run: it goes up by one
-        // when an attempt's failure is first folded (the entry leaves `in_progress`), so it
-        // keeps growing after old failed Jobs are pruned.
+        // when an attempt's failure is first folded, so it keeps growing after old failed Jobs
+        // are pruned. The Job is then marked counted (after the node state is written), so a
+        // pass that sees it again, or a retry whose Job was never created, counts nothing.
         let counted = e.restarts.saturating_add(1);
         match &latest.outcome {
             Outcome::Running => match &latest.stuck {
@@ -96,10 +97,19 @@ pub(super) fn observe(
             Outcome::Failed {
                 reason, message, ..
             } => {
-                if e.state != Some(State::Erroring) {
-                    set(state, &e, e.stage, State::Erroring, counted);
-                    out.notes
-                        .push(failed_note(&e, reason, message.clone(), counted));
+                if latest.counted {
+                    if e.state != Some(State::Erroring) {
+                        set(state, &e, e.stage, State::Erroring, e.restarts);
+                    }
+                } else {
+                    if e.state != Some(State::Erroring) {
+                        set(state, &e, e.stage, State::Erroring, counted);
+                        out.notes
+                            .push(failed_note(&e, reason, message.clone(), counted));
+                    }
+                    out.actions.push(NodeAction::Counted {
+                        job: latest.name.clone(),
+                    });
                 }
             }
             Outcome::Complete { .. } => {}

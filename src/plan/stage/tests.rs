@@ -82,6 +82,7 @@ fn job(p: &Package, stage: Stage, attempt: u32, outcome: Outcome) -> JobView {
         spec_hash: applied_hash(p),
         created: None,
         deleting: false,
+        counted: false,
         stuck: None,
     }
 }
@@ -814,4 +815,73 @@ fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
     st.upsert(e);
     let f40 = failed(40, t(0));
     assert_eq!(go(st, &[&f40], t(1)).retry_at, Some(t(300)));
+}
+
+/// A failure is counted once: a pass that sees an already counted failed Job again (its retry
+/// was stored but never created) restores `erroring` without counting or reporting it again.
+#[test]
+fn a_counted_failure_is_not_counted_again() {
+    let a = package("alpha", "1.0.0", json!({}));
+    let pk = spec(std::slice::from_ref(&a));
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut f = job(
+        &a,
+        Stage::Apply,
+        2,
+        Outcome::Failed {
+            at: t(0),
+            reason: "PodFailurePolicy".into(),
+            message: "exit 1".into(),
+        },
+    );
+    // (case, the Job is counted, stored state, restarts after, Counted marks, Failed notes)
+    let cases = [
+        ("first sight", false, State::InProgress, 3, 1, 1),
+        ("seen, not yet marked", false, State::Erroring, 2, 1, 0),
+        (
+            "marked, retry never created",
+            true,
+            State::InProgress,
+            2,
+            0,
+            0,
+        ),
+        ("marked, erroring", true, State::Erroring, 2, 0, 0),
+    ];
+    for (case, counted, stored, restarts, marks, notes) in cases {
+        f.counted = counted;
+        let mut st = NodeState::default();
+        let mut e = entry(&a, Stage::Apply, stored);
+        e.restarts = 2;
+        st.upsert(e);
+        let o = step(
+            &sv,
+            st,
+            BTreeMap::new(),
+            Host::default(),
+            &[&f],
+            false,
+            RETRY,
+            3,
+            t(1),
+        );
+        assert_eq!(
+            state_of(&o, &a),
+            (Stage::Apply, Some(State::Erroring), restarts),
+            "case: {case}"
+        );
+        let got_marks = o
+            .actions
+            .iter()
+            .filter(|x| matches!(x, NodeAction::Counted { .. }))
+            .count();
+        assert_eq!(got_marks, marks, "case: {case}");
+        let got_notes = o
+            .notes
+            .iter()
+            .filter(|n| matches!(n, NodeNote::Failed { .. }))
+            .count();
+        assert_eq!(got_notes, notes, "case: {case}");
+    }
 }
