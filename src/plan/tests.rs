@@ -979,3 +979,33 @@ fn an_unreadable_node_still_at_work_holds_the_budget() {
         assert_eq!(nodes.len(), starts, "case: {case}: {nodes:?}");
     }
 }
+
+#[test]
+fn packages_merged_into_a_starting_interrupt_are_skipped_in_the_same_pass() {
+    let svc = |name: &str| {
+        json!({"version": "1.0.0", "image": format!("ghcr.io/x/{name}"),
+               "interrupt": {"type": "service", "services": [name]}})
+    };
+    let spec = json!({"packages": {"alpha": svc("alpha"), "bravo": svc("bravo")}});
+    let raw = r#"{"alpha|1.0.0":{"name":"alpha","version":"1.0.0","image":"ghcr.io/x/alpha","stage":"config","state":"complete"},"bravo|1.0.0":{"name":"bravo","version":"1.0.0","image":"ghcr.io/x/bravo","stage":"config","state":"complete"}}"#;
+    let mut annotations = json!({schema::node_state_annotation("sh"): raw});
+    annotations[schema::cordon_annotation("sh")] = json!("true");
+    let n = node("n1", 0, annotations, json!({}), true);
+    let mut w = World::new(skyhook(spec, json!({})), vec![n]);
+    w.pods.insert("n1".into(), Vec::new());
+    let plan = w.plan();
+    assert_eq!(plan.create_jobs.len(), 1, "one merged interrupt Job");
+    let st = written_state(&plan, "n1").expect("state written");
+    let states: Vec<(Stage, Option<State>)> = ["alpha", "bravo"]
+        .iter()
+        .map(|p| {
+            let e = st.get(p, "1.0.0").expect("entry");
+            (e.stage, e.state)
+        })
+        .collect();
+    assert!(
+        states.contains(&(Stage::Interrupt, Some(State::InProgress)))
+            && states.contains(&(Stage::Interrupt, Some(State::Skipped))),
+        "{states:?}"
+    );
+}

@@ -90,6 +90,13 @@ nodes_ready() {
   ((ready == $2 - $1 + 1))
 }
 
+# nodes_gone <name>...: none of the named nodes exists any more.
+nodes_gone() {
+  local names
+  names=$(kc get nodes -o name) || return 1
+  ! grep -qxF -f <(printf 'node/%s\n' "$@") <<<"$names"
+}
+
 add_nodes() { # <count>
   local first last
   # Parallel tests add nodes at once: numbering and creation must not interleave.

@@ -1,18 +1,16 @@
 //! Leader election: of two operator processes only the leader writes; when it is killed the
 //! other takes over within the lease duration and finishes the rollout with no duplicate Job.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use skyhook::crd::Skyhook;
 use skyhook::schema;
 
 use crate::scale::{metrics, requests};
-use crate::support::{Operator, TestCtx, install_crds};
+use crate::support::{Operator, TestCtx, install_crds, jobs_per_attempt};
 
 const LEASE: &[(&str, &str)] = &[
     ("LEADER_ELECTION", "true"),
@@ -118,23 +116,7 @@ async fn only_the_leader_writes_and_a_follower_takes_over() {
         },
     )
     .await;
-    let mut seen: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
-    for j in jobs.list(&by_name).await.expect("jobs").items {
-        let l = |key: &str| j.labels().get(key).cloned().unwrap_or_default();
-        let attempt = j
-            .annotations()
-            .get(schema::ATTEMPT_ANNOTATION)
-            .cloned()
-            .unwrap_or_default();
-        *seen
-            .entry((
-                l(schema::PACKAGE_LABEL),
-                l(schema::STAGE_LABEL),
-                l(schema::NODE_LABEL),
-                attempt,
-            ))
-            .or_default() += 1;
-    }
+    let seen = jobs_per_attempt(&jobs.list(&by_name).await.expect("jobs").items);
     assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
     assert_eq!(seen.len(), 3 * 2 * nodes.len(), "{seen:?}");
 }

@@ -96,6 +96,23 @@ impl Env {
             .await
     }
 
+    /// Waits up to 30 s for an Event about the object named `object` that `matches`.
+    async fn wait_event(
+        &self,
+        what: &str,
+        object: &str,
+        matches: impl Fn(&Event) -> bool,
+    ) -> Event {
+        let events: Api<Event> = Api::all(self.ctx.client.clone());
+        let lp = ListParams::default().fields(&format!("involvedObject.name={object}"));
+        self.ctx
+            .wait_for(what, Duration::from_secs(30), || async {
+                let list = events.list(&lp).await.ok()?;
+                list.items.into_iter().find(|e| matches(e))
+            })
+            .await
+    }
+
     async fn jobs_of(&self, sk: &str) -> Vec<Job> {
         self.jobs
             .list(&ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL)))
@@ -905,22 +922,7 @@ async fn operator_survives_sigkill_without_duplicate_jobs() {
     env.wait_status(&name, schema::Status::Complete, Duration::from_secs(240))
         .await;
     let jobs = env.jobs_of(&name).await;
-    let mut seen: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
-    for j in &jobs {
-        let attempt = j
-            .annotations()
-            .get(schema::ATTEMPT_ANNOTATION)
-            .cloned()
-            .unwrap_or_default();
-        *seen
-            .entry((
-                label(j, schema::PACKAGE_LABEL).into(),
-                label(j, schema::STAGE_LABEL).into(),
-                label(j, schema::NODE_LABEL).into(),
-                attempt,
-            ))
-            .or_default() += 1;
-    }
+    let seen = crate::support::jobs_per_attempt(&jobs);
     assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
     let per_stage: std::collections::BTreeSet<(String, String, String)> = seen
         .keys()
@@ -2216,23 +2218,11 @@ async fn unreadable_node_state_is_reported_and_left_alone() {
             .all(|j| label(j, schema::NODE_LABEL) != bad),
         "a Job ran on the unreadable node"
     );
-    let events: Api<Event> = Api::all(env.ctx.client.clone());
-    env.ctx
-        .wait_for(
-            "a Warning Event on the node",
-            Duration::from_secs(30),
-            || async {
-                let list = events
-                    .list(&ListParams::default().fields(&format!("involvedObject.name={bad}")))
-                    .await
-                    .ok()?;
-                list.items.into_iter().find(|e| {
-                    e.reason.as_deref() == Some(schema::NODE_STATE_UNREADABLE_REASON)
-                        && e.type_.as_deref() == Some("Warning")
-                })
-            },
-        )
-        .await;
+    env.wait_event("a Warning Event on the node", &bad, |e| {
+        e.reason.as_deref() == Some(schema::NODE_STATE_UNREADABLE_REASON)
+            && e.type_.as_deref() == Some("Warning")
+    })
+    .await;
 
     // Removing the value lets the node proceed.
     env.node_api

@@ -196,37 +196,31 @@ fn adopt_unrecorded(spec: &SpecView, state: &NodeState, applied: &mut BTreeMap<S
 }
 
 fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcome) {
-    // While an interrupt runs (or its Job is still being deleted) nothing else starts on the
-    // node; the running interrupt itself is followed by `observe`.
-    if m.jobs
+    let started = |out: &NodeOutcome| {
+        out.actions
+            .iter()
+            .any(|a| matches!(a, NodeAction::Run { .. }))
+    };
+    // An interrupt runs alone: while one runs (or its Job is still being deleted), or once one
+    // starts in this pass, no other stage starts on the node. The packages that merged into it
+    // are still marked `skipped`, to complete with it.
+    let mut interrupting = m
+        .jobs
         .iter()
-        .any(|j| j.stage == Stage::Interrupt && !j.finished())
-    {
-        return;
-    }
+        .any(|j| j.stage == Stage::Interrupt && !j.finished());
     let merged = interrupt::merged(m.spec, state);
     for (pkg, stage) in frontier::wanted(m.spec, state) {
         let adopting = observe::current(m.jobs, &pkg.name, &pkg.version, stage)
             .last()
             .is_some_and(|j| !j.finished());
         if stage == Stage::Interrupt && !adopting {
-            // Stages started earlier in this pass count as running: an interrupt runs alone.
-            let started = out
-                .actions
-                .iter()
-                .any(|a| matches!(a, NodeAction::Run { .. }));
-            let busy = out.active || host.other_busy || started;
+            // Stages started earlier in this pass count as running.
+            let busy = out.active || host.other_busy || started(out);
             match interrupt::turn(merged.as_ref(), &pkg.name, busy) {
+                Turn::Run(_) if interrupting => {}
                 Turn::Run(i) => {
                     start::start(m, state, &pkg, stage, Some(&i), out);
-                    if out
-                        .actions
-                        .iter()
-                        .any(|a| matches!(a, NodeAction::Run { .. }))
-                    {
-                        // ...and nothing starts beside it.
-                        break;
-                    }
+                    interrupting = started(out);
                 }
                 Turn::WaitAlone => {
                     out.blocked = Some(
@@ -236,6 +230,9 @@ fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcom
                 }
                 Turn::Skip => start::mark(state, &pkg, Stage::Interrupt, State::Skipped, 0),
             }
+            continue;
+        }
+        if interrupting && !adopting {
             continue;
         }
         // Cordon and drain before the stages that lead to an interrupt (a config re-run whose

@@ -481,3 +481,29 @@ impl TestCtx {
         ("skyhook-e2e".to_string(), self.prefix.clone())
     }
 }
+
+/// How many Jobs exist per (package, stage, node, attempt), from their labels and annotations:
+/// every value is 1 unless a Job was duplicated.
+pub fn jobs_per_attempt(
+    jobs: &[k8s_openapi::api::batch::v1::Job],
+) -> std::collections::BTreeMap<(String, String, String, String), usize> {
+    use kube::ResourceExt;
+    use skyhook::schema;
+    let mut seen = std::collections::BTreeMap::new();
+    for j in jobs {
+        let label = |key: &str| j.labels().get(key).cloned().unwrap_or_default();
+        let attempt = j
+            .annotations()
+            .get(schema::ATTEMPT_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        let key = (
+            label(schema::PACKAGE_LABEL),
+            label(schema::STAGE_LABEL),
+            label(schema::NODE_LABEL),
+            attempt,
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    seen
+}
