@@ -350,4 +350,56 @@ mod tests {
             assert!(err.contains(want), "{err} lacks {want}");
         }
     }
+
+    #[test]
+    fn leader_election_timings_are_checked_only_when_it_is_on() {
+        let args = |on: &str, lease: &str, renew: &str, retry: &str| {
+            Cli::parse_from([
+                "x".to_string(),
+                format!("--leader-election={on}"),
+                format!("--leader-election-lease-duration={lease}"),
+                format!("--leader-election-renew-deadline={renew}"),
+                format!("--leader-election-retry-period={retry}"),
+            ])
+            .settings
+            .validate()
+        };
+        let on = args("true", "15s", "10s", "2s").expect("defaults are valid");
+        assert_eq!(
+            on.leader,
+            Some(LeaderTimings {
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            })
+        );
+        assert_eq!(args("false", "15s", "10s", "2s").expect("off").leader, None);
+        // (case, lease, renew, retry)
+        for (case, lease, renew, retry) in [
+            ("renew deadline not below the lease", "10s", "10s", "2s"),
+            (
+                "retry period not below the renew deadline",
+                "15s",
+                "2s",
+                "2s",
+            ),
+        ] {
+            let err = args("true", lease, renew, retry)
+                .expect_err(case)
+                .to_string();
+            assert!(
+                err.contains("LEADER_ELECTION_RENEW_DEADLINE")
+                    && err.contains("LEADER_ELECTION_LEASE_DURATION"),
+                "case: {case}: {err}"
+            );
+            assert!(
+                args("false", lease, renew, retry).is_ok(),
+                "case: {case}: checked while off"
+            );
+        }
+        let err = args("true", "soon", "10s", "2s")
+            .expect_err("unparsable")
+            .to_string();
+        assert!(err.contains("LEADER_ELECTION_LEASE_DURATION"), "{err}");
+    }
 }

@@ -56,6 +56,16 @@ fn step(
     })
 }
 
+/// An `apply` attempt that failed at `at` with a non-zero exit.
+fn failed_apply(p: &Package, attempt: u32, at: Timestamp) -> JobView {
+    let outcome = Outcome::Failed {
+        at,
+        reason: "PodFailurePolicy".into(),
+        message: "exit 1".into(),
+    };
+    job(p, Stage::Apply, attempt, outcome)
+}
+
 fn entry(p: &Package, stage: Stage, state: State) -> PackageStatus {
     PackageStatus {
         name: p.name.clone(),
@@ -215,18 +225,7 @@ fn failures_retry_with_capped_backoff_and_never_twin() {
     let sv = view(&pk, &none);
     let mut st = NodeState::default();
     st.upsert(entry(&a, Stage::Apply, State::InProgress));
-    let failed = |attempt, at| {
-        job(
-            &a,
-            Stage::Apply,
-            attempt,
-            Outcome::Failed {
-                at,
-                reason: "PodFailurePolicy".into(),
-                message: "exit 1".into(),
-            },
-        )
-    };
+    let failed = |attempt, at| failed_apply(&a, attempt, at);
     let f0 = failed(0, t(0));
     let o = step(
         &sv,
@@ -748,18 +747,7 @@ fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
     let pk = spec(std::slice::from_ref(&a));
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let failed = |attempt, at| {
-        job(
-            &a,
-            Stage::Apply,
-            attempt,
-            Outcome::Failed {
-                at,
-                reason: "PodFailurePolicy".into(),
-                message: "exit 1".into(),
-            },
-        )
-    };
+    let failed = |attempt, at| failed_apply(&a, attempt, at);
     let go = |state: NodeState, jobs: &[&JobView], now| {
         step(
             &sv,
@@ -825,16 +813,7 @@ fn a_counted_failure_is_not_counted_again() {
     let pk = spec(std::slice::from_ref(&a));
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let mut f = job(
-        &a,
-        Stage::Apply,
-        2,
-        Outcome::Failed {
-            at: t(0),
-            reason: "PodFailurePolicy".into(),
-            message: "exit 1".into(),
-        },
-    );
+    let mut f = failed_apply(&a, 2, t(0));
     // (case, the Job is counted, stored state, restarts after, Counted marks, Failed notes)
     let cases = [
         ("first sight", false, State::InProgress, 3, 1, 1),
