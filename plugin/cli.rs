@@ -125,6 +125,19 @@ pub enum PolicyCommand {
         after_help = "Examples:\n  kubectl skyhook deployment-policy reset gpu-init --dry-run\n  kubectl skyhook dp reset gpu-init -y"
     )]
     Reset(LifecycleArgs),
+    /// Show how a Skyhook's rollout is cut: each compartment's nodes, ceiling, strategy, batch
+    /// state and the batch at work or starting next, as the operator's planner computes it now
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook deployment-policy preview gpu-init\n  kubectl skyhook dp preview gpu-init -o wide\n  kubectl skyhook dp preview gpu-init -o json"
+    )]
+    Preview(PreviewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PreviewArgs {
+    /// Name of the Skyhook
+    #[arg(value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    pub name: String,
 }
 
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ use crate::app::output::Painter;
 use crate::cli::{Command, DebugCommand, NodeCommand, PackageCommand, Parsed, PolicyCommand};
 use crate::commands::lifecycle::Action;
 use crate::commands::{
-    completion, debug, jobs, lifecycle, logs, node, package, rerun, reset, version,
+    completion, debug, jobs, lifecycle, logs, node, package, preview, rerun, reset, version,
 };
 
 fn main() -> ExitCode {
@@ -111,6 +111,9 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
             let stdin = io::stdin();
             let mut input = stdin.lock();
             reset::batch_state(&ctx, &mut out, &mut input, &args.name, args.confirm).await?
+        }
+        Command::DeploymentPolicy(PolicyCommand::Preview(args)) => {
+            preview::run(&ctx, &mut out, &args.name).await?
         }
         Command::Jobs(args) => jobs::run(&ctx, &mut out, &args).await?,
         Command::Debug(DebugCommand::Collect(args)) => {

@@ -11,7 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::crd::{Skyhook, SkyhookStatus};
-use crate::schema::{self, Stage, State, Status};
+use crate::plan::CompartmentPlan;
+use crate::schema::{Stage, State, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SkyhookLabels {
@@ -75,8 +76,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Package label sets last emitted per Skyhook, so removed packages' series go away.
     emitted: Mutex<BTreeMap<String, BTreeSet<(String, String)>>>,
-    /// Rollout label set last emitted per Skyhook (its policy name can change).
-    emitted_policy: Mutex<BTreeMap<String, RolloutLabels>>,
+    /// Rollout label sets last emitted per Skyhook (policy, compartments and strategies change).
+    emitted_policy: Mutex<BTreeMap<String, Vec<RolloutLabels>>>,
 }
 
 impl Default for Metrics {
@@ -206,13 +207,19 @@ impl Metrics {
         }
     }
 
-    /// Set every series of one Skyhook from its status.
-    /// `ceiling` is the number of nodes one batch may hold (the budget applied to the targets).
-    pub fn observe(&self, sk: &Skyhook, st: &SkyhookStatus, ceiling: usize) {
+    /// Set every series of one Skyhook from its status. `policy` is the `policy_name` label
+    /// and `compartments` the (compartment, strategy) pairs of this pass.
+    pub fn observe(
+        &self,
+        sk: &Skyhook,
+        st: &SkyhookStatus,
+        policy: &str,
+        compartments: &[CompartmentPlan],
+    ) {
         let name = sk.metadata.name.clone().unwrap_or_default();
         self.observe_statuses(&name, st);
         self.observe_packages(&name, sk, st);
-        self.observe_rollout(&name, sk, st, ceiling);
+        self.observe_rollout(&name, st, policy, compartments);
     }
 
     /// The Skyhook's status, nodes per status, and targeted nodes.
@@ -270,48 +277,53 @@ impl Metrics {
         }
     }
 
-    /// The rollout gauges of the Skyhook's one (default) compartment.
-    fn observe_rollout(&self, name: &str, sk: &Skyhook, st: &SkyhookStatus, ceiling: usize) {
-        let rl = RolloutLabels {
-            skyhook_name: name.to_owned(),
-            policy_name: sk
-                .spec
-                .deployment_policy
-                .clone()
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| schema::LEGACY_POLICY_NAME.into()),
-            compartment_name: schema::DEFAULT_COMPARTMENT.into(),
-            strategy: "fixed".into(),
-        };
-        let targeted = st.node_status.len() as i64;
-        let count =
-            |status: Status| st.node_status.values().filter(|x| **x == status).count() as i64;
-        let complete = count(Status::Complete);
-        let busy = count(Status::InProgress);
-        self.matched.get_or_create(&rl).set(targeted);
-        self.ceiling.get_or_create(&rl).set(ceiling as i64);
-        // Batch bookkeeping is whatever the status carries (the CLI may reset it).
-        let batch = st
-            .compartment_statuses
-            .get(schema::DEFAULT_COMPARTMENT)
-            .and_then(|c| c.batch_state.clone())
+    /// The rollout gauges of every compartment, from `status.compartmentStatuses` (which the
+    /// CLI may reset); series of compartments gone are removed.
+    fn observe_rollout(
+        &self,
+        name: &str,
+        st: &SkyhookStatus,
+        policy: &str,
+        compartments: &[CompartmentPlan],
+    ) {
+        let mut now_emitted = Vec::new();
+        for cp in compartments {
+            let Some(c) = st.compartment_statuses.get(&cp.name) else {
+                continue;
+            };
+            let rl = RolloutLabels {
+                skyhook_name: name.to_owned(),
+                policy_name: policy.to_owned(),
+                compartment_name: cp.name.clone(),
+                strategy: cp.strategy.clone(),
+            };
+            let batch = c.batch_state.clone().unwrap_or_default();
+            self.matched.get_or_create(&rl).set(c.matched);
+            self.ceiling.get_or_create(&rl).set(c.ceiling);
+            self.in_progress.get_or_create(&rl).set(c.in_progress);
+            self.completed.get_or_create(&rl).set(c.completed);
+            self.progress.get_or_create(&rl).set(c.progress_percent);
+            self.current_batch
+                .get_or_create(&rl)
+                .set(batch.current_batch);
+            self.consecutive_failures
+                .get_or_create(&rl)
+                .set(batch.consecutive_failures);
+            self.should_stop
+                .get_or_create(&rl)
+                .set(i64::from(batch.should_stop));
+            now_emitted.push(rl);
+        }
+        let mut emitted = self
+            .emitted_policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let old = emitted
+            .insert(name.to_owned(), now_emitted.clone())
             .unwrap_or_default();
-        self.current_batch
-            .get_or_create(&rl)
-            .set(batch.current_batch);
-        self.consecutive_failures
-            .get_or_create(&rl)
-            .set(batch.consecutive_failures);
-        self.should_stop
-            .get_or_create(&rl)
-            .set(i64::from(batch.should_stop));
-        self.in_progress.get_or_create(&rl).set(busy);
-        self.completed.get_or_create(&rl).set(complete);
-        self.progress.get_or_create(&rl).set(if targeted == 0 {
-            0
-        } else {
-            complete * 100 / targeted
-        });
+        for gone in old.iter().filter(|l| !now_emitted.contains(l)) {
+            self.forget_rollout(gone);
+        }
     }
 
     fn forget_rollout(&self, l: &RolloutLabels) {
@@ -372,7 +384,7 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
-        for l in policies.iter() {
+        for l in policies.iter().flatten() {
             self.forget_rollout(l);
         }
         self.targets.remove(&SkyhookLabels {
@@ -425,7 +437,16 @@ mod tests {
         let sk = stored();
         let st = sk.status.clone().unwrap();
         let m = Metrics::default();
-        m.observe(&sk, &st, 2);
+        let compartments = [CompartmentPlan {
+            name: "__default__".into(),
+            strategy: "fixed".into(),
+            budget: Default::default(),
+            ceiling: 1,
+            nodes: Vec::new(),
+            batch_state: Default::default(),
+            batch: Vec::new(),
+        }];
+        m.observe(&sk, &st, "legacy", &compartments);
         let text = m.encode();
         let rollout = r#"skyhook_name="stored-by-go",policy_name="legacy",compartment_name="__default__",strategy="fixed""#;
         for line in [
@@ -437,7 +458,7 @@ mod tests {
             r#"skyhook_package_stage_count{skyhook_name="stored-by-go",package_name="dexter",package_version="1.2.3",stage="post-interrupt"} 1"#.to_owned(),
             r#"skyhook_package_restarts_count{skyhook_name="stored-by-go",package_name="dexter",package_version="1.2.3"} 3"#.to_owned(),
             format!("skyhook_rollout_matched_nodes{{{rollout}}} 2"),
-            format!("skyhook_rollout_ceiling{{{rollout}}} 2"),
+            format!("skyhook_rollout_ceiling{{{rollout}}} 1"),
             format!("skyhook_rollout_current_batch{{{rollout}}} 2"),
             format!("skyhook_rollout_completed{{{rollout}}} 1"),
             format!("skyhook_rollout_progress_percent{{{rollout}}} 50"),
@@ -473,10 +494,13 @@ mod tests {
         // A package gone from the spec loses its series; a deleted Skyhook its status series.
         let mut without_dexter = sk.clone();
         without_dexter.spec.packages.remove("dexter");
-        m.observe(&without_dexter, &st, 2);
+        m.observe(&without_dexter, &st, "legacy", &compartments);
         let text = m.encode();
         assert!(!text.contains(r#"package_name="dexter""#), "{text}");
         assert!(text.contains(r#"package_name="foobar""#), "{text}");
+        // A compartment gone from the pass loses its series.
+        m.observe(&without_dexter, &st, "legacy", &[]);
+        assert!(!m.encode().contains("skyhook_rollout_matched_nodes{"));
         m.forget("stored-by-go");
         let text = m.encode();
         assert!(!text.contains("skyhook_status{"), "{text}");

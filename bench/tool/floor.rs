@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use skyhook::crd::DeploymentBudget;
 use skyhook::crd::{Package, Skyhook};
 use skyhook::jobs::{JobView, Outcome, StageJob, stage_job};
-use skyhook::plan::rollout::ceiling;
 use skyhook::schema::{self, Stage};
 use skyhook::settings::{Config, Settings};
 use tokio::sync::Semaphore;
@@ -76,7 +76,11 @@ pub async fn run(client: Client, args: Args) -> anyhow::Result<()> {
     if nodes.is_empty() {
         bail!("no node matches {}", args.selector);
     }
-    let budget = ceiling(Some(args.percent), None, nodes.len()).max(1);
+    let percent = DeploymentBudget {
+        percent: Some(args.percent),
+        count: None,
+    };
+    let budget = percent.ceiling(nodes.len() as i64).max(1) as usize;
     let floor = Arc::new(Floor {
         jobs: Api::namespaced(client.clone(), &cfg.namespace),
         skyhook,

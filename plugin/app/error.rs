@@ -88,6 +88,11 @@ pub enum CliError {
         min: &'static str,
     },
 
+    #[error(
+        "skyhook {skyhook:?} names deploymentPolicy {policy:?}, which does not exist, so nothing would start; create it (kubectl get deploymentpolicies lists them) or change spec.deploymentPolicy"
+    )]
+    PolicyNotFound { skyhook: String, policy: String },
+
     #[error("failed to update {failed} of {total} node(s); see the errors above")]
     PartialFailure { failed: usize, total: usize },
 

@@ -7,6 +7,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod node;
 pub mod package;
+pub mod preview;
 pub mod rerun;
 pub mod reset;
 pub mod version;

@@ -2,10 +2,16 @@
 //! annotations and labels (one list call); the Skyhook object is only consulted to tell a
 //! missing Skyhook from one without activity.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 
 use serde::Serialize;
+use skyhook::crd::{DeploymentPolicy, Skyhook};
+use skyhook::plan::compartments;
 use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
@@ -191,6 +197,9 @@ pub struct NodeSkyhookSummary {
     pub packages_total: usize,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub packages: Vec<NodePackage>,
+    /// The node's DeploymentPolicy compartment for this Skyhook (`-o wide` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compartment: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -249,6 +258,7 @@ pub fn status_summaries(
                 packages_complete: s.complete,
                 packages_total: s.total,
                 packages,
+                compartment: None,
             });
         }
     }
@@ -269,7 +279,15 @@ pub fn render_status(
     }
     if format == OutputFormat::Wide {
         let headers = [
-            "NODE", "SKYHOOK", "PACKAGE", "VERSION", "STAGE", "STATE", "RESTARTS", "IMAGE",
+            "NODE",
+            "SKYHOOK",
+            "COMPARTMENT",
+            "PACKAGE",
+            "VERSION",
+            "STAGE",
+            "STATE",
+            "RESTARTS",
+            "IMAGE",
         ];
         let rows: Vec<Vec<Field>> = summaries
             .iter()
@@ -282,6 +300,7 @@ pub fn render_status(
                     vec![
                         Field::from(s.node_name.as_str()),
                         Field::from(s.skyhook_name.as_str()),
+                        Field::from(s.compartment.as_deref().unwrap_or("-")),
                         Field::from(p.name.as_str()),
                         Field::from(p.version.as_str()),
                         Field::from(p.stage.as_str()),
@@ -328,12 +347,54 @@ pub async fn status(
             nodes.iter().map(|n| n.name.as_str()),
         )?)
     };
-    let summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook);
+    let mut summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook);
+    if ctx.global.output == OutputFormat::Wide && !summaries.is_empty() {
+        add_compartments(ctx, &kube, &nodes, &mut summaries).await;
+    }
     if let (true, Some(sh)) = (summaries.is_empty(), skyhook) {
         ensure_skyhook_exists(&kube, sh).await?;
     }
     out.write_all(render_status(&ctx.painter, ctx.global.output, &summaries)?.as_bytes())?;
     Ok(())
+}
+
+/// Each summary's compartment, from the Skyhooks and DeploymentPolicies as they are now. Who may
+/// not read them still gets the table, with `-` and a warning under `-v`.
+async fn add_compartments(
+    ctx: &Ctx,
+    kube: &Kube,
+    nodes: &[NodeMeta],
+    summaries: &mut [NodeSkyhookSummary],
+) {
+    let lp = ListParams::default();
+    let skyhooks = Api::<Skyhook>::all(kube.client()).list(&lp).await;
+    let policies = Api::<DeploymentPolicy>::all(kube.client()).list(&lp).await;
+    let (skyhooks, policies) = match (skyhooks, policies) {
+        (Ok(s), Ok(p)) => (
+            s.items,
+            p.items.into_iter().map(Arc::new).collect::<Vec<_>>(),
+        ),
+        (Err(e), _) | (_, Err(e)) => {
+            ctx.warn(&format!("cannot show compartments: {e}"));
+            return;
+        }
+    };
+    let labels = || nodes.iter().map(|n| (n.name.as_str(), &n.labels));
+    let by_skyhook: BTreeMap<String, BTreeMap<String, String>> = skyhooks
+        .iter()
+        .map(|sk| {
+            (
+                sk.name_any(),
+                compartments::membership(sk, &policies, labels()),
+            )
+        })
+        .collect();
+    for s in summaries {
+        s.compartment = by_skyhook
+            .get(&s.skyhook_name)
+            .and_then(|m| m.get(&s.node_name))
+            .cloned();
+    }
 }
 
 // ----- node ignore / unignore -----

@@ -18,7 +18,7 @@
 //!    pass);
 //! 9. the Skyhook status (a full replace guarded by `resourceVersion`);
 //! 10. finalizer removal on deletion;
-//! 11. Events (a failure to publish one is logged, never fatal).
+//! 11. Events, queued for a task of their own (`events.rs`): a pass never waits for them.
 //!
 //! Within a step the writes are independent and run [`PARALLEL_WRITES`] at a time: a pass over a
 //! thousand nodes must not take a thousand round trips. Every write of a step is attempted; if
@@ -33,12 +33,13 @@ use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::Error;
+use super::events::EventSink;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::JobView;
 use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
@@ -61,14 +62,14 @@ fn ignore_not_found<T>(res: Result<T, kube::Error>) -> Result<(), Error> {
 
 pub async fn execute(
     client: &Client,
-    recorder: &Recorder,
+    events: &EventSink,
     namespace: &str,
     sk: &Skyhook,
     plan: Plan,
 ) -> Result<(), Error> {
     let w = Writer {
         client,
-        recorder,
+        events,
         sk,
         name: sk.name_any(),
         skyhooks: Api::all(client.clone()),
@@ -117,7 +118,7 @@ pub async fn execute(
     if plan.remove_finalizer {
         w.remove_finalizer().await?;
     }
-    w.publish_events(&plan.events).await;
+    w.publish_events(&plan.events);
     Ok(())
 }
 
@@ -147,7 +148,7 @@ async fn all(writes: Vec<BoxFuture<'_, Result<(), Error>>>) -> Result<(), Error>
 /// The APIs one pass writes through, for one Skyhook.
 struct Writer<'a> {
     client: &'a Client,
-    recorder: &'a Recorder,
+    events: &'a EventSink,
     sk: &'a Skyhook,
     name: String,
     skyhooks: Api<Skyhook>,
@@ -257,9 +258,7 @@ impl Writer<'_> {
             action: "CreateJob".to_string(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &self.sk.object_ref(&())).await {
-            warn!(error = %e, "could not publish an event");
-        }
+        self.events.send(ev, self.sk.object_ref(&()));
         Err(Error::JobNameTaken(message))
     }
 
@@ -334,9 +333,7 @@ impl Writer<'_> {
                         action: "Evict".to_string(),
                         secondary: None,
                     };
-                    if let Err(e) = self.recorder.publish(&ev, &self.sk.object_ref(&())).await {
-                        warn!(error = %e, "could not publish an event");
-                    }
+                    self.events.send(ev, self.sk.object_ref(&()));
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -443,19 +440,14 @@ impl Writer<'_> {
         Ok(())
     }
 
-    /// Events on the Skyhook or a node; a failure to publish one is only logged.
-    async fn publish_events(&self, events: &[Note]) {
-        let publishes: Vec<BoxFuture<'_, ()>> = events
-            .iter()
-            .map(|note| self.publish(note).boxed())
-            .collect();
-        stream::iter(publishes)
-            .buffer_unordered(PARALLEL_WRITES)
-            .collect::<Vec<()>>()
-            .await;
+    /// Events on the Skyhook or a node, queued for the publishing task.
+    fn publish_events(&self, events: &[Note]) {
+        for note in events {
+            self.publish(note);
+        }
     }
 
-    async fn publish(&self, note: &Note) {
+    fn publish(&self, note: &Note) {
         let reference = match (note.target, &note.node) {
             (Target::Node, Some(n)) => Node {
                 metadata: kube::api::ObjectMeta {
@@ -478,9 +470,7 @@ impl Writer<'_> {
             action: note.reason.clone(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            warn!(error = %e, "could not publish an event");
-        }
+        self.events.send(ev, reference);
     }
 }
 

@@ -3,7 +3,9 @@
 //! plan to the executor.
 
 pub mod api_counter;
+mod events;
 pub mod exec;
+mod guard;
 pub mod leader;
 pub mod server;
 pub mod start;
@@ -78,7 +80,7 @@ pub struct Ctx {
     pub client: Client,
     pub config: Config,
     pub version: String,
-    pub recorder: Recorder,
+    pub events: events::EventSink,
     pub skyhooks: Store<Skyhook>,
     pub nodes: Store<Node>,
     pub jobs: Store<Job>,
@@ -178,6 +180,7 @@ pub async fn run(
 
     let for_nodes = skyhooks.clone();
     let for_policies = skyhooks.clone();
+    let guard_ctx = ctx.clone();
     info!(namespace = %ns, "skyhook operator starting");
     let reconciling = controller
         .watches_stream(node_stream, move |node: Node| {
@@ -197,7 +200,14 @@ pub async fn run(
                 warn!(error = %e, "reconcile failed");
             }
         });
-    supervise(reconciling, leadership).await?;
+    let guarding = guard::run(guard_ctx.clone(), guard::recorder(&client));
+    let working = async move {
+        tokio::select! {
+            _ = reconciling => {}
+            _ = guarding => {}
+        }
+    };
+    supervise(working, leadership).await?;
     info!("skyhook operator stopped");
     Ok(())
 }
@@ -262,7 +272,7 @@ fn new_ctx(client: Client, config: Config, version: String, caches: Caches) -> A
         instance: std::env::var("POD_NAME").ok(),
     };
     Arc::new(Ctx {
-        recorder: Recorder::new(client.clone(), reporter),
+        events: events::EventSink::start(Recorder::new(client.clone(), reporter)),
         client,
         config,
         version,
@@ -339,7 +349,7 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if sk.meta().deletion_timestamp.is_some() {
         ctx.metrics.forget(&name);
         let plan = plan::plan_delete(&sk, &nodes);
-        exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
+        exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
         return Ok(Action::await_change());
     }
     let mut normalized = (*sk).clone();
@@ -371,12 +381,11 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         now: jiff::Timestamp::now(),
     });
     let requeue = plan.requeue_after;
-    let targeted = plan::targeted(&normalized, &nodes).len();
-    let ceiling = plan::rollout::batch_size(&normalized, &policies, targeted);
     if let Some(status) = plan.status.as_ref().or(sk.status.as_ref()) {
-        ctx.metrics.observe(&normalized, status, ceiling);
+        ctx.metrics
+            .observe(&normalized, status, &plan.policy_label, &plan.compartments);
     }
-    exec::execute(&ctx.client, &ctx.recorder, &ctx.config.namespace, &sk, plan).await?;
+    exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 

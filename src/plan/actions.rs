@@ -6,7 +6,9 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
 
-use crate::crd::SkyhookStatus;
+use serde::{Deserialize, Serialize};
+
+use crate::crd::{BatchState, DeploymentBudget, SkyhookStatus};
 
 /// A metadata change of one node: `None` values remove the key.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -107,6 +109,23 @@ impl Note {
     }
 }
 
+/// One compartment as this pass sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompartmentPlan {
+    pub name: String,
+    /// `fixed`, `linear`, `exponential`, or `unknown` (none: the ceiling is the batch).
+    pub strategy: String,
+    pub budget: DeploymentBudget,
+    pub ceiling: i64,
+    /// Its nodes, oldest first.
+    pub nodes: Vec<String>,
+    /// After this pass's evaluation of a finished batch.
+    pub batch_state: BatchState,
+    /// The nodes of the batch: at work, or starting in this pass.
+    pub batch: Vec<String>,
+}
+
 /// Everything the executor must write, in this order: finalizer, ConfigMaps, Jobs, Job
 /// operations, evictions, owned objects, nodes, node conditions, status, events.
 #[derive(Debug, Default)]
@@ -117,6 +136,8 @@ pub struct Plan {
     pub remove_finalizer: bool,
     pub configmaps: Vec<ConfigMap>,
     pub create_jobs: Vec<Job>,
+    /// Jobs due this pass but left to the next one ([`super::launch::MAX_JOB_CREATES_PER_PASS`]).
+    pub deferred_jobs: usize,
     pub job_ops: Vec<JobOp>,
     /// Pods to evict through the Eviction API (namespace, name).
     pub evictions: Vec<(String, String)>,
@@ -128,4 +149,8 @@ pub struct Plan {
     pub status: Option<SkyhookStatus>,
     pub events: Vec<Note>,
     pub requeue_after: Option<Duration>,
+    /// The compartments of this pass: the rollout metrics and `deployment-policy preview`.
+    pub compartments: Vec<CompartmentPlan>,
+    /// The metrics' `policy_name`: the policy, or `legacy`.
+    pub policy_label: String,
 }

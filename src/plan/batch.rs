@@ -1,10 +1,14 @@
-//! The batch (§6.4 rules 2 and 3): nodes already at work keep going; when none is, the next
-//! `size` eligible nodes start, fresh nodes before ones that failed.
+//! The batch of one compartment (§6.4): nodes already at work keep going; when none is, the
+//! finished batch is evaluated and the next `size` eligible nodes start, fresh nodes before
+//! ones that failed, unless the failure threshold stopped the compartment.
 
 use std::collections::BTreeSet;
 
+use super::compartments::Compartment;
 use super::facts::NodeFacts;
 use super::stage::NodeOutcome;
+use super::strategy::{self, Finished};
+use crate::crd::BatchState;
 use crate::schema::State;
 
 /// What a look at one node without starting anything says about it.
@@ -32,8 +36,42 @@ impl Seen {
     }
 }
 
+/// The nodes of one compartment that may work this pass. `evaluate` is false while the Skyhook
+/// is complete (§6.4: a batch state just reset on completion must stay reset). The
+/// compartment's batch state is updated in place.
+pub fn select(
+    c: &mut Compartment,
+    members: &[&Seen],
+    can_run: bool,
+    evaluate: bool,
+) -> BTreeSet<String> {
+    if members.iter().any(|s| s.busy) {
+        return allowed(members, 0, false);
+    }
+    if evaluate {
+        let count = |f: fn(&Seen) -> bool| members.iter().filter(|s| f(s)).count() as i64;
+        let finished = Finished {
+            complete: count(|s| s.settled),
+            erroring: count(|s| s.erroring && !s.settled),
+            total: members.len() as i64,
+        };
+        if c.batch == BatchState::fresh() && !c.was_running {
+            // A rollout starting, or restarting after a reset: nodes that finished before it
+            // are its baseline, not a batch (a failed node would otherwise stop it again).
+            c.batch.completed_nodes = finished.complete;
+            c.batch.failed_nodes = finished.erroring;
+        } else {
+            strategy::evaluate(c.strategy.as_ref(), &mut c.batch, finished);
+        }
+    }
+    let halted = c.strategy.is_some() && c.batch.should_stop;
+    let total = members.len() as i64;
+    let size = strategy::batch_size(c.strategy.as_ref(), &c.batch, total, c.ceiling());
+    allowed(members, size.max(0) as usize, can_run && !halted)
+}
+
 /// The nodes that may start new work this pass.
-pub fn allowed(seen: &[Seen], size: usize, can_run: bool) -> BTreeSet<String> {
+pub fn allowed(seen: &[&Seen], size: usize, can_run: bool) -> BTreeSet<String> {
     let busy: BTreeSet<String> = seen
         .iter()
         .filter(|s| s.busy)
@@ -42,7 +80,11 @@ pub fn allowed(seen: &[Seen], size: usize, can_run: bool) -> BTreeSet<String> {
     if !can_run || !busy.is_empty() {
         return busy;
     }
-    let mut candidates: Vec<&Seen> = seen.iter().filter(|s| !s.settled && s.eligible).collect();
+    let mut candidates: Vec<&Seen> = seen
+        .iter()
+        .copied()
+        .filter(|s| !s.settled && s.eligible)
+        .collect();
     // Stable sort: oldest node first within each group (§6.4's waiting/unknown before erroring).
     candidates.sort_by_key(|s| s.erroring);
     candidates
@@ -219,7 +261,9 @@ mod tests {
             ),
         ];
         for (name, rows, size, can_run, want) in cases {
-            let got = allowed(&seen(&rows), size, can_run);
+            let rows = seen(&rows);
+            let refs: Vec<&Seen> = rows.iter().collect();
+            let got = allowed(&refs, size, can_run);
             let want: BTreeSet<String> = want.into_iter().map(String::from).collect();
             assert_eq!(got, want, "case: {name}");
         }

@@ -90,6 +90,16 @@ pub fn status_changes(
     if let Some(msg) = status::newly_held(prior, desired) {
         out.push(Note::skyhook(schema::DRAIN_BLOCKED_REASON, msg).warning());
     }
+    if let Some(msg) = status::newly_missing_policy(prior, desired) {
+        let msg = format!(
+            "{msg}: nothing new starts on this Skyhook's nodes until it is created, or \
+             spec.deploymentPolicy names another"
+        );
+        out.push(Note::skyhook(schema::DEPLOYMENT_POLICY_NOT_FOUND_REASON, msg).warning());
+    }
+    if let Some(msg) = status::newly_stopped(prior, desired) {
+        out.push(Note::skyhook(schema::ROLLOUT_STOPPED_REASON, msg).warning());
+    }
     if status::newly_invalid(prior, desired) {
         out.push(Note::skyhook(schema::INVALID_SPEC_REASON, invalid.join("; ")).warning());
     }

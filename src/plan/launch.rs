@@ -9,11 +9,35 @@ use crate::jobs;
 use crate::schema::{self, Interrupt, Stage};
 use crate::settings::Config;
 
-/// Adds the Jobs and Job operations of one node's outcome to the plan.
-pub fn node_work(sk: &Skyhook, cfg: &Config, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) {
+/// Jobs one pass creates at most; the rest wait for the next pass, which follows at once. A
+/// pass over a thousand fresh nodes would otherwise create thousands of Jobs before it could
+/// look at the first of them finishing, and node state would lag by the length of that pass.
+/// A node whose state says a stage runs before its Job exists is safe: the next pass creates it.
+pub const MAX_JOB_CREATES_PER_PASS: usize = 200;
+
+/// Adds the Jobs and Job operations of one node's outcome to the plan. Returns false when the
+/// node's Jobs wait for the next pass (the pass's cap is reached): then nothing of its launch
+/// is planned, neither its metadata ConfigMap nor the Events of its starts.
+pub fn node_work(
+    sk: &Skyhook,
+    cfg: &Config,
+    f: &NodeFacts,
+    o: &NodeOutcome,
+    plan: &mut Plan,
+) -> bool {
+    let runs = o
+        .actions
+        .iter()
+        .filter(|a| matches!(a, NodeAction::Run { .. }))
+        .count();
+    let deferred = runs > 0 && plan.create_jobs.len() >= MAX_JOB_CREATES_PER_PASS;
+    if deferred {
+        plan.deferred_jobs += runs;
+    }
     let mut wrote_metadata = false;
     for a in &o.actions {
         match a {
+            NodeAction::Run { .. } if deferred => {}
             NodeAction::Run {
                 package,
                 stage,
@@ -53,6 +77,7 @@ pub fn node_work(sk: &Skyhook, cfg: &Config, f: &NodeFacts, o: &NodeOutcome, pla
             NodeAction::Delete { job } => plan.job_ops.push(JobOp::Delete { job: job.clone() }),
         }
     }
+    !deferred
 }
 
 struct Run<'a> {

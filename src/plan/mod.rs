@@ -3,26 +3,29 @@
 //!
 //! One pass, step by step (each a module named for the decision it makes):
 //! [`select`] which nodes are targeted, blocked or gated → [`facts`] what each node carries →
-//! [`config`] which configMap keys moved → [`batch`] with [`rollout`] which nodes may start →
+//! [`config`] which configMap keys moved → [`compartments`], [`batch`] and [`strategy`] which
+//! nodes may start →
 //! [`stage`] the per-node machine, with [`interrupt`] grouping and the [`drain`] decision →
 //! [`launch`] Jobs and Job operations → [`metadata`] the node writes → [`events`] →
 //! [`status`] the Skyhook status. [`delete`] plans a deletion instead.
 
 pub mod actions;
 pub mod batch;
+pub mod compartments;
 pub mod config;
 pub mod delete;
 pub mod drain;
 pub mod events;
 pub mod facts;
+pub mod guard;
 pub mod interrupt;
 pub mod launch;
 pub mod metadata;
-pub mod rollout;
 pub mod select;
 pub mod spec;
 pub mod stage;
 pub mod status;
+pub mod strategy;
 
 #[cfg(test)]
 mod tests;
@@ -35,7 +38,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 
-pub use actions::{JobOp, NodePatch, Note, Plan, Target};
+pub use actions::{CompartmentPlan, JobOp, NodePatch, Note, Plan, Target};
 pub use delete::plan_delete;
 pub use drain::PodInfo;
 pub use select::{targeted, tolerates_cordon};
@@ -45,12 +48,13 @@ use crate::jobs::JobView;
 use crate::schema::{self, NodeState, State, Status};
 use crate::settings::Config;
 use batch::Seen;
+use compartments::{Compartment, Member, Policy};
 use events::Started;
 use facts::{NodeFacts, Switches};
 use metadata::MetaInput;
 use select::Block;
 use spec::SpecView;
-use stage::{NodeOutcome, RetryPolicy, StepInput};
+use stage::{NodeNote, NodeOutcome, RetryPolicy, StepInput};
 
 /// Everything the planner reads.
 pub struct Inputs<'a> {
@@ -79,6 +83,7 @@ struct Pass<'a> {
     inp: &'a Inputs<'a>,
     name: String,
     spec: &'a SpecView<'a>,
+    policy: Policy<'a>,
     switches: Switches,
     by_node: BTreeMap<&'a str, Vec<&'a JobView>>,
     meta: MetaInput<'a>,
@@ -116,6 +121,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         inp,
         name: sk.name_any(),
         spec: &spec,
+        policy: Policy::of(sk, inp.policies),
         switches: Switches::of(sk, inp.invalid.is_empty()),
         by_node: jobs_by_node(inp.jobs),
         meta: MetaInput {
@@ -125,7 +131,8 @@ pub fn plan(inp: &Inputs) -> Plan {
             operator_version: inp.operator_version,
         },
     };
-    let allowed = pass.batch(&facts, &unreadable);
+    let reset = pass.policy.resets_on_completion(sk) && versions_changed(sk, &prior);
+    let (allowed, compartments) = pass.batch(&facts, &unreadable, &prior, reset);
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
@@ -148,7 +155,18 @@ pub fn plan(inp: &Inputs) -> Plan {
     for f in facts.iter().filter(|f| f.rebooted) {
         plan.events.extend(events::reboot(&pass.name, &f.name));
     }
-    pass.finish_status(&prior, updates.clone(), &facts, &mut tally, &mut plan);
+    plan.compartments = compartments
+        .iter()
+        .map(|c| compartments::plan_of(c, &allowed))
+        .collect();
+    pass.finish_status(
+        &prior,
+        updates.clone(),
+        &facts,
+        compartments,
+        &mut tally,
+        &mut plan,
+    );
     if !pass.switches.valid {
         // An invalid Skyhook is never acted upon: only its status says why.
         freeze(&mut plan, cfg);
@@ -179,10 +197,17 @@ impl Pass<'_> {
         })
     }
 
-    /// Observe every node without starting anything, then pick the batch.
+    /// Observe every node without starting anything, then pick each compartment's batch.
     /// Nodes whose state cannot be read start nothing, but one that still holds our cordon or
-    /// runs a Job of ours is at work, and the budget counts it.
-    fn batch(&self, facts: &[NodeFacts], unreadable: &[NodeFacts]) -> BTreeSet<String> {
+    /// runs a Job of ours is at work, and the budget counts it. `reset` starts every
+    /// compartment over from batch 1 (§6.6, a version change).
+    fn batch(
+        &self,
+        facts: &[NodeFacts],
+        unreadable: &[NodeFacts],
+        prior: &crate::crd::SkyhookStatus,
+        reset: bool,
+    ) -> (BTreeSet<String>, Vec<Compartment>) {
         let mut seen: Vec<Seen> = facts
             .iter()
             .map(|f| {
@@ -203,9 +228,37 @@ impl Pass<'_> {
                 eligible: false,
             }
         }));
-        let targeted = facts.len() + unreadable.len();
-        let size = rollout::batch_size(self.inp.skyhook, self.inp.policies, targeted);
-        batch::allowed(&seen, size, self.switches.can_run())
+        let members: Vec<Member> = facts
+            .iter()
+            .chain(unreadable)
+            .map(|f| Member {
+                name: &f.name,
+                labels: f.node.labels(),
+            })
+            .collect();
+        let mut compartments = compartments::build(self.inp.skyhook, self.policy, &members, prior);
+        if reset {
+            compartments::reset(&mut compartments);
+        }
+        let can_run = self.switches.can_run();
+        if compartments.is_empty() {
+            // The policy is missing: work in flight finishes, nothing new starts.
+            let all: Vec<&Seen> = seen.iter().collect();
+            return (batch::allowed(&all, 0, false), compartments);
+        }
+        let by_name: BTreeMap<&str, &Seen> = seen.iter().map(|s| (s.name.as_str(), s)).collect();
+        // §6.4: a batch state just reset on completion is not evaluated again.
+        let evaluate = prior.status != Some(Status::Complete);
+        let mut allowed = BTreeSet::new();
+        for c in &mut compartments {
+            let members: Vec<&Seen> = c
+                .nodes
+                .iter()
+                .filter_map(|n| by_name.get(n.as_str()).copied())
+                .collect();
+            allowed.extend(batch::select(c, &members, can_run, evaluate));
+        }
+        (allowed, compartments)
     }
 
     /// Step one node and add what it needs to the plan.
@@ -220,8 +273,15 @@ impl Pass<'_> {
             Some(Block::Taint) => tally.blocked_nodes.push(f.name.clone()),
             None => {}
         }
-        launch::node_work(self.inp.skyhook, self.inp.config, f, &o, plan);
-        let notes = events::node_notes(&self.name, &f.name, &o.notes, &mut tally.events);
+        let launched = launch::node_work(self.inp.skyhook, self.inp.config, f, &o, plan);
+        // A start whose Job waits for the next pass is announced by the pass that creates it.
+        let notes: Vec<NodeNote> = o
+            .notes
+            .iter()
+            .filter(|n| launched || !matches!(n, NodeNote::Started { .. }))
+            .cloned()
+            .collect();
+        let notes = events::node_notes(&self.name, &f.name, &notes, &mut tally.events);
         plan.events.extend(notes);
         if let Some(why) = &o.blocked {
             tally.held.push(format!("node {}: {why}", f.name));
@@ -270,6 +330,7 @@ impl Pass<'_> {
         prior: &crate::crd::SkyhookStatus,
         updates: BTreeMap<String, Vec<String>>,
         facts: &[NodeFacts],
+        mut compartments: Vec<Compartment>,
         tally: &mut Tally,
         plan: &mut Plan,
     ) {
@@ -293,8 +354,32 @@ impl Pass<'_> {
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
             unreadable: std::mem::take(&mut tally.unreadable),
+            missing_policy: match self.policy {
+                Policy::Missing(name) => Some(name),
+                _ => None,
+            },
+            stopped: compartments::stopped(&self.name, &compartments),
             now: self.inp.now,
         });
+        let mut desired = desired;
+        let completed =
+            desired.status == Some(Status::Complete) && prior.status != Some(Status::Complete);
+        if completed && self.policy.resets_on_completion(self.inp.skyhook) {
+            compartments::reset(&mut compartments);
+        }
+        // A missing policy keeps the stored batch state for when it comes back.
+        if !matches!(self.policy, Policy::Missing(_)) {
+            desired.compartment_statuses = compartments
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        compartments::status(c, &desired.node_status),
+                    )
+                })
+                .collect();
+        }
+        plan.policy_label = self.policy.label().to_string();
         plan.events
             .extend(events::status_changes(prior, &desired, self.inp.invalid));
         if desired != *prior {
@@ -311,7 +396,20 @@ fn jobs_by_node(jobs: &[JobView]) -> BTreeMap<&str, Vec<&JobView>> {
     by_node
 }
 
-/// Drops every write but the status (and its Events).
+/// §6.6: a package of the stored list changed version or left the spec.
+fn versions_changed(sk: &Skyhook, prior: &crate::crd::SkyhookStatus) -> bool {
+    prior
+        .package_list
+        .split(',')
+        .filter_map(|p| p.split_once(':'))
+        .any(|(name, version)| {
+            sk.spec
+                .packages
+                .values()
+                .all(|p| !(p.name == name && p.version == version))
+        })
+}
+
 /// The reference writes its version on every Skyhook it reconciles (§11.4 #20); its plugin gates
 /// pause/disable on it. `None` when the annotation already says so.
 fn version_annotation(sk: &Skyhook, operator_version: &str) -> Option<String> {
@@ -319,6 +417,7 @@ fn version_annotation(sk: &Skyhook, operator_version: &str) -> Option<String> {
     (sk.annotations().get(schema::VERSION_ANNOTATION) != Some(&want)).then_some(want)
 }
 
+/// Drops every write but the status (and its Events).
 fn freeze(plan: &mut Plan, cfg: &Config) {
     plan.node_patches.clear();
     plan.node_conditions.clear();
@@ -330,7 +429,10 @@ fn freeze(plan: &mut Plan, cfg: &Config) {
 
 /// When to look again without a watch event.
 fn requeue(tally: &Tally, plan: &Plan, now: Timestamp, cfg: &Config) -> Duration {
-    if !tally.held.is_empty() {
+    if plan.deferred_jobs > 0 {
+        // More Jobs are due than one pass creates: the next pass goes on with them.
+        Duration::from_secs(1)
+    } else if !tally.held.is_empty() {
         // Pods on other namespaces are not watched: look again soon.
         Duration::from_secs(3)
     } else if tally.any_active || !plan.create_jobs.is_empty() {

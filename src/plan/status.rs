@@ -28,6 +28,10 @@ pub struct SkyhookFacts<'a> {
     pub ignored_nodes: Vec<String>,
     /// Nodes whose stored progress cannot be read, one message each.
     pub unreadable: Vec<String>,
+    /// The `deploymentPolicy` named but absent.
+    pub missing_policy: Option<&'a str>,
+    /// Compartments halted by their failure threshold, one message each.
+    pub stopped: Vec<String>,
     pub now: Timestamp,
 }
 
@@ -50,7 +54,7 @@ pub fn aggregate(f: &SkyhookFacts) -> Status {
     } else {
         Status::Waiting
     };
-    if !f.invalid.is_empty() {
+    if !f.invalid.is_empty() || f.missing_policy.is_some() {
         Status::Blocked
     } else if base == Status::Complete {
         base
@@ -120,7 +124,81 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
     work_conditions(&mut s.conditions, f, generation);
     node_conditions(&mut s.conditions, f, generation);
     unreadable_condition(&mut s.conditions, f, generation);
+    policy_condition(&mut s.conditions, f, generation);
+    stopped_condition(&mut s.conditions, f, generation);
     s
+}
+
+/// `True` while a compartment is halted; Skyhooks never halted do not carry it.
+fn stopped_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let kind = schema::ROLLOUT_STOPPED_CONDITION;
+    let known = list.iter().any(|c| c.type_ == kind);
+    if f.stopped.is_empty() && !known {
+        return;
+    }
+    let (reason, message) = if f.stopped.is_empty() {
+        (
+            schema::ROLLOUT_RUNNING_REASON,
+            "no compartment is stopped".to_string(),
+        )
+    } else {
+        (schema::ROLLOUT_STOPPED_REASON, f.stopped.join("; "))
+    };
+    set_condition(
+        list,
+        kind,
+        !f.stopped.is_empty(),
+        reason,
+        message,
+        generation,
+        f.now,
+    );
+}
+
+/// A compartment stopped in this pass (its Event is due): the condition's message.
+pub fn newly_stopped(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
+    let kind = schema::ROLLOUT_STOPPED_CONDITION;
+    let old = prior
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind && c.status == "True");
+    let new = desired
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind && c.status == "True")?;
+    (old.map(|c| &c.message) != Some(&new.message)).then(|| new.message.clone())
+}
+
+/// §5.2: `DeploymentPolicyNotFound` is `True` while the named policy is absent and removed once
+/// it exists.
+fn policy_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let kind = schema::DEPLOYMENT_POLICY_NOT_FOUND_CONDITION;
+    match f.missing_policy {
+        Some(name) => set_condition(
+            list,
+            kind,
+            true,
+            schema::DEPLOYMENT_POLICY_NOT_FOUND_REASON,
+            schema::deployment_policy_not_found_message(name),
+            generation,
+            f.now,
+        ),
+        None => list.retain(|c| c.type_ != kind),
+    }
+}
+
+/// The named policy went missing in this pass (its Event is due).
+pub fn newly_missing_policy(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
+    let kind = schema::DEPLOYMENT_POLICY_NOT_FOUND_CONDITION;
+    let was = prior
+        .conditions
+        .iter()
+        .any(|c| c.type_ == kind && c.status == "True");
+    let now = desired
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind && c.status == "True");
+    now.filter(|_| !was).map(|c| c.message.clone())
 }
 
 /// Per-node maps and counters.
@@ -373,6 +451,8 @@ mod tests {
             blocked_nodes: Vec::new(),
             ignored_nodes: Vec::new(),
             unreadable: Vec::new(),
+            missing_policy: None,
+            stopped: Vec::new(),
             now: t(0),
         }
     }

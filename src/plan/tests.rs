@@ -105,6 +105,7 @@ struct World {
     pods: BTreeMap<String, Vec<PodInfo>>,
     busy: BTreeSet<String>,
     invalid: Vec<String>,
+    policies: Vec<Arc<crate::crd::DeploymentPolicy>>,
 }
 
 impl World {
@@ -117,6 +118,7 @@ impl World {
             pods: BTreeMap::new(),
             busy: BTreeSet::new(),
             invalid: Vec::new(),
+            policies: Vec::new(),
         }
     }
 
@@ -127,7 +129,7 @@ impl World {
         plan(&Inputs {
             skyhook: &self.sk,
             skyhooks: &skyhooks,
-            policies: &[],
+            policies: &self.policies,
             nodes: &self.nodes,
             jobs: &self.jobs,
             configmaps: &[],
@@ -1008,4 +1010,286 @@ fn packages_merged_into_a_starting_interrupt_are_skipped_in_the_same_pass() {
             && states.contains(&(Stage::Interrupt, Some(State::Skipped))),
         "{states:?}"
     );
+}
+
+#[test]
+fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
+    let cap = launch::MAX_JOB_CREATES_PER_PASS;
+    let nodes: Vec<Arc<Node>> = (0..cap + 50)
+        .map(|i| node(&format!("n{i:04}"), i as i64, json!({}), json!({}), false))
+        .collect();
+    let world = World::new(skyhook(one_package(false), json!({})), nodes);
+    let plan = world.plan();
+    assert_eq!(plan.create_jobs.len(), cap);
+    assert_eq!(plan.deferred_jobs, 50);
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(1)));
+    // Starts are announced, and metadata ConfigMaps written, only for the Jobs created.
+    let node_starts = plan
+        .events
+        .iter()
+        .filter(|e| e.target == Target::Node && e.reason == schema::APPLY_REASON)
+        .count();
+    assert_eq!(node_starts, cap);
+    let metadata = plan
+        .configmaps
+        .iter()
+        .filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.contains("n0")))
+        .count();
+    assert!(metadata <= cap, "{metadata} metadata ConfigMaps");
+    // Every node's state is stored at once; the Jobs of the last 50 follow next pass.
+    let starting = plan.node_patches.iter().filter(|p| p.starts).count();
+    assert_eq!(starting, cap + 50);
+    let mut next = World::new(world.sk.clone(), world.nodes.clone());
+    next.nodes = world
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut n = (**n).clone();
+            let p = plan
+                .node_patches
+                .iter()
+                .find(|p| Some(&p.node) == n.metadata.name.as_ref());
+            let ann = n.metadata.annotations.get_or_insert_default();
+            for (k, v) in p.map(|p| p.annotations.clone()).unwrap_or_default() {
+                if let Some(v) = v {
+                    ann.insert(k, v);
+                }
+            }
+            Arc::new(n)
+        })
+        .collect();
+    next.jobs = created(&plan)
+        .iter()
+        .map(|(n, _)| job(PLAIN, Stage::Apply, n, 0, Outcome::Running))
+        .collect();
+    let again = next.plan();
+    assert_eq!(again.create_jobs.len(), 50, "the deferred Jobs");
+    assert_eq!(again.deferred_jobs, 0);
+    let announced = again
+        .events
+        .iter()
+        .filter(|e| e.target == Target::Node && e.reason == schema::APPLY_REASON)
+        .count();
+    assert_eq!(
+        announced, 50,
+        "the deferred starts are announced when their Jobs are created"
+    );
+}
+
+fn policy(compartments: Value, default: Value) -> Arc<crate::crd::DeploymentPolicy> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"compartments": compartments, "default": default},
+        }))
+        .expect("policy"),
+    )
+}
+
+fn with_policy(mut spec: Value) -> Skyhook {
+    spec["deploymentPolicy"] = json!("p");
+    skyhook(spec, json!({}))
+}
+
+#[test]
+fn each_compartment_starts_its_own_batch_and_reports_it() {
+    let nodes = vec![
+        node("n0", 0, json!({}), json!({"canary": "true"}), false),
+        node("n1", 1, json!({}), json!({}), false),
+        node("n2", 2, json!({}), json!({}), false),
+        node("n3", 3, json!({}), json!({}), false),
+    ];
+    let mut world = World::new(with_policy(one_package(false)), nodes);
+    world.policies = vec![policy(
+        json!([{"name": "canary", "selector": {"matchLabels": {"canary": "true"}},
+                "budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}}]),
+        json!({"budget": {"percent": 100}, "strategy": {"linear": {"initialBatch": 1, "delta": 1}}}),
+    )];
+    let plan = world.plan();
+    let nodes: Vec<String> = created(&plan).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(nodes, ["n0", "n1"], "one node per compartment");
+    let status = plan.status.expect("status");
+    let canary = &status.compartment_statuses["canary"];
+    assert_eq!(
+        (canary.matched, canary.ceiling, canary.in_progress),
+        (1, 1, 1)
+    );
+    let default = &status.compartment_statuses["__default__"];
+    assert_eq!(
+        (default.matched, default.ceiling, default.in_progress),
+        (3, 3, 1)
+    );
+    assert_eq!(default.batch_state, Some(crate::crd::BatchState::fresh()));
+    assert_eq!(plan.policy_label, "p");
+    let shape: Vec<(&str, &str, Vec<String>, Vec<String>)> = plan
+        .compartments
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.strategy.as_str(),
+                c.nodes.clone(),
+                c.batch.clone(),
+            )
+        })
+        .collect();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        shape,
+        [
+            ("canary", "fixed", names(&["n0"]), names(&["n0"])),
+            (
+                "__default__",
+                "linear",
+                names(&["n1", "n2", "n3"]),
+                names(&["n1"])
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_legacy_skyhook_reports_its_default_compartment() {
+    let spec =
+        json!({"packages": one_package(false)["packages"], "interruptionBudget": {"count": 3}});
+    let nodes = (0..6)
+        .map(|i| node(&format!("n{i}"), i, json!({}), json!({}), false))
+        .collect();
+    let plan = World::new(skyhook(spec, json!({})), nodes).plan();
+    assert_eq!(created(&plan).len(), 3);
+    let status = plan.status.expect("status");
+    let c = &status.compartment_statuses["__default__"];
+    assert_eq!((c.matched, c.ceiling, c.in_progress), (6, 3, 3));
+    assert_eq!(plan.policy_label, "legacy");
+}
+
+#[test]
+fn a_missing_policy_blocks_new_work_and_says_why() {
+    let nodes = vec![node("n0", 0, json!({}), json!({}), false)];
+    let plan = World::new(with_policy(one_package(false)), nodes).plan();
+    assert!(plan.create_jobs.is_empty());
+    let status = plan.status.expect("status");
+    assert_eq!(status.status, Some(Status::Blocked));
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::DEPLOYMENT_POLICY_NOT_FOUND_CONDITION)
+        .expect("condition");
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("True", r#"DeploymentPolicy "p" not found"#)
+    );
+    let warned = plan.events.iter().any(|e| {
+        e.warning
+            && e.reason == schema::DEPLOYMENT_POLICY_NOT_FOUND_REASON
+            && e.message.contains("spec.deploymentPolicy")
+    });
+    assert!(warned, "{:?}", plan.events);
+}
+
+#[test]
+fn a_stopped_compartment_starts_nothing_until_reset() {
+    // n0 failed in the first batch; its failure is the baseline after the reset, not a
+    // further failed batch that would stop the compartment again.
+    let nodes = vec![
+        node(
+            "n0",
+            0,
+            go_state(PLAIN, "apply", "erroring"),
+            json!({}),
+            false,
+        ),
+        node("n1", 1, json!({}), json!({}), false),
+    ];
+    let mut world = World::new(with_policy(one_package(false)), nodes);
+    world.policies = vec![policy(
+        json!([]),
+        json!({"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1}}}),
+    )];
+    let stopped = crate::crd::BatchState {
+        current_batch: 2,
+        consecutive_failures: 1,
+        failed_nodes: 1,
+        last_batch_size: 1,
+        last_batch_failed: true,
+        should_stop: true,
+        ..crate::crd::BatchState::default()
+    };
+    let mut prior = crate::crd::SkyhookStatus::default();
+    prior.compartment_statuses.insert(
+        "__default__".into(),
+        crate::crd::CompartmentStatus {
+            batch_state: Some(stopped.clone()),
+            ..Default::default()
+        },
+    );
+    world.sk.status = Some(prior);
+    let plan = world.plan();
+    assert!(plan.create_jobs.is_empty(), "halted");
+    let status = plan.status.expect("status");
+    assert_eq!(
+        status.compartment_statuses["__default__"].batch_state,
+        Some(stopped)
+    );
+    // The CLI's reset (a fresh batch state) lets it go on.
+    let mut reset = world.sk.status.clone().unwrap_or_default();
+    if let Some(c) = reset.compartment_statuses.get_mut("__default__") {
+        c.batch_state = Some(crate::crd::BatchState::fresh());
+    }
+    world.sk.status = Some(reset);
+    let resumed = world.plan();
+    assert_eq!(created(&resumed), [("n1".to_string(), "apply".to_string())]);
+    let status = resumed.status.expect("status");
+    let b = status.compartment_statuses["__default__"]
+        .batch_state
+        .clone();
+    assert_eq!(
+        b.map(|b| (b.current_batch, b.failed_nodes, b.should_stop)),
+        Some((1, 1, false))
+    );
+}
+
+#[test]
+fn a_version_change_resets_batch_state_when_the_options_say_so() {
+    // (case, resetBatchStateOnCompletion, stored package list, batch state after)
+    let cases: &[(&str, Option<bool>, &str, i64)] = &[
+        ("version bumped, reset on", Some(true), "tuned:0.9.0", 1),
+        ("version bumped, reset off", Some(false), "tuned:0.9.0", 5),
+        (
+            "version bumped, no option: legacy never resets",
+            None,
+            "tuned:0.9.0",
+            5,
+        ),
+        ("same version, reset on", Some(true), "tuned:1.0.0", 5),
+    ];
+    for &(case, option, stored, want) in cases {
+        let mut spec = one_package(false);
+        if let Some(on) = option {
+            spec["deploymentPolicyOptions"] = json!({"resetBatchStateOnCompletion": on});
+        }
+        let nodes = vec![node("n0", 0, json!({}), json!({}), false)];
+        let mut world = World::new(skyhook(spec, json!({})), nodes);
+        let mut prior = crate::crd::SkyhookStatus {
+            package_list: stored.into(),
+            ..Default::default()
+        };
+        prior.compartment_statuses.insert(
+            "__default__".into(),
+            crate::crd::CompartmentStatus {
+                batch_state: Some(crate::crd::BatchState {
+                    current_batch: 5,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        world.sk.status = Some(prior);
+        let status = world.plan().status.expect("status");
+        let batch = status.compartment_statuses["__default__"]
+            .batch_state
+            .clone();
+        assert_eq!(batch.map(|b| b.current_batch), Some(want), "case: {case}");
+    }
 }

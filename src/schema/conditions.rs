@@ -64,10 +64,16 @@ pub const NODE_BLOCKED_CONDITION: &str = "skyhook.nvidia.com/NodeBlocked";
 /// left untouched. Written only once it has been `True`.
 pub const NODE_STATE_UNREADABLE_CONDITION: &str = "skyhook.nvidia.com/NodeStateUnreadable";
 
+/// Ours: `True` while a compartment's failure threshold has stopped its rollout
+/// (`batchState.shouldStop`); only a batch-state reset resumes it. Written only once it has
+/// been `True`.
+pub const ROLLOUT_STOPPED_CONDITION: &str = "skyhook.nvidia.com/RolloutStopped";
+
 pub const APPLY_PACKAGE_REASON: &str = "ApplyPackage";
 pub const TAINT_NOT_TOLERABLE_REASON: &str = "TaintNotTolerable";
 pub const NODES_IGNORED_REASON: &str = "NodesIgnored";
 pub const DEPLOYMENT_POLICY_NOT_FOUND_REASON: &str = "DeploymentPolicyNotFound";
+
 /// Reasons of our own conditions (CamelCase as `metav1.Condition` requires).
 pub const VALID_REASON: &str = "Valid";
 pub const INVALID_SPEC_REASON: &str = "InvalidSpec";
@@ -76,6 +82,22 @@ pub const NO_PACKAGE_ERRORING_REASON: &str = "NoPackageErroring";
 pub const DRAIN_BLOCKED_REASON: &str = "DrainBlocked";
 pub const NOT_BLOCKED_REASON: &str = "NotBlocked";
 pub const NODE_STATE_UNREADABLE_REASON: &str = "NodeStateUnreadable";
+pub const ROLLOUT_STOPPED_REASON: &str = "RolloutStopped";
+pub const ROLLOUT_RUNNING_REASON: &str = "RolloutRunning";
+
+/// Why a compartment stopped, and how to resume it.
+pub fn rollout_stopped_message(
+    skyhook: &str,
+    compartment: &str,
+    failures: i64,
+    threshold: i64,
+) -> String {
+    format!(
+        "compartment {compartment} stopped after {failures} failed batch(es) in a row \
+         (failureThreshold {threshold}); fix the failing package, then run \
+         `kubectl skyhook deployment-policy reset {skyhook}` to resume"
+    )
+}
 /// Event reason: a Job name this pass needs is taken by a Job doing other work.
 pub const JOB_NAME_TAKEN_REASON: &str = "JobNameTaken";
 pub const NODE_STATE_READABLE_REASON: &str = "NodeStateReadable";

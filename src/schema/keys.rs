@@ -115,6 +115,10 @@ pub fn skyhook_version_value(operator_version: &str) -> String {
 pub const LEADER_LEASE_NAME: &str = "3c22c1ae.nvidia.com";
 /// Finalizer on Skyhook objects.
 pub const FINALIZER: &str = "skyhook.nvidia.com/skyhook";
+/// Ours: finalizer on a DeploymentPolicy some Skyhook names (deletion waits until none does).
+pub const POLICY_FINALIZER: &str = "skyhook.nvidia.com/policy-in-use";
+/// Ours: Event reason on a DeploymentPolicy whose deletion waits for its Skyhooks.
+pub const POLICY_IN_USE_REASON: &str = "PolicyInUse";
 /// Oldest operator version that understands the pause/disable annotations.
 pub const MIN_OPERATOR_VERSION_FOR_ANNOTATIONS: &str = "v0.8.0";
 

@@ -9,6 +9,7 @@ mod plugin_completion;
 mod plugin_debug;
 mod plugin_jobs_logs;
 mod plugin_reset;
+mod policy;
 mod scale;
 mod startup;
 mod support;

@@ -14,7 +14,7 @@ use skyhook::schema::{self, NodeState, Stage, State};
 use crate::support::{Operator, TestCtx, install_crds};
 
 /// A Skyhook selecting exactly this test's nodes, reconciled only by this test's operator.
-fn skyhook(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
+pub(crate) fn skyhook(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
     let (k, v) = ctx.test_label();
     let mut spec = spec;
     spec["nodeSelectors"] = json!({"matchLabels": {k.clone(): v.clone()}});
@@ -26,24 +26,24 @@ fn skyhook(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
     .expect("valid Skyhook")
 }
 
-fn pkg(version: &str, env: Value) -> Value {
+pub(crate) fn pkg(version: &str, env: Value) -> Value {
     json!({"version": version, "image": "ghcr.io/nvidia/skyhook-packages/shellscript", "env": env})
 }
 
-fn sleep(s: &str) -> Value {
+pub(crate) fn sleep(s: &str) -> Value {
     json!([{"name": "SLEEP_LEN", "value": s}])
 }
 
-struct Env {
-    ctx: TestCtx,
-    op: Operator,
-    nodes: Vec<String>,
-    skyhooks: Api<Skyhook>,
-    jobs: Api<Job>,
-    node_api: Api<Node>,
+pub(crate) struct Env {
+    pub(crate) ctx: TestCtx,
+    pub(crate) op: Operator,
+    pub(crate) nodes: Vec<String>,
+    pub(crate) skyhooks: Api<Skyhook>,
+    pub(crate) jobs: Api<Job>,
+    pub(crate) node_api: Api<Node>,
 }
 
-async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
+pub(crate) async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
     install_crds();
     let mut ctx = TestCtx::new(test).await;
     let nodes = ctx.add_test_nodes(nodes);
@@ -66,14 +66,14 @@ async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
 }
 
 impl Env {
-    async fn create(&self, sk: &Skyhook) {
+    pub(crate) async fn create(&self, sk: &Skyhook) {
         self.skyhooks
             .create(&PostParams::default(), sk)
             .await
             .expect("create Skyhook");
     }
 
-    async fn node_state(&self, node: &str, sk: &str) -> Option<(String, NodeState)> {
+    pub(crate) async fn node_state(&self, node: &str, sk: &str) -> Option<(String, NodeState)> {
         let n = self.node_api.get(node).await.ok()?;
         let raw = n
             .annotations()
@@ -83,7 +83,12 @@ impl Env {
         Some((raw, parsed))
     }
 
-    async fn wait_status(&self, sk: &str, want: schema::Status, timeout: Duration) -> Skyhook {
+    pub(crate) async fn wait_status(
+        &self,
+        sk: &str,
+        want: schema::Status,
+        timeout: Duration,
+    ) -> Skyhook {
         self.ctx
             .wait_for(
                 &format!("Skyhook {sk} status {}", want.as_str()),
@@ -97,7 +102,7 @@ impl Env {
     }
 
     /// Waits up to 30 s for an Event about the object named `object` that `matches`.
-    async fn wait_event(
+    pub(crate) async fn wait_event(
         &self,
         what: &str,
         object: &str,
@@ -113,7 +118,7 @@ impl Env {
             .await
     }
 
-    async fn jobs_of(&self, sk: &str) -> Vec<Job> {
+    pub(crate) async fn jobs_of(&self, sk: &str) -> Vec<Job> {
         self.jobs
             .list(&ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL)))
             .await
@@ -122,7 +127,7 @@ impl Env {
     }
 }
 
-fn label<'a>(j: &'a Job, k: &str) -> &'a str {
+pub(crate) fn label<'a>(j: &'a Job, k: &str) -> &'a str {
     j.labels().get(k).map(String::as_str).unwrap_or("")
 }
 

@@ -1,0 +1,221 @@
+//! `deployment-policy preview S`: the shape of a rollout, compartment by compartment, computed
+//! by the operator's own planner on the cluster as it is now. Nothing is written: the plan
+//! the operator would apply is computed and only its compartments are shown.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use clap::Parser;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use serde::{Deserialize, Serialize};
+use skyhook::crd::{self, DeploymentBudget, DeploymentPolicy, Skyhook};
+use skyhook::jobs::JobView;
+use skyhook::plan::{self, CompartmentPlan, Inputs};
+use skyhook::schema;
+use skyhook::settings::{Config, Settings};
+
+use crate::app::Ctx;
+use crate::app::error::CliError;
+use crate::app::kube::Kube;
+use crate::app::output::{Field, OutputFormat, structured};
+
+/// What `-o json|yaml` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preview {
+    pub skyhook: String,
+    /// The DeploymentPolicy, or `legacy` (the Skyhook's interruptionBudget).
+    pub policy: String,
+    pub compartments: Vec<CompartmentPlan>,
+}
+
+pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliError> {
+    let kube = ctx.kube().await?;
+    let mut sk = kube.skyhook(name).await?;
+    crd::normalize(&mut sk);
+    let world = World::read(&kube, &ctx.global.namespace, &sk).await?;
+    let config = defaults()?;
+    let skyhooks: Vec<Arc<Skyhook>> = world.skyhooks;
+    let plan = plan::plan(&Inputs {
+        skyhook: &sk,
+        skyhooks: &skyhooks,
+        policies: &world.policies,
+        nodes: &world.nodes,
+        jobs: &world.jobs,
+        configmaps: &world.configmaps,
+        pods_on_nodes: &Default::default(),
+        busy_nodes: &world.busy,
+        invalid: &[],
+        config: &config,
+        operator_version: env!("CARGO_PKG_VERSION"),
+        now: jiff::Timestamp::now(),
+    });
+    if let Some(policy) = sk
+        .spec
+        .deployment_policy
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        && plan.compartments.is_empty()
+    {
+        return Err(CliError::PolicyNotFound {
+            skyhook: name.to_string(),
+            policy: policy.to_string(),
+        });
+    }
+    let preview = Preview {
+        skyhook: name.to_string(),
+        policy: plan.policy_label.clone(),
+        compartments: plan.compartments,
+    };
+    if let Some(text) = structured(ctx.global.output, &preview)? {
+        write!(out, "{text}")?;
+        return Ok(());
+    }
+    write!(out, "{}", table(ctx, &preview))?;
+    Ok(())
+}
+
+/// The operator's defaults (a preview does not know the running operator's flags; none of
+/// them changes which nodes a batch holds).
+fn defaults() -> Result<Config, CliError> {
+    #[derive(Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        settings: Settings,
+    }
+    let parsed = Defaults::try_parse_from(["skyhook-operator"])
+        .map_err(|e| CliError::Encode(format!("operator defaults: {e}")))?;
+    parsed
+        .settings
+        .validate()
+        .map_err(|e| CliError::Encode(format!("operator defaults: {e}")))
+}
+
+/// What the planner reads, listed once.
+struct World {
+    skyhooks: Vec<Arc<Skyhook>>,
+    policies: Vec<Arc<DeploymentPolicy>>,
+    nodes: Vec<Arc<Node>>,
+    jobs: Vec<JobView>,
+    configmaps: Vec<Arc<ConfigMap>>,
+    busy: std::collections::BTreeSet<String>,
+}
+
+impl World {
+    async fn read(kube: &Kube, namespace: &str, sk: &Skyhook) -> Result<World, CliError> {
+        let client = kube.client();
+        let lp = ListParams::default();
+        let all = |e, what: &str| kube.fail(e, format!("listing {what}"));
+        let skyhooks = Api::<Skyhook>::all(client.clone())
+            .list(&lp)
+            .await
+            .map_err(|e| all(e, "skyhooks"))?;
+        let policies = Api::<DeploymentPolicy>::all(client.clone())
+            .list(&lp)
+            .await
+            .map_err(|e| all(e, "deploymentpolicies"))?;
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&lp)
+            .await
+            .map_err(|e| all(e, "nodes"))?;
+        let jobs = Api::<Job>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default().labels(schema::NAME_LABEL))
+            .await
+            .map_err(|e| all(e, &format!("jobs in namespace {namespace:?}")))?;
+        let own =
+            ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, sk.name_any()));
+        let configmaps = Api::<ConfigMap>::namespaced(client, namespace)
+            .list(&own)
+            .await
+            .map_err(|e| all(e, &format!("configmaps in namespace {namespace:?}")))?;
+        let name = sk.name_any();
+        let views: Vec<JobView> = jobs
+            .items
+            .iter()
+            .filter_map(|j| JobView::from_job(j, None))
+            .collect();
+        let busy = views
+            .iter()
+            .filter(|v| v.skyhook != name && !v.finished())
+            .map(|v| v.node.clone())
+            .collect();
+        let mut skyhooks: Vec<Arc<Skyhook>> = skyhooks.items.into_iter().map(Arc::new).collect();
+        skyhooks.retain(|s| s.name_any() != name);
+        skyhooks.push(Arc::new(sk.clone()));
+        Ok(World {
+            skyhooks,
+            policies: policies.items.into_iter().map(Arc::new).collect(),
+            nodes: nodes.items.into_iter().map(Arc::new).collect(),
+            jobs: views.into_iter().filter(|v| v.skyhook == name).collect(),
+            configmaps: configmaps.items.into_iter().map(Arc::new).collect(),
+            busy,
+        })
+    }
+}
+
+fn budget(b: &DeploymentBudget) -> String {
+    match (b.percent, b.count) {
+        (_, Some(c)) => format!("count {c}"),
+        (Some(p), None) => format!("{p}%"),
+        (None, None) => "-".to_string(),
+    }
+}
+
+fn nodes(list: &[String]) -> String {
+    if list.is_empty() {
+        "-".to_string()
+    } else {
+        list.join(",")
+    }
+}
+
+fn table(ctx: &Ctx, p: &Preview) -> String {
+    let wide = ctx.global.output == OutputFormat::Wide;
+    let mut headers = vec![
+        "COMPARTMENT",
+        "STRATEGY",
+        "BUDGET",
+        "CEILING",
+        "NODES",
+        "BATCH #",
+        "STOPPED",
+        "BATCH (AT WORK OR NEXT)",
+    ];
+    if wide {
+        headers.push("ALL NODES");
+    }
+    let rows: Vec<Vec<Field>> = p
+        .compartments
+        .iter()
+        .map(|c| {
+            let mut row: Vec<Field> = vec![
+                c.name.as_str().into(),
+                c.strategy.as_str().into(),
+                budget(&c.budget).into(),
+                c.ceiling.to_string().into(),
+                c.nodes.len().to_string().into(),
+                c.batch_state.current_batch.to_string().into(),
+                if c.batch_state.should_stop {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .into(),
+                nodes(&c.batch).into(),
+            ];
+            if wide {
+                row.push(nodes(&c.nodes).into());
+            }
+            row
+        })
+        .collect();
+    format!(
+        "Skyhook: {}\nPolicy: {}\n\n{}",
+        p.skyhook,
+        p.policy,
+        ctx.painter.table(&headers, &rows)
+    )
+}

@@ -1,0 +1,472 @@
+//! Batch strategies (§6.3, §6.4): how big the next batch of a compartment is, and what a
+//! finished batch does to its bookkeeping.
+
+use crate::crd::{BatchState, EffectiveStrategy};
+
+/// §6.3 with one deviation: with a strategy the ceiling is a hard cap (the reference documents
+/// the budget as the most nodes at work at once but lets a strategy exceed it). Without a
+/// strategy the ceiling is the size. Always at least 1 for a compartment with nodes.
+pub fn batch_size(
+    strategy: Option<&EffectiveStrategy>,
+    b: &BatchState,
+    total: i64,
+    ceiling: i64,
+) -> i64 {
+    if total == 0 {
+        return 0;
+    }
+    let Some(s) = strategy else {
+        return ceiling.max(1);
+    };
+    let remaining = total - (b.completed_nodes + b.failed_nodes);
+    let progress = (b.completed_nodes + b.failed_nodes) * 100 / total;
+    let slow_down = b.last_batch_failed && progress < s.params().safety_limit;
+    let last = b.last_batch_size;
+    let size = match *s {
+        EffectiveStrategy::Fixed(p) => p.initial_batch,
+        EffectiveStrategy::Linear { params, delta } => match last {
+            0 => params.initial_batch,
+            _ if slow_down => (last - delta).max(1),
+            _ => last + delta,
+        },
+        EffectiveStrategy::Exponential {
+            params,
+            growth_factor,
+        } => match last {
+            0 => params.initial_batch,
+            _ if growth_factor <= 0 => params.initial_batch,
+            _ if slow_down => (last / growth_factor).max(1),
+            _ => last.saturating_mul(growth_factor).min(total),
+        },
+    };
+    size.min(remaining).max(1).min(ceiling.max(1))
+}
+
+/// Counts of a compartment's nodes when no node in it is at work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub complete: i64,
+    pub erroring: i64,
+    pub total: i64,
+}
+
+/// §6.4 evaluation of a finished batch. Returns whether the state changed.
+pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Finished) -> bool {
+    if b.current_batch == 0 {
+        b.current_batch = 1;
+        return true;
+    }
+    let dc = f.complete - b.completed_nodes;
+    let df = f.erroring - b.failed_nodes;
+    if dc < 0 || df < 0 {
+        // Nodes left the compartment or recovered: start counting again from here.
+        b.completed_nodes = f.complete;
+        b.failed_nodes = f.erroring;
+        return true;
+    }
+    if dc == 0 && df == 0 {
+        return false;
+    }
+    b.completed_nodes = f.complete;
+    b.failed_nodes = f.erroring;
+    let n = dc + df;
+    let Some(s) = strategy else {
+        b.current_batch += 1;
+        b.last_batch_size = n;
+        return true;
+    };
+    let p = s.params();
+    let success = dc * 100 / n;
+    let progress = if f.total > 0 {
+        (b.completed_nodes + b.failed_nodes) * 100 / f.total
+    } else {
+        0
+    };
+    let failed = success < p.batch_threshold;
+    b.last_batch_size = n;
+    b.last_batch_failed = failed;
+    if failed {
+        b.consecutive_failures += 1;
+        if p.failure_threshold
+            .is_some_and(|t| progress < p.safety_limit && b.consecutive_failures >= t)
+        {
+            b.should_stop = true;
+        }
+    } else {
+        b.consecutive_failures = 0;
+    }
+    b.current_batch += 1;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::StrategyParams;
+
+    fn params(initial: i64, threshold: i64, failures: Option<i64>, safety: i64) -> StrategyParams {
+        StrategyParams {
+            initial_batch: initial,
+            batch_threshold: threshold,
+            failure_threshold: failures,
+            safety_limit: safety,
+        }
+    }
+
+    fn fixed(initial: i64) -> EffectiveStrategy {
+        EffectiveStrategy::Fixed(params(initial, 100, None, 50))
+    }
+
+    fn linear(initial: i64, delta: i64) -> EffectiveStrategy {
+        EffectiveStrategy::Linear {
+            params: params(initial, 100, None, 50),
+            delta,
+        }
+    }
+
+    fn exponential(initial: i64, growth_factor: i64) -> EffectiveStrategy {
+        EffectiveStrategy::Exponential {
+            params: params(initial, 100, None, 50),
+            growth_factor,
+        }
+    }
+
+    fn state(last: i64, failed: bool, completed: i64, erroring: i64) -> BatchState {
+        BatchState {
+            current_batch: 2,
+            last_batch_size: last,
+            last_batch_failed: failed,
+            completed_nodes: completed,
+            failed_nodes: erroring,
+            ..BatchState::default()
+        }
+    }
+
+    #[test]
+    fn batch_size_per_strategy() {
+        // (case, strategy, state, total nodes, ceiling, size)
+        let cases: Vec<(&str, Option<EffectiveStrategy>, BatchState, i64, i64, i64)> = vec![
+            (
+                "fixed: initialBatch",
+                Some(fixed(3)),
+                BatchState::fresh(),
+                10,
+                10,
+                3,
+            ),
+            (
+                "fixed: capped by remaining",
+                Some(fixed(3)),
+                state(3, false, 8, 0),
+                10,
+                10,
+                2,
+            ),
+            (
+                "fixed: at least 1 when nothing remains",
+                Some(fixed(3)),
+                state(3, false, 8, 2),
+                10,
+                10,
+                1,
+            ),
+            (
+                "linear: first batch",
+                Some(linear(1, 1)),
+                BatchState::fresh(),
+                8,
+                8,
+                1,
+            ),
+            (
+                "linear: grows by delta",
+                Some(linear(1, 2)),
+                state(3, false, 3, 0),
+                20,
+                20,
+                5,
+            ),
+            (
+                "linear: a failed batch below the safety limit shrinks",
+                Some(linear(1, 1)),
+                state(3, true, 2, 1),
+                10,
+                10,
+                2,
+            ),
+            (
+                "linear: shrinking stops at 1",
+                Some(linear(1, 5)),
+                state(3, true, 2, 1),
+                10,
+                10,
+                1,
+            ),
+            (
+                "linear: a failed batch past the safety limit still grows",
+                Some(linear(1, 1)),
+                state(3, true, 5, 1),
+                10,
+                10,
+                4,
+            ),
+            (
+                "exponential: first batch",
+                Some(exponential(1, 2)),
+                BatchState::fresh(),
+                8,
+                8,
+                1,
+            ),
+            (
+                "exponential: multiplies",
+                Some(exponential(1, 2)),
+                state(2, false, 3, 0),
+                16,
+                16,
+                4,
+            ),
+            (
+                "exponential: a failed batch divides",
+                Some(exponential(1, 2)),
+                state(4, true, 3, 1),
+                16,
+                16,
+                2,
+            ),
+            (
+                "exponential: capped by the nodes left",
+                Some(exponential(1, 2)),
+                state(4, false, 7, 0),
+                8,
+                8,
+                1,
+            ),
+            (
+                "no strategy: the ceiling",
+                None,
+                BatchState::fresh(),
+                10,
+                4,
+                4,
+            ),
+            (
+                "no strategy, ceiling 0: one node",
+                None,
+                BatchState::fresh(),
+                10,
+                0,
+                1,
+            ),
+            (
+                "beyond the reference: the ceiling caps a strategy",
+                Some(fixed(5)),
+                BatchState::fresh(),
+                10,
+                2,
+                2,
+            ),
+            (
+                "beyond the reference: linear growth capped",
+                Some(linear(1, 1)),
+                state(3, false, 3, 0),
+                10,
+                3,
+                3,
+            ),
+            (
+                "empty compartment",
+                Some(fixed(3)),
+                BatchState::fresh(),
+                0,
+                0,
+                0,
+            ),
+        ];
+        for (case, s, b, total, ceiling, want) in cases {
+            assert_eq!(
+                batch_size(s.as_ref(), &b, total, ceiling),
+                want,
+                "case: {case}"
+            );
+        }
+    }
+
+    /// Batch sizes of a whole rollout in which every node of every batch succeeds.
+    fn progression(s: EffectiveStrategy, total: i64, ceiling: i64) -> Vec<i64> {
+        let mut b = BatchState::fresh();
+        let mut complete = 0;
+        let mut sizes = Vec::new();
+        while complete < total {
+            let size = batch_size(Some(&s), &b, total, ceiling);
+            sizes.push(size);
+            complete += size;
+            let f = Finished {
+                complete,
+                erroring: 0,
+                total,
+            };
+            assert!(evaluate(Some(&s), &mut b, f));
+        }
+        assert_eq!(b.current_batch, sizes.len() as i64 + 1);
+        sizes
+    }
+
+    #[test]
+    fn progressions_of_the_acceptance_scenarios() {
+        assert_eq!(progression(linear(1, 1), 8, 8), [1, 2, 3, 2]);
+        assert_eq!(progression(exponential(1, 2), 8, 8), [1, 2, 4, 1]);
+        assert_eq!(progression(fixed(1), 2, 2), [1, 1]);
+        assert_eq!(progression(exponential(1, 2), 31, 31), [1, 2, 4, 8, 16]);
+        assert_eq!(
+            progression(exponential(1, 2), 8, 3),
+            [1, 2, 3, 2],
+            "ceiling 3 caps it"
+        );
+    }
+
+    #[test]
+    fn evaluation_of_a_finished_batch() {
+        let strict = EffectiveStrategy::Fixed(params(2, 100, Some(1), 50));
+        let lenient = EffectiveStrategy::Fixed(params(2, 50, Some(2), 50));
+        // (case, strategy, state before, complete, erroring, total, changed, state after)
+        let cases: Vec<(
+            &str,
+            Option<EffectiveStrategy>,
+            BatchState,
+            i64,
+            i64,
+            i64,
+            bool,
+            BatchState,
+        )> = vec![
+            (
+                "batch 0 becomes 1 without evaluating",
+                Some(strict),
+                BatchState::default(),
+                2,
+                0,
+                10,
+                true,
+                BatchState::fresh(),
+            ),
+            (
+                "nothing new finished: unchanged",
+                Some(strict),
+                state(2, false, 2, 0),
+                2,
+                0,
+                10,
+                false,
+                state(2, false, 2, 0),
+            ),
+            (
+                "fewer complete than the checkpoint: checkpoints reset, no evaluation",
+                Some(strict),
+                state(2, false, 4, 1),
+                3,
+                1,
+                10,
+                true,
+                state(2, false, 3, 1),
+            ),
+            (
+                "a successful batch",
+                Some(strict),
+                BatchState {
+                    consecutive_failures: 0,
+                    ..state(2, false, 2, 0)
+                },
+                4,
+                0,
+                10,
+                true,
+                BatchState {
+                    current_batch: 3,
+                    ..state(2, false, 4, 0)
+                },
+            ),
+            (
+                "a failed batch under the safety limit stops at failureThreshold 1",
+                Some(strict),
+                state(2, false, 2, 0),
+                3,
+                1,
+                10,
+                true,
+                BatchState {
+                    current_batch: 3,
+                    consecutive_failures: 1,
+                    should_stop: true,
+                    ..state(2, true, 3, 1)
+                },
+            ),
+            (
+                "a failed batch past the safety limit never stops",
+                Some(strict),
+                state(2, false, 6, 0),
+                7,
+                1,
+                10,
+                true,
+                BatchState {
+                    current_batch: 3,
+                    consecutive_failures: 1,
+                    ..state(2, true, 7, 1)
+                },
+            ),
+            (
+                "success at the threshold (50%) is not a failure and clears the count",
+                Some(lenient),
+                BatchState {
+                    consecutive_failures: 1,
+                    ..state(2, true, 2, 0)
+                },
+                3,
+                1,
+                10,
+                true,
+                BatchState {
+                    current_batch: 3,
+                    ..state(2, false, 3, 1)
+                },
+            ),
+            (
+                "without failureThreshold failures only count",
+                Some(fixed(2)),
+                state(2, false, 0, 0),
+                0,
+                2,
+                10,
+                true,
+                BatchState {
+                    current_batch: 3,
+                    consecutive_failures: 1,
+                    ..state(2, true, 0, 2)
+                },
+            ),
+            (
+                "no strategy: the batch number and size only",
+                None,
+                state(1, false, 0, 0),
+                1,
+                2,
+                10,
+                true,
+                BatchState {
+                    current_batch: 3,
+                    ..state(3, false, 1, 2)
+                },
+            ),
+        ];
+        for (case, s, mut b, complete, erroring, total, changed, want) in cases {
+            let f = Finished {
+                complete,
+                erroring,
+                total,
+            };
+            assert_eq!(evaluate(s.as_ref(), &mut b, f), changed, "case: {case}");
+            assert_eq!(b, want, "case: {case}");
+        }
+    }
+}
