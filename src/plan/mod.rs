@@ -54,7 +54,7 @@ use facts::{NodeFacts, Switches};
 use metadata::MetaInput;
 use select::Block;
 use spec::SpecView;
-use stage::{NodeNote, NodeOutcome, RetryPolicy, StepInput};
+use stage::{NodeAction, NodeNote, NodeOutcome, RetryPolicy, StepInput};
 
 /// Everything the planner reads.
 pub struct Inputs<'a> {
@@ -212,7 +212,9 @@ impl Pass<'_> {
             .iter()
             .map(|f| {
                 let o = self.step(f, false);
-                Seen::of(f, &o, self.spec.settled(&o.state, &o.applied))
+                let mut seen = Seen::of(f, &o, self.spec.settled(&o.state, &o.applied));
+                seen.busy = seen.busy || self.has_fresh_work(f, &o, &seen);
+                seen
             })
             .collect();
         seen.extend(unreadable.iter().map(|f| {
@@ -259,6 +261,32 @@ impl Pass<'_> {
             allowed.extend(batch::select(c, &members, can_run, evaluate));
         }
         (allowed, compartments)
+    }
+
+    /// A node of the batch at work (stored status `in_progress` or `erroring`) that sits between
+    /// two stages, or beside a failed package has others still due, stays in its batch: it has
+    /// fresh work. A node whose only work left is retrying what failed has finished its batch
+    /// (§6.4 counts it as failed) and waits to be picked again.
+    fn has_fresh_work(&self, f: &NodeFacts, o: &NodeOutcome, seen: &Seen) -> bool {
+        let stored = f
+            .node
+            .annotations()
+            .get(&schema::status_annotation(&self.name))
+            .map(String::as_str);
+        let at_work = matches!(
+            Status::from_annotation(stored),
+            Status::InProgress | Status::Erroring
+        );
+        if seen.busy || seen.settled || !seen.eligible || !at_work {
+            return false;
+        }
+        self.step(f, true).actions.iter().any(|a| match a {
+            NodeAction::Run { package, .. } => o
+                .state
+                .get(&package.name, &package.version)
+                .is_none_or(|e| e.state != Some(State::Erroring)),
+            _ => false,
+        })
     }
 
     /// Step one node and add what it needs to the plan.

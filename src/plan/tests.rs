@@ -1293,3 +1293,61 @@ fn a_version_change_resets_batch_state_when_the_options_say_so() {
         assert_eq!(batch.map(|b| b.current_batch), Some(want), "case: {case}");
     }
 }
+
+#[test]
+fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
+    let state = |node_status: &str| {
+        let raw = r#"{"alpha|1.0.0":{"name":"alpha","version":"1.0.0","image":"ghcr.io/x/alpha","stage":"apply","state":"complete"},"broken|1.0.0":{"name":"broken","version":"1.0.0","image":"ghcr.io/x/broken","stage":"apply","state":"erroring","restarts":1}}"#;
+        json!({schema::node_state_annotation("sh"): raw, schema::status_annotation("sh"): node_status})
+    };
+    let spec = json!({"packages": {
+        "alpha": {"version": "1.0.0", "image": "ghcr.io/x/alpha"},
+        "broken": {"version": "1.0.0", "image": "ghcr.io/x/broken"},
+    }});
+    // (case, stored node status, nodes whose alpha config starts)
+    let cases: &[(&str, &str, usize)] = &[
+        (
+            "at work: every node of the batch goes on with alpha",
+            "erroring",
+            3,
+        ),
+        (
+            "not at work (e.g. after a reset of its status): one batch slot",
+            "complete",
+            1,
+        ),
+    ];
+    for &(case, node_status, want) in cases {
+        let nodes = (0..3)
+            .map(|i| node(&format!("n{i}"), i, state(node_status), json!({}), false))
+            .collect();
+        let mut world = World::new(skyhook(spec.clone(), json!({})), nodes);
+        let mut prior = crate::crd::SkyhookStatus::default();
+        prior.compartment_statuses.insert(
+            "__default__".into(),
+            crate::crd::CompartmentStatus {
+                batch_state: Some(crate::crd::BatchState {
+                    current_batch: 2,
+                    failed_nodes: 3,
+                    last_batch_size: 3,
+                    last_batch_failed: true,
+                    consecutive_failures: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        world.sk.status = Some(prior);
+        let plan = world.plan();
+        let alpha_config = plan
+            .create_jobs
+            .iter()
+            .filter(|j| {
+                let l = j.metadata.labels.clone().unwrap_or_default();
+                l.get(schema::PACKAGE_LABEL).map(String::as_str) == Some("alpha-1.0.0")
+                    && l.get(schema::STAGE_LABEL).map(String::as_str) == Some("config")
+            })
+            .count();
+        assert_eq!(alpha_config, want, "case: {case}: {:?}", created(&plan));
+    }
+}

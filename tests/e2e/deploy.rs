@@ -671,8 +671,9 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         Cluster,
         true,
     ));
+    // patch: the in-use finalizer.
     table.extend(checks(
-        &["get", "list", "watch"],
+        &["get", "list", "watch", "patch"],
         "deploymentpolicies.skyhook.nvidia.com",
         Cluster,
         true,
@@ -736,7 +737,7 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         false,
     ));
     table.extend(checks(
-        &["create", "update", "patch", "delete"],
+        &["create", "update", "delete"],
         "deploymentpolicies.skyhook.nvidia.com",
         Cluster,
         false,

@@ -146,7 +146,15 @@ async fn plugin_inspects_and_controls_a_rollout() {
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
         [
-            "NODE", "SKYHOOK", "PACKAGE", "VERSION", "STAGE", "STATE", "RESTARTS", "IMAGE"
+            "NODE",
+            "SKYHOOK",
+            "COMPARTMENT",
+            "PACKAGE",
+            "VERSION",
+            "STAGE",
+            "STATE",
+            "RESTARTS",
+            "IMAGE"
         ],
         "{wide}"
     );
@@ -156,6 +164,7 @@ async fn plugin_inspects_and_controls_a_rollout() {
             want.push(vec![
                 n.clone(),
                 name.clone(),
+                "__default__".to_string(),
                 e.name.clone(),
                 e.version.clone(),
                 e.stage.as_str().to_string(),
