@@ -671,3 +671,57 @@ async fn a_policy_in_use_is_deleted_only_once_unused() {
         })
         .await;
 }
+
+/// Acceptance 4, rules 2 and 3 (rule 1 is in the rollout above): where overlapping
+/// compartments put a node, as `deployment-policy preview` reports it.
+#[tokio::test]
+async fn overlapping_compartments_follow_the_tie_break() {
+    let env = setup("dp-overlap", 4, &[]).await;
+    let n = &env.nodes;
+    label_nodes(&env, &n[0..1], &["wide=true", "narrow=true"]);
+    label_nodes(&env, &n[1..2], &["wide=true"]);
+    label_nodes(&env, &n[2..3], &["zeta=true", "alpha=true"]);
+    label_nodes(&env, &n[3..4], &["zeta=true"]);
+    let pname = env.ctx.name("policy");
+    let sel = |k: &str| json!({"matchLabels": {k: "true"}});
+    let fixed = json!({"fixed": {"initialBatch": 1}});
+    create_policy(
+        &env,
+        &policy(
+            &pname,
+            json!([
+                // Rule 2: same strategy; wide's ceiling is 2 (100% of its 2 nodes), narrow's 1.
+                {"name": "wide", "selector": sel("wide"), "budget": {"percent": 100}, "strategy": fixed},
+                {"name": "narrow", "selector": sel("narrow"), "budget": {"count": 1}, "strategy": fixed},
+                // Rule 3: same strategy and ceiling: the first name.
+                {"name": "zeta", "selector": sel("zeta"), "budget": {"count": 2}, "strategy": fixed},
+                {"name": "alpha", "selector": sel("alpha"), "budget": {"count": 2}, "strategy": fixed},
+            ]),
+            json!({"budget": {"percent": 100}, "strategy": fixed}),
+            false,
+        ),
+    )
+    .await;
+    let name = env.ctx.name("sk");
+    let mut sk = skyhook(
+        &env.ctx,
+        &name,
+        json!({"deploymentPolicy": pname, "packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    );
+    sk.metadata.labels = None;
+    env.create(&sk).await;
+    let ran = plugin(&env.ctx, &["dp", "preview", &name, "-o", "json"]);
+    let preview: Value = serde_json::from_str(ran.ok()).expect("preview JSON");
+    let parsed: Vec<CompartmentPlan> =
+        serde_json::from_value(preview["compartments"].clone()).expect("compartments");
+    let home: BTreeMap<String, String> = parsed
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(|node| (node.clone(), c.name.clone())))
+        .collect();
+    assert_eq!(home[&n[0]], "narrow", "rule 2: the smaller ceiling");
+    assert_eq!(home[&n[1]], "wide");
+    assert_eq!(home[&n[2]], "alpha", "rule 3: the first name");
+    assert_eq!(home[&n[3]], "zeta");
+    let wide = plugin(&env.ctx, &["dp", "preview", &name, "-o", "wide"]);
+    assert!(wide.ok().contains("ALL NODES"), "{}", wide.stdout);
+}
