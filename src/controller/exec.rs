@@ -124,7 +124,7 @@ pub async fn execute(
 
 /// Writes at once within one step of a pass. The API server's default in-flight limits (400
 /// read, 200 mutating) leave room for several operators at this width.
-pub const PARALLEL_WRITES: usize = 16;
+pub const PARALLEL_WRITES: usize = 32;
 
 /// Runs the writes of one step, [`PARALLEL_WRITES`] at a time, attempting all of them; the
 /// first error is returned after the others finished. (Boxed: the reconcile future must stay

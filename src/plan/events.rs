@@ -4,20 +4,28 @@
 use super::Note;
 use super::stage::NodeNote;
 use crate::crd::SkyhookStatus;
-use crate::schema::{self, State};
+use std::collections::BTreeMap;
+
+use crate::schema::{self, Stage, State};
 
 use super::status;
 
-/// (package, version, node) of each stage started this pass, and failures worded for humans.
+/// (package, version, node) of each stage started this pass, the nodes of each started
+/// (package, version, stage), and failures worded for humans.
 #[derive(Debug, Default)]
 pub struct Started {
     pub started: Vec<(String, String, String)>,
+    pub by_stage: BTreeMap<(String, String, Stage), Vec<String>>,
     pub failures: Vec<String>,
 }
 
-/// Events of the machine's notes for one node.
+/// Events of the machine's notes for one node. Starts of one stage and completions are one
+/// Event each for all the node's packages: at a thousand nodes, Events were half of the
+/// operator's requests. The Skyhook's side of the starts comes from [`skyhook_starts`].
 pub fn node_notes(skyhook: &str, node: &str, notes: &[NodeNote], tally: &mut Started) -> Vec<Note> {
     let mut out = Vec::new();
+    let mut starts: Vec<(Stage, Vec<String>)> = Vec::new();
+    let mut completed: Vec<String> = Vec::new();
     for note in notes {
         match note {
             NodeNote::Started {
@@ -28,18 +36,20 @@ pub fn node_notes(skyhook: &str, node: &str, notes: &[NodeNote], tally: &mut Sta
                 tally
                     .started
                     .push((package.clone(), version.clone(), node.to_string()));
-                let msg = schema::node_apply_message(package, version, skyhook, *stage);
-                out.push(Note::node(node, schema::APPLY_REASON, msg));
-                let msg = schema::skyhook_apply_message(package, version, node, *stage);
-                out.push(Note::skyhook(schema::APPLY_REASON, msg));
+                tally
+                    .by_stage
+                    .entry((package.clone(), version.clone(), *stage))
+                    .or_default()
+                    .push(node.to_string());
+                let id = format!("{package}:{version}");
+                match starts.iter_mut().find(|(s, _)| s == stage) {
+                    Some((_, list)) => list.push(id),
+                    None => starts.push((*stage, vec![id])),
+                }
             }
             NodeNote::Completed {
                 package, version, ..
-            } => {
-                let msg =
-                    schema::node_package_state_message(package, version, State::Complete, skyhook);
-                out.push(Note::node(node, schema::APPLY_REASON, msg));
-            }
+            } => completed.push(format!("{package}:{version}")),
             NodeNote::Failed {
                 package,
                 version,
@@ -60,7 +70,27 @@ pub fn node_notes(skyhook: &str, node: &str, notes: &[NodeNote], tally: &mut Sta
             }
         }
     }
+    if !completed.is_empty() {
+        let msg = schema::node_packages_complete_message(&completed, skyhook);
+        out.push(Note::node(node, schema::APPLY_REASON, msg));
+    }
+    for (stage, packages) in starts {
+        let msg = schema::node_apply_many_message(&packages, skyhook, stage);
+        out.push(Note::node(node, schema::APPLY_REASON, msg));
+    }
     out
+}
+
+/// The Skyhook's Events of the starts of a pass: one per package and stage, naming its nodes.
+pub fn skyhook_starts(tally: &Started) -> Vec<Note> {
+    tally
+        .by_stage
+        .iter()
+        .map(|((package, version, stage), nodes)| {
+            let msg = schema::skyhook_apply_many_message(package, version, nodes, *stage);
+            Note::skyhook(schema::APPLY_REASON, msg)
+        })
+        .collect()
 }
 
 /// A node rebooted and starts over (§3.18).
@@ -151,19 +181,42 @@ mod tests {
         )> = vec![
             ("nothing happened", vec![], vec![], vec![], vec![]),
             (
-                "a stage started: on the node and on the Skyhook",
+                "a stage started: on the node (the Skyhook's comes per pass)",
                 vec![started(Stage::Apply)],
+                vec![node_note(
+                    schema::APPLY_REASON,
+                    "Applying package [drv:1.2.3] from [skyhook:sh] stage [apply]".into(),
+                )],
+                vec![("drv", "1.2.3", "n1")],
+                vec![],
+            ),
+            (
+                "starts of one stage are one Event, per stage",
+                vec![
+                    started(Stage::Apply),
+                    NodeNote::Started {
+                        package: "fw".into(),
+                        version: "2.0".into(),
+                        stage: Stage::Apply,
+                    },
+                    started(Stage::Config),
+                ],
                 vec![
                     node_note(
                         schema::APPLY_REASON,
-                        "Applying package [drv:1.2.3] from [skyhook:sh] stage [apply]".into(),
+                        "Applying packages [drv:1.2.3, fw:2.0] from [skyhook:sh] stage [apply]"
+                            .into(),
                     ),
-                    sk_note(
+                    node_note(
                         schema::APPLY_REASON,
-                        "Applying package [drv:1.2.3] to node [n1] stage [apply]".into(),
+                        "Applying package [drv:1.2.3] from [skyhook:sh] stage [config]".into(),
                     ),
                 ],
-                vec![("drv", "1.2.3", "n1")],
+                vec![
+                    ("drv", "1.2.3", "n1"),
+                    ("fw", "2.0", "n1"),
+                    ("drv", "1.2.3", "n1"),
+                ],
                 vec![],
             ),
             (
@@ -208,10 +261,6 @@ mod tests {
                         schema::APPLY_REASON,
                         "Applying package [drv:1.2.3] from [skyhook:sh] stage [config]".into(),
                     ),
-                    sk_note(
-                        schema::APPLY_REASON,
-                        "Applying package [drv:1.2.3] to node [n1] stage [config]".into(),
-                    ),
                 ],
                 vec![("drv", "1.2.3", "n1")],
                 vec![failure("apply", 1)],
@@ -231,6 +280,29 @@ mod tests {
                 assert_eq!(n.node.is_some(), n.target == Target::Node, "case: {name}");
             }
         }
+    }
+
+    #[test]
+    fn skyhook_starts_name_the_nodes_once_per_package_and_stage() {
+        let mut tally = Started::default();
+        for node in ["n1", "n2", "n3", "n4", "n5", "n6", "n7"] {
+            node_notes("sh", node, &[started(Stage::Apply)], &mut tally);
+        }
+        node_notes("sh", "n1", &[started(Stage::Config)], &mut tally);
+        let got = skyhook_starts(&tally);
+        assert_eq!(
+            got,
+            [
+                Note::skyhook(
+                    schema::APPLY_REASON,
+                    "Applying package [drv:1.2.3] to nodes [n1, n2, n3, n4, n5 and 2 more] stage [apply]".into()
+                ),
+                Note::skyhook(
+                    schema::APPLY_REASON,
+                    "Applying package [drv:1.2.3] to node [n1] stage [config]".into()
+                ),
+            ]
+        );
     }
 
     #[test]

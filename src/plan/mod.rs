@@ -152,6 +152,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         let may_start = pass.switches.can_run() && allowed.contains(&f.name) && f.eligible();
         pass.decide(f, may_start, &mut plan, &mut tally);
     }
+    plan.events.extend(events::skyhook_starts(&tally.events));
     for f in facts.iter().filter(|f| f.rebooted) {
         plan.events.extend(events::reboot(&pass.name, &f.name));
     }

@@ -20,6 +20,50 @@ pub fn skyhook_apply_message(package: &str, version: &str, node: &str, stage: St
     format!("Applying package [{package}:{version}] to node [{node}] stage [{stage}]")
 }
 
+/// On the Node when one stage of several packages starts in the same pass (one Event instead
+/// of one per package; `packages` are `name:version`).
+pub fn node_apply_many_message(packages: &[String], skyhook: &str, stage: Stage) -> String {
+    match packages {
+        [one] => format!("Applying package [{one}] from [skyhook:{skyhook}] stage [{stage}]"),
+        many => format!(
+            "Applying packages [{}] from [skyhook:{skyhook}] stage [{stage}]",
+            many.join(", ")
+        ),
+    }
+}
+
+/// On the Skyhook when one stage of a package starts on several nodes in the same pass (one
+/// Event per package and stage instead of one per node; a long list is cut).
+pub fn skyhook_apply_many_message(
+    package: &str,
+    version: &str,
+    nodes: &[String],
+    stage: Stage,
+) -> String {
+    const SHOWN: usize = 5;
+    match nodes {
+        [one] => skyhook_apply_message(package, version, one, stage),
+        many => {
+            let mut list = many[..many.len().min(SHOWN)].join(", ");
+            if many.len() > SHOWN {
+                list.push_str(&format!(" and {} more", many.len() - SHOWN));
+            }
+            format!("Applying package [{package}:{version}] to nodes [{list}] stage [{stage}]")
+        }
+    }
+}
+
+/// On the Node when packages completed in the same pass.
+pub fn node_packages_complete_message(packages: &[String], skyhook: &str) -> String {
+    match packages {
+        [one] => format!("Package [{one}] state complete on [skyhook:{skyhook}]"),
+        many => format!(
+            "Packages [{}] state complete on [skyhook:{skyhook}]",
+            many.join(", ")
+        ),
+    }
+}
+
 /// On the Node when a stage finished (`state` is `complete` or `erroring`).
 pub fn node_package_state_message(
     package: &str,

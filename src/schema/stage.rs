@@ -8,7 +8,9 @@ use std::str::FromStr;
 use super::SchemaError;
 
 /// A stage of a package on a node. The wire string is also the agent mode the stage runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum Stage {
     #[serde(rename = "uninstall")]
     Uninstall,
