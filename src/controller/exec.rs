@@ -21,8 +21,9 @@
 //! 11. Events, queued for a task of their own (`events.rs`): a pass never waits for them.
 //!
 //! Within a step the writes are independent and run [`PARALLEL_WRITES`] at a time: a pass over a
-//! thousand nodes must not take a thousand round trips. Every write of a step is attempted; if
-//! any failed, the pass stops after that step (later steps may depend on it) and the next pass
+//! thousand nodes must not take a thousand round trips. A write that meets a transient error
+//! (429, 5xx, a dropped connection) is retried at once a few times (`retry.rs`). Every write of
+//! a step is attempted; if any failed for good, the pass stops after that step (later steps may depend on it) and the next pass
 //! redoes what is missing. A 404 on a Job op, a pod eviction, a node or the finalizer removal is
 //! ignored: the object went away.
 
@@ -40,6 +41,7 @@ use tracing::{debug, info, warn};
 
 use super::Error;
 use super::events::EventSink;
+use super::retry::retried;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::JobView;
 use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
@@ -77,6 +79,7 @@ pub async fn execute(
         cms: Api::namespaced(client.clone(), namespace),
         nodes: Api::all(client.clone()),
     };
+    let w = &w;
     // The status replace below must carry the newest resourceVersion.
     let mut resource_version = sk.resource_version();
     if plan.add_finalizer || plan.version_annotation.is_some() {
@@ -90,28 +93,41 @@ pub async fn execute(
     all(plan
         .configmaps
         .iter()
-        .map(|cm| w.apply_configmap(cm).boxed())
+        .map(|cm| retried(move || w.apply_configmap(cm).boxed()).boxed())
         .collect())
     .await?;
     // Nodes leaving work are stored before nodes starting it (see `NodePatch::starts`).
     for starting in [false, true] {
         let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
-        all(patches.map(|p| w.patch_node(p).boxed()).collect()).await?;
+        all(patches
+            .map(|p| retried(move || w.patch_node(p).boxed()).boxed())
+            .collect())
+        .await?;
     }
     all(plan
         .node_conditions
         .iter()
-        .map(|c| w.patch_node_conditions(c).boxed())
+        .map(|c| retried(move || w.patch_node_conditions(c).boxed()).boxed())
         .collect())
     .await?;
-    all(plan.job_ops.iter().map(|op| w.job_op(op).boxed()).collect()).await?;
+    all(plan
+        .job_ops
+        .iter()
+        .map(|op| retried(move || w.job_op(op).boxed()).boxed())
+        .collect())
+    .await?;
     all(plan
         .create_jobs
         .iter()
-        .map(|j| w.create_job(j).boxed())
+        .map(|j| retried(move || w.create_job(j).boxed()).boxed())
         .collect())
     .await?;
-    all(plan.evictions.iter().map(|e| w.evict(e).boxed()).collect()).await?;
+    all(plan
+        .evictions
+        .iter()
+        .map(|e| retried(move || w.evict(e).boxed()).boxed())
+        .collect())
+    .await?;
     if let Some(status) = plan.status {
         w.replace_status(status, resource_version).await?;
     }

@@ -7,6 +7,7 @@ mod events;
 pub mod exec;
 mod guard;
 pub mod leader;
+mod retry;
 pub mod server;
 pub mod start;
 mod watch;

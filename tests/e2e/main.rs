@@ -2,6 +2,7 @@ mod admission;
 mod binaries;
 mod cluster;
 mod deploy;
+mod faults;
 mod leader;
 mod operator;
 mod plugin;

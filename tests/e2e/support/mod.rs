@@ -10,6 +10,7 @@
 
 pub mod plugin;
 pub mod private;
+pub mod proxy;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,135 @@
+//! A fault-injecting HTTP proxy in front of the test cluster's API server: the operator talks
+//! plain HTTP to 127.0.0.1, the proxy forwards through an authenticated kube `Client`, and a
+//! seeded share of requests fails: a 500, a 429, or a dropped connection after the request
+//! reached the API server (its response is lost, the hardest case for a writer).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use futures::stream;
+use http::StatusCode;
+
+pub struct FaultProxy {
+    pub kubeconfig: PathBuf,
+    pub faults: Arc<AtomicU64>,
+    pub requests: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    client: kube::Client,
+    seed: u64,
+    percent: u64,
+    faults: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+}
+
+/// splitmix64: a fixed, seeded sequence of fault decisions.
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Starts the proxy and writes a kubeconfig pointing at it into `dir`.
+pub async fn start(client: kube::Client, seed: u64, percent: u64, dir: &Path) -> FaultProxy {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
+    let port = listener.local_addr().expect("addr").port();
+    let shared = Shared {
+        client,
+        seed,
+        percent,
+        faults: Arc::new(AtomicU64::new(0)),
+        requests: Arc::new(AtomicU64::new(0)),
+    };
+    let (faults, requests) = (shared.faults.clone(), shared.requests.clone());
+    let app = axum::Router::new().fallback(forward).with_state(shared);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let kubeconfig = dir.join(format!("proxy-{port}.kubeconfig"));
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: p\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: p\n  context:\n    cluster: p\n    user: u\ncurrent-context: p\n"
+    );
+    std::fs::write(&kubeconfig, text).expect("write the proxy kubeconfig");
+    FaultProxy {
+        kubeconfig,
+        faults,
+        requests,
+        task,
+    }
+}
+
+fn status(code: StatusCode, reason: &str) -> Response {
+    let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": format!("injected fault: {reason}"), "reason": reason, "code": code.as_u16()});
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .header("retry-after", "1")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_default()
+}
+
+async fn forward(State(s): State<Shared>, req: Request) -> Response {
+    let n = s.requests.fetch_add(1, Ordering::SeqCst);
+    let roll = mix(s.seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    let fault = (roll % 100 < s.percent).then_some((roll >> 32) % 3);
+    if fault.is_some() {
+        s.faults.fetch_add(1, Ordering::SeqCst);
+    }
+    match fault {
+        Some(0) => return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+        Some(1) => return status(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
+        _ => {}
+    }
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest");
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let mut out = http::Request::builder().method(parts.method).uri(path);
+    for (k, v) in &parts.headers {
+        if !matches!(k.as_str(), "host" | "authorization" | "content-length") {
+            out = out.header(k, v);
+        }
+    }
+    let Ok(out) = out.body(kube::client::Body::from(bytes.to_vec())) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest");
+    };
+    let resp = match s.client.send(out).await {
+        Ok(r) => r,
+        Err(e) => return status(StatusCode::BAD_GATEWAY, &format!("Upstream: {e}")),
+    };
+    if fault.is_some() {
+        // The API server did the work; the caller never hears of it.
+        let dropped = stream::once(async {
+            Err::<axum::body::Bytes, std::io::Error>(std::io::Error::other(
+                "injected: connection dropped",
+            ))
+        });
+        return Response::new(Body::from_stream(dropped));
+    }
+    let (mut head, body) = resp.into_parts();
+    head.headers.remove("transfer-encoding");
+    head.headers.remove("connection");
+    Response::from_parts(head, Body::new(body))
+}
