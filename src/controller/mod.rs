@@ -136,7 +136,6 @@ pub async fn run(
     tokio::spawn(shutdown.clone());
     let ns = config.namespace.clone();
     let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
-    let owned = schema::NAME_LABEL.to_string();
 
     let (nodes, node_stream) = node_watch(&client);
     let (jobs, job_events) = owned_watch(
@@ -147,14 +146,14 @@ pub async fn run(
     let job_stream = job_events.touched_objects();
     let (pods, pod_events) = owned_watch(
         Api::<Pod>::namespaced(client.clone(), &ns),
-        &owned,
+        schema::NAME_LABEL,
         prune_pod,
     );
-    let pod_stream = pod_events.applied_objects();
-    let pod_stream = pod_stream.predicate_filter(pod_fingerprint, PredicateConfig::default());
+    let pod_stream = (pod_events.applied_objects())
+        .predicate_filter(pod_fingerprint, PredicateConfig::default());
     let (configmaps, cm_events) = owned_watch(
         Api::<ConfigMap>::namespaced(client.clone(), &ns),
-        &owned,
+        schema::NAME_LABEL,
         prune_meta,
     );
     let cm_stream = cm_events.touched_objects();
@@ -201,16 +200,24 @@ pub async fn run(
                 warn!(error = %e, "reconcile failed");
             }
         });
-    let guarding = guard::run(guard_ctx.clone(), guard::recorder(&client));
-    let working = async move {
+    supervise(with_guard(reconciling, guard_ctx, &client), leadership).await?;
+    info!("skyhook operator stopped");
+    Ok(())
+}
+
+/// Reconciling, with the DeploymentPolicy guard beside it until reconciling ends.
+fn with_guard(
+    reconciling: impl std::future::Future<Output = ()>,
+    ctx: Arc<Ctx>,
+    client: &Client,
+) -> impl std::future::Future<Output = ()> {
+    let guarding = guard::run(ctx, guard::recorder(client));
+    async move {
         tokio::select! {
             _ = reconciling => {}
             _ = guarding => {}
         }
-    };
-    supervise(working, leadership).await?;
-    info!("skyhook operator stopped");
-    Ok(())
+    }
 }
 
 /// Everything between building the caches and reconciling: probes and metrics first (a

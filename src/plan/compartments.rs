@@ -98,31 +98,27 @@ pub fn build(
     members: &[Member],
     prior: &SkyhookStatus,
 ) -> Vec<Compartment> {
-    let stored = |name: &str| {
-        prior
-            .compartment_statuses
-            .get(name)
-            .and_then(|c| c.batch_state.clone())
-            .unwrap_or_else(BatchState::fresh)
-    };
-    let running = |name: &str| {
-        prior
-            .compartment_statuses
-            .get(name)
-            .is_some_and(|c| c.in_progress > 0)
+    // Batch state and "a batch was at work" come back from the stored status.
+    let fresh = |name: &str, budget: DeploymentBudget, strategy: Option<EffectiveStrategy>| {
+        let stored = prior.compartment_statuses.get(name);
+        Compartment {
+            name: name.to_string(),
+            budget,
+            strategy,
+            batch: stored
+                .and_then(|c| c.batch_state.clone())
+                .unwrap_or_else(BatchState::fresh),
+            nodes: Vec::new(),
+            was_running: stored.is_some_and(|c| c.in_progress > 0),
+        }
     };
     let p = match policy {
         Policy::Missing(_) => return Vec::new(),
         Policy::Legacy => {
             let (budget, strategy) = legacy(sk, members.len());
-            return vec![Compartment {
-                name: schema::DEFAULT_COMPARTMENT.to_string(),
-                budget,
-                strategy: Some(strategy),
-                batch: stored(schema::DEFAULT_COMPARTMENT),
-                nodes: members.iter().map(|m| m.name.to_string()).collect(),
-                was_running: running(schema::DEFAULT_COMPARTMENT),
-            }];
+            let mut c = fresh(schema::DEFAULT_COMPARTMENT, budget, Some(strategy));
+            c.nodes = members.iter().map(|m| m.name.to_string()).collect();
+            return vec![c];
         }
         Policy::Named(p) => p,
     };
@@ -130,15 +126,25 @@ pub fn build(
         .spec
         .compartments
         .iter()
-        .map(|c| Compartment {
-            name: c.name.clone(),
-            budget: c.budget.clone(),
-            strategy: c.strategy.as_ref().and_then(|s| s.effective()),
-            batch: stored(&c.name),
-            nodes: Vec::new(),
-            was_running: running(&c.name),
+        .map(|c| {
+            let strategy = c.strategy.as_ref().and_then(|s| s.effective());
+            fresh(&c.name, c.budget.clone(), strategy)
         })
         .collect();
+    let default_nodes = assign(p, members, &mut out);
+    let mut default = fresh(
+        schema::DEFAULT_COMPARTMENT,
+        p.spec.default.budget.clone(),
+        p.spec.default.strategy.effective(),
+    );
+    default.nodes = default_nodes;
+    out.push(default);
+    out
+}
+
+/// Puts each member into the policy compartment the tie-break names (`out` follows the
+/// policy's compartments); returns the members no compartment selects.
+fn assign(p: &DeploymentPolicy, members: &[Member], out: &mut [Compartment]) -> Vec<String> {
     // An invalid selector matches nothing (validation reports it on the Skyhook).
     let selectors: Vec<Option<Selector>> = p
         .spec
@@ -151,33 +157,22 @@ pub fn build(
     let matched: Vec<i64> = (0..out.len())
         .map(|i| members.iter().filter(|m| matches(i, m)).count() as i64)
         .collect();
-    let mut default_nodes = Vec::new();
+    let mut unmatched = Vec::new();
     for m in members {
-        let best = (0..out.len()).filter(|&i| matches(i, m)).min_by(|&a, &b| {
-            let key = |i: usize| {
-                let c = &out[i];
-                (
-                    rank(c.strategy),
-                    c.budget.ceiling(matched[i].max(1)),
-                    &c.name,
-                )
-            };
-            key(a).cmp(&key(b))
-        });
-        match best {
+        let key = |i: usize| {
+            let c = &out[i];
+            let ceiling = c.budget.ceiling(matched[i].max(1));
+            (rank(c.strategy), ceiling, c.name.clone())
+        };
+        match (0..out.len())
+            .filter(|&i| matches(i, m))
+            .min_by_key(|&i| key(i))
+        {
             Some(i) => out[i].nodes.push(m.name.to_string()),
-            None => default_nodes.push(m.name.to_string()),
+            None => unmatched.push(m.name.to_string()),
         }
     }
-    out.push(Compartment {
-        name: schema::DEFAULT_COMPARTMENT.to_string(),
-        budget: p.spec.default.budget.clone(),
-        strategy: p.spec.default.strategy.effective(),
-        batch: stored(schema::DEFAULT_COMPARTMENT),
-        nodes: default_nodes,
-        was_running: running(schema::DEFAULT_COMPARTMENT),
-    });
-    out
+    unmatched
 }
 
 /// The compartment of every node `sk` targets, for displays that have only node labels. Empty

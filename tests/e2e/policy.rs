@@ -45,6 +45,20 @@ fn label_nodes(env: &Env, nodes: &[String], labels: &[&str]) {
     );
 }
 
+/// A one-package Skyhook on `policy` that the test's operator does not own yet (its selector
+/// wants the test label), so a preview sees it before any work; returns its name.
+async fn unowned_skyhook(env: &Env, policy: &str, stage_seconds: &str) -> String {
+    let name = env.ctx.name("sk");
+    let mut sk = skyhook(
+        &env.ctx,
+        &name,
+        json!({"deploymentPolicy": policy, "packages": {"tool": pkg("1.0.0", sleep(stage_seconds))}}),
+    );
+    sk.metadata.labels = None;
+    env.create(&sk).await;
+    name
+}
+
 fn compartments(sk: &Skyhook) -> BTreeMap<String, CompartmentStatus> {
     sk.status
         .as_ref()
@@ -148,15 +162,7 @@ async fn compartments_roll_out_batch_by_batch_within_their_ceilings() {
         ),
     )
     .await;
-    let name = env.ctx.name("sk");
-    let mut sk = skyhook(
-        &env.ctx,
-        &name,
-        json!({"deploymentPolicy": pname, "packages": {"tool": pkg("1.0.0", sleep("2"))}}),
-    );
-    // Not yet the operator's (its selector wants the test label): preview first.
-    sk.metadata.labels = None;
-    env.create(&sk).await;
+    let name = unowned_skyhook(&env, &pname, "2").await;
 
     let ran = plugin(
         &env.ctx,
@@ -702,14 +708,7 @@ async fn overlapping_compartments_follow_the_tie_break() {
         ),
     )
     .await;
-    let name = env.ctx.name("sk");
-    let mut sk = skyhook(
-        &env.ctx,
-        &name,
-        json!({"deploymentPolicy": pname, "packages": {"tool": pkg("1.0.0", sleep("1"))}}),
-    );
-    sk.metadata.labels = None;
-    env.create(&sk).await;
+    let name = unowned_skyhook(&env, &pname, "1").await;
     let ran = plugin(&env.ctx, &["dp", "preview", &name, "-o", "json"]);
     let preview: Value = serde_json::from_str(ran.ok()).expect("preview JSON");
     let parsed: Vec<CompartmentPlan> =
