@@ -89,13 +89,22 @@ pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
         (schema::ATTEMPT_ANNOTATION, id.attempt.to_string().as_str()),
         (schema::SPEC_HASH_ANNOTATION, id.spec_hash),
     ]);
+    // `kubectl logs job/<name>` reads this container: the stage's own (the second init
+    // container of a stage pod, whose main container only idles), or the interrupt's.
+    let main = pod
+        .init_containers
+        .as_ref()
+        .and_then(|c| c.get(1))
+        .or_else(|| pod.containers.first())
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(id.labels.clone()),
-            annotations: Some(string_map([(
-                schema::PACKAGE_ANNOTATION,
-                package_annotation.as_str(),
-            )])),
+            annotations: Some(string_map([
+                (schema::PACKAGE_ANNOTATION, package_annotation.as_str()),
+                (schema::DEFAULT_CONTAINER_ANNOTATION, main.as_str()),
+            ])),
             ..Default::default()
         }),
         spec: Some(pod),

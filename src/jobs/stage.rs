@@ -303,7 +303,10 @@ mod tests {
                 "template": {
                     "metadata": {
                         "labels": labels,
-                        "annotations": {"skyhook.nvidia.com/package": annotation},
+                        "annotations": {
+                            "skyhook.nvidia.com/package": annotation,
+                            "kubectl.kubernetes.io/default-container": "dexter-apply",
+                        },
                     },
                     "spec": {
                         "nodeName": "kind-worker",
@@ -558,6 +561,11 @@ mod tests {
             .unwrap();
         assert_eq!(meta.labels, job.metadata.labels);
         let v: Value = serde_json::to_value(&meta.annotations).unwrap();
-        assert_eq!(v.as_object().unwrap().len(), 1);
+        assert_eq!(v.as_object().unwrap().len(), 2);
+        // `kubectl logs job/<name>` reads the stage's own container.
+        assert_eq!(
+            v[schema::DEFAULT_CONTAINER_ANNOTATION],
+            schema::stage_container_name("dexter", Stage::Apply)
+        );
     }
 }

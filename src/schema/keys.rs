@@ -115,6 +115,8 @@ pub fn skyhook_version_value(operator_version: &str) -> String {
 pub const LEADER_LEASE_NAME: &str = "3c22c1ae.nvidia.com";
 /// Finalizer on Skyhook objects.
 pub const FINALIZER: &str = "skyhook.nvidia.com/skyhook";
+/// kubectl's pod annotation naming the container `kubectl logs` and `exec` use by default.
+pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 /// Ours: finalizer on a DeploymentPolicy some Skyhook names (deletion waits until none does).
 pub const POLICY_FINALIZER: &str = "skyhook.nvidia.com/policy-in-use";
 /// Ours: Event reason on a DeploymentPolicy whose deletion waits for its Skyhooks.

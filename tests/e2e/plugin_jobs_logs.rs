@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
@@ -145,6 +146,42 @@ async fn jobs_and_logs_follow_a_rollout() {
     .await;
     let out = plugin(&ctx, &["logs", "tuning", "--node", &node3, "-n", &ns]);
     assert_stage_order(out.ok(), "tuning", TUNING_TEXT);
+    // Plain kubectl reads the stage's own container (kubectl.kubernetes.io/default-container).
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let lp = ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL));
+    let apply = jobs
+        .list(&lp)
+        .await
+        .expect("jobs")
+        .items
+        .into_iter()
+        .find(|j| {
+            let l = j.labels();
+            l.get(schema::NODE_LABEL) == Some(&node3)
+                && l.get(schema::STAGE_LABEL).map(String::as_str) == Some("apply")
+                && l.get(schema::PACKAGE_LABEL)
+                    .is_some_and(|p| p.starts_with("tuning"))
+        })
+        .expect("the tuning apply Job on the third node");
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let by_job = ListParams::default().labels(&format!("job-name={}", apply.name_any()));
+    let pod = pods.list(&by_job).await.expect("pods").items.remove(0);
+    assert_eq!(
+        pod.annotations().get(schema::DEFAULT_CONTAINER_ANNOTATION),
+        Some(&schema::stage_container_name(
+            "tuning",
+            skyhook::schema::Stage::Apply
+        )),
+        "the pod names the stage's own container for kubectl"
+    );
+    let target = format!("job/{}", apply.name_any());
+    let logs = ctx.kubectl(&["logs", "-n", &ns, &target]);
+    let text = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.status.success() && text.contains(TUNING_TEXT),
+        "kubectl logs {target}: {text} {}",
+        String::from_utf8_lossy(&logs.stderr)
+    );
     assert!(!out.stdout.contains('\u{1b}'), "colour on a pipe: {out:?}");
     let coloured = plugin_with(
         &ctx,
