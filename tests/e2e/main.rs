@@ -11,6 +11,7 @@ mod plugin_debug;
 mod plugin_jobs_logs;
 mod plugin_reset;
 mod policy;
+mod restarts;
 mod scale;
 mod startup;
 mod support;

@@ -14,7 +14,7 @@ use skyhook::schema::Status;
 use crate::support::private::PrivateCluster;
 use crate::support::{cluster, free_port, run};
 
-fn alive(child: &mut std::process::Child) -> bool {
+pub(crate) fn alive(child: &mut std::process::Child) -> bool {
     matches!(child.try_wait(), Ok(None))
 }
 
@@ -150,7 +150,7 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
 }
 
 /// Killed when dropped, so a failing test leaves no operator polling a torn-down cluster.
-struct Child(std::process::Child);
+pub(crate) struct Child(pub(crate) std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
