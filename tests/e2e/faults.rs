@@ -32,14 +32,7 @@ async fn a_rollout_completes_through_ten_percent_of_failing_requests() {
     let proxy = proxy::start(ctx.client.clone(), seed, 10, dir.path()).await;
     let kubeconfig = proxy.kubeconfig.display().to_string();
     let op = Operator::start(&ctx, &[("KUBECONFIG", &kubeconfig)]);
-    let env = Env {
-        skyhooks: Api::all(ctx.client.clone()),
-        jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
-        node_api: Api::all(ctx.client.clone()),
-        ctx,
-        op,
-        nodes,
-    };
+    let env = Env::new(ctx, op, nodes);
     let name = env.ctx.name("sk");
     let mut reboot = pkg("1.0.0", sleep("1"));
     reboot["interrupt"] = json!({"type": "reboot"});

@@ -48,20 +48,27 @@ pub(crate) async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)
     let mut ctx = TestCtx::new(test).await;
     let nodes = ctx.add_test_nodes(nodes);
     let op = Operator::start(&ctx, operator_env);
-    ctx.report_on_failure(&["get", "skyhooks", "-o", "yaml"]);
-    ctx.report_on_failure(&[
-        "get",
-        "nodes",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}",
-    ]);
-    Env {
-        skyhooks: Api::all(ctx.client.clone()),
-        jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
-        node_api: Api::all(ctx.client.clone()),
-        ctx,
-        op,
-        nodes,
+    Env::new(ctx, op, nodes)
+}
+
+impl Env {
+    /// The APIs of a test whose operator is already started.
+    pub(crate) fn new(mut ctx: TestCtx, op: Operator, nodes: Vec<String>) -> Env {
+        ctx.report_on_failure(&["get", "skyhooks", "-o", "yaml"]);
+        ctx.report_on_failure(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}",
+        ]);
+        Env {
+            skyhooks: Api::all(ctx.client.clone()),
+            jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
+            node_api: Api::all(ctx.client.clone()),
+            ctx,
+            op,
+            nodes,
+        }
     }
 }
 

@@ -33,6 +33,14 @@ async fn create_policy(env: &Env, p: &DeploymentPolicy) {
         .expect("create DeploymentPolicy");
 }
 
+/// A policy of the default compartment only, created under the test's name; returns its name.
+async fn default_only_policy(env: &Env, budget: Value, strategy: Value, reset: bool) -> String {
+    let name = env.ctx.name("policy");
+    let default = json!({"budget": budget, "strategy": strategy});
+    create_policy(env, &policy(&name, json!([]), default, reset)).await;
+    name
+}
+
 fn label_nodes(env: &Env, nodes: &[String], labels: &[&str]) {
     let mut args = vec!["label", "node", "--overwrite"];
     args.extend(nodes.iter().map(String::as_str));
@@ -304,17 +312,11 @@ async fn compartments_roll_out_batch_by_batch_within_their_ceilings() {
 #[tokio::test]
 async fn a_failing_batch_stops_the_rollout_until_the_batch_state_is_reset() {
     let env = setup("dp-stop", 3, &[]).await;
-    let pname = env.ctx.name("policy");
-    let strategy =
-        json!({"fixed": {"initialBatch": 1, "batchThreshold": 100, "failureThreshold": 1}});
-    create_policy(
+    let pname = default_only_policy(
         &env,
-        &policy(
-            &pname,
-            json!([]),
-            json!({"budget": {"count": 1}, "strategy": strategy}),
-            true,
-        ),
+        json!({"count": 1}),
+        json!({"fixed": {"initialBatch": 1, "batchThreshold": 100, "failureThreshold": 1}}),
+        true,
     )
     .await;
     let name = env.ctx.name("sk");
@@ -398,16 +400,11 @@ async fn the_go_operators_batch_state_is_continued() {
         &[("SKYHOOK_SELECTOR", "skyhook-e2e=nobody")],
     )
     .await;
-    let pname = env.ctx.name("policy");
-    let strategy = json!({"linear": {"initialBatch": 1, "delta": 1}});
-    create_policy(
+    let pname = default_only_policy(
         &env,
-        &policy(
-            &pname,
-            json!([]),
-            json!({"budget": {"percent": 100}, "strategy": strategy}),
-            false,
-        ),
+        json!({"percent": 100}),
+        json!({"linear": {"initialBatch": 1, "delta": 1}}),
+        false,
     )
     .await;
     let name = env.ctx.name("sk");
@@ -512,17 +509,9 @@ async fn a_missing_policy_blocks_until_it_is_created() {
     let ran = plugin(&env.ctx, &["deployment-policy", "preview", &name]);
     ran.fails(1, "does not exist");
 
+    // The same name the Skyhook names.
     let strategy = json!({"fixed": {"initialBatch": 2}});
-    create_policy(
-        &env,
-        &policy(
-            &pname,
-            json!([]),
-            json!({"budget": {"count": 2}, "strategy": strategy}),
-            false,
-        ),
-    )
-    .await;
+    default_only_policy(&env, json!({"count": 2}), strategy, false).await;
     let sk = env
         .wait_status(&name, Status::Complete, Duration::from_secs(90))
         .await;
@@ -540,16 +529,11 @@ async fn a_missing_policy_blocks_until_it_is_created() {
 #[tokio::test]
 async fn batch_state_resets_on_completion_and_version_bumps() {
     let env = setup("dp-reset", 3, &[]).await;
-    let pname = env.ctx.name("policy");
-    let strategy = json!({"fixed": {"initialBatch": 1}});
-    create_policy(
+    let pname = default_only_policy(
         &env,
-        &policy(
-            &pname,
-            json!([]),
-            json!({"budget": {"count": 1}, "strategy": strategy}),
-            true,
-        ),
+        json!({"count": 1}),
+        json!({"fixed": {"initialBatch": 1}}),
+        true,
     )
     .await;
     let spec = |version: &str, option: Option<bool>| {

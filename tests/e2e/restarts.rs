@@ -8,14 +8,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
 use skyhook::crd::Skyhook;
-use skyhook::schema::{self, State, Status};
+use skyhook::schema::{self, State};
 
-use crate::startup::{Child, alive};
-use crate::support::private::PrivateCluster;
+use crate::support::private::{Owned, PrivateCluster, alive, wait_complete};
 use crate::support::{cluster, free_port, jobs_per_attempt, run};
 
 /// Kills one component of the private cluster, waits `outage`, and starts it again with the
@@ -82,7 +79,7 @@ async fn a_rollout_survives_api_server_and_etcd_restarts() {
 
     let log = pc.state.with_file_name("operator.log");
     let file = std::fs::File::create(&log).expect("log file");
-    let mut op = Child(
+    let mut op = Owned(
         Command::new(env!("CARGO_BIN_EXE_skyhook-operator"))
             .arg("run")
             .env("KUBECONFIG", &kubeconfig)
@@ -99,11 +96,7 @@ async fn a_rollout_survives_api_server_and_etcd_restarts() {
     );
     let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
 
-    let kc = Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    let client = Client::try_from(config).expect("client");
+    let client = pc.client().await;
     let skyhooks: Api<Skyhook> = Api::all(client.clone());
     let jobs: Api<Job> = Api::namespaced(client.clone(), "skyhook");
     let pkg = |deps: serde_json::Value| {
@@ -165,20 +158,14 @@ async fn a_rollout_survives_api_server_and_etcd_restarts() {
     wait_jobs(9).await;
     restart(&pc, "etcd", Duration::from_secs(3));
 
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let s = skyhooks.get("restarts").await.ok();
-        if s.and_then(|s| s.status?.status) == Some(Status::Complete) {
-            break;
-        }
-        assert!(alive(&mut op.0), "the operator exited:\n{}", log_text());
-        assert!(
-            Instant::now() < deadline,
-            "the rollout did not complete:\n{}",
-            log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_complete(
+        &skyhooks,
+        "restarts",
+        &mut op,
+        &log,
+        Duration::from_secs(240),
+    )
+    .await;
     let all = jobs.list(&ListParams::default()).await.expect("jobs").items;
     for (key, n) in jobs_per_attempt(&all) {
         assert_eq!(n, 1, "{key:?} has {n} Jobs");

@@ -5,18 +5,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
 use skyhook::crd::Skyhook;
-use skyhook::schema::Status;
 
-use crate::support::private::PrivateCluster;
+use crate::support::private::{Owned, PrivateCluster, alive, wait_complete};
 use crate::support::{cluster, free_port, run};
-
-pub(crate) fn alive(child: &mut std::process::Child) -> bool {
-    matches!(child.try_wait(), Ok(None))
-}
 
 fn http_ok(port: u16, path: &str) -> bool {
     use std::io::{Read, Write};
@@ -57,7 +50,7 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
     let log = pc.state.with_file_name("operator.log");
     let probe_port = free_port();
     let file = std::fs::File::create(&log).expect("log file");
-    let mut op = Child(
+    let mut op = Owned(
         Command::new(env!("CARGO_BIN_EXE_skyhook-operator"))
             .arg("run")
             .env("KUBECONFIG", &kubeconfig)
@@ -111,11 +104,7 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         "--timeout=60s",
     ]));
 
-    let kc = Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    let client = Client::try_from(config).expect("client");
+    let client = pc.client().await;
     let skyhooks: Api<Skyhook> = Api::all(client);
     let sk: Skyhook = serde_json::from_value(json!({
         "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
@@ -130,31 +119,8 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         .create(&PostParams::default(), &sk)
         .await
         .expect("create Skyhook");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let s = skyhooks.get("late").await.ok();
-        if s.and_then(|s| s.status?.status) == Some(Status::Complete) {
-            break;
-        }
-        assert!(alive(&mut op.0), "the operator exited:\n{}", log_text());
-        assert!(
-            Instant::now() < deadline,
-            "the Skyhook did not complete:\n{}",
-            log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_complete(&skyhooks, "late", &mut op, &log, Duration::from_secs(120)).await;
     assert!(http_ok(probe_port, "/readyz"), "not ready after the CRDs");
     drop(op);
     pc.down();
-}
-
-/// Killed when dropped, so a failing test leaves no operator polling a torn-down cluster.
-pub(crate) struct Child(pub(crate) std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
