@@ -16,16 +16,24 @@ use crate::crd::Skyhook;
 use crate::schema::{self, NodeState, State, Status, TaintSpec};
 
 /// One node's status for one Skyhook.
+///
+/// A node still owed to a Skyhook ordered before this one is `waiting` here (§3.14), even when
+/// this Skyhook is paused: it would not run this Skyhook's work anyway, and the reference counts
+/// it so (its strict-order scenario: one paused node of two). A node held by a protected pod or a
+/// drain stays `in_progress`: the reason is in the Skyhook's condition, and `blocked` would mean
+/// to the rollout that the node cannot take work at all.
 pub fn node_status(sw: Switches, f: &NodeFacts, settled: bool, o: &NodeOutcome) -> Status {
     if sw.disabled {
         Status::Disabled
+    } else if f.gated && !settled {
+        Status::Waiting
     } else if sw.paused {
         Status::Paused
     } else if settled {
         Status::Complete
-    } else if f.block.is_some() || f.gated || o.held {
+    } else if f.block.is_some() {
         Status::Blocked
-    } else if o.any_state(State::InProgress) {
+    } else if o.held || o.any_state(State::InProgress) {
         Status::InProgress
     } else if o.any_state(State::Erroring) || o.any_state(State::Unknown) {
         Status::Erroring
@@ -385,30 +393,70 @@ mod tests {
                 Status::Blocked,
             ),
             (
-                "gated",
+                "gated waits",
                 run,
                 None,
                 true,
                 false,
                 false,
                 vec![],
-                Status::Blocked,
+                Status::Waiting,
             ),
             (
-                "held by a protected pod or drain",
+                "gated and paused: waiting, not paused",
+                sw(true, false),
+                None,
+                true,
+                false,
+                false,
+                vec![],
+                Status::Waiting,
+            ),
+            (
+                "gated but settled: complete",
+                run,
+                None,
+                true,
+                false,
+                true,
+                vec![Complete],
+                Status::Complete,
+            ),
+            (
+                "gated and disabled: disabled",
+                sw(false, true),
+                None,
+                true,
+                false,
+                false,
+                vec![],
+                Status::Disabled,
+            ),
+            (
+                "held by a protected pod or drain stays in_progress",
                 run,
                 None,
                 false,
                 true,
                 false,
                 vec![InProgress],
-                Status::Blocked,
+                Status::InProgress,
             ),
             (
-                "blocked beats in_progress",
+                "gated beats in_progress",
                 run,
                 None,
                 true,
+                false,
+                false,
+                vec![InProgress],
+                Status::Waiting,
+            ),
+            (
+                "a taint block beats in_progress",
+                run,
+                Some(Block::Taint),
+                false,
                 false,
                 false,
                 vec![InProgress],

@@ -497,10 +497,10 @@ fn a_lower_priority_skyhook_waits_for_the_one_before_it() {
     first.metadata.name = Some("aaa".into());
     let cases: &[(&str, &str, usize, Status)] = &[
         (
-            "earlier skyhook incomplete gates",
+            "earlier skyhook incomplete gates: waiting (§3.14)",
             "in_progress",
             0,
-            Status::Blocked,
+            Status::Waiting,
         ),
         (
             "earlier skyhook complete lets it run",

@@ -12,6 +12,7 @@ mod plugin_jobs_logs;
 mod plugin_reset;
 mod policy;
 mod restarts;
+mod scenarios;
 mod scale;
 mod startup;
 mod support;

@@ -1,0 +1,1 @@
+//! Reference scenarios: see mod.rs.
