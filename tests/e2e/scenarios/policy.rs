@@ -13,7 +13,12 @@ use skyhook::schema::{self, Status};
 use crate::operator::{Env, label, setup, skyhook, sleep};
 use crate::support::plugin::plugin;
 
-fn policy_object(name: &str, default: Value, compartments: Value, reset: Option<bool>) -> DeploymentPolicy {
+fn policy_object(
+    name: &str,
+    default: Value,
+    compartments: Value,
+    reset: Option<bool>,
+) -> DeploymentPolicy {
     let mut spec = json!({"default": default, "compartments": compartments});
     if let Some(reset) = reset {
         spec["resetBatchStateOnCompletion"] = json!(reset);
@@ -156,9 +161,9 @@ async fn busy_nodes(env: &Env, sk: &str) -> BTreeSet<String> {
         .await
         .iter()
         .filter(|j| {
-            j.status.as_ref().is_none_or(|s| {
-                s.completion_time.is_none() && s.failed.unwrap_or(0) == 0
-            })
+            j.status
+                .as_ref()
+                .is_none_or(|s| s.completion_time.is_none() && s.failed.unwrap_or(0) == 0)
         })
         .map(|j| label(j, schema::NODE_LABEL).to_string())
         .collect()
@@ -171,7 +176,12 @@ async fn delete_skyhook_and_wait(env: &Env, name: &str, step: &str) {
         .unwrap_or_else(|e| panic!("{step}: delete Skyhook {name}: {e}"));
     env.ctx
         .wait_for(step, Duration::from_secs(60), || async {
-            env.skyhooks.get_opt(name).await.ok()?.is_none().then_some(())
+            env.skyhooks
+                .get_opt(name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
         })
         .await;
 }
@@ -375,14 +385,22 @@ async fn linear_strategy() {
 
     for (batch, step) in [
         (1, "track-batch-progression: batch 1 (>= 1 completed)"),
-        (2, "track-batch-progression: batch 2 (>= 2 completed, currentBatch >= 2)"),
-        (3, "track-batch-progression: batch 3 (>= 3 completed, currentBatch >= 3)"),
-        (4, "track-batch-progression: batch 4 (>= 4 completed, currentBatch >= 4)"),
+        (
+            2,
+            "track-batch-progression: batch 2 (>= 2 completed, currentBatch >= 2)",
+        ),
+        (
+            3,
+            "track-batch-progression: batch 3 (>= 3 completed, currentBatch >= 3)",
+        ),
+        (
+            4,
+            "track-batch-progression: batch 4 (>= 4 completed, currentBatch >= 4)",
+        ),
     ] {
         assert_skyhook(&env, &name, step, t, |sk| {
-            compartment(sk, "production").is_some_and(|c| {
-                c.completed >= batch && (batch == 1 || current_batch(c) >= batch)
-            })
+            compartment(sk, "production")
+                .is_some_and(|c| c.completed >= batch && (batch == 1 || current_batch(c) >= batch))
         })
         .await;
     }
@@ -409,9 +427,24 @@ async fn linear_strategy() {
         &[
             ("skyhook_rollout_completed", "production", "linear", 8.0),
             ("skyhook_rollout_in_progress", "production", "linear", 0.0),
-            ("skyhook_rollout_progress_percent", "production", "linear", 100.0),
-            ("skyhook_rollout_consecutive_failures", "production", "linear", 0.0),
-            ("skyhook_rollout_current_batch", "production", "linear", batch_now),
+            (
+                "skyhook_rollout_progress_percent",
+                "production",
+                "linear",
+                100.0,
+            ),
+            (
+                "skyhook_rollout_consecutive_failures",
+                "production",
+                "linear",
+                0.0,
+            ),
+            (
+                "skyhook_rollout_current_batch",
+                "production",
+                "linear",
+                batch_now,
+            ),
         ],
     )
     .await;
@@ -477,7 +510,12 @@ async fn multi_compartment() {
     .await;
     let mut want = Vec::new();
     for &(c, matched, ceiling) in &shape {
-        want.push(("skyhook_rollout_matched_nodes", c, "exponential", matched as f64));
+        want.push((
+            "skyhook_rollout_matched_nodes",
+            c,
+            "exponential",
+            matched as f64,
+        ));
         want.push(("skyhook_rollout_ceiling", c, "exponential", ceiling as f64));
     }
     assert_rollout_metrics(&env, "verify-compartments (metrics)", &name, &pname, &want).await;
@@ -490,7 +528,11 @@ async fn multi_compartment() {
         &name,
         "track-batch-progression: batch 1 (critical >= 1, standard >= 1, test >= 2 completed)",
         t,
-        |sk| at_least(sk, "critical", 1, 0) && at_least(sk, "standard", 1, 0) && at_least(sk, "test", 2, 0),
+        |sk| {
+            at_least(sk, "critical", 1, 0)
+                && at_least(sk, "standard", 1, 0)
+                && at_least(sk, "test", 2, 0)
+        },
     )
     .await;
     assert_skyhook(
@@ -519,10 +561,20 @@ async fn multi_compartment() {
     .await;
     let mut want = Vec::new();
     for &(c, matched, _) in &shape {
-        want.push(("skyhook_rollout_completed", c, "exponential", matched as f64));
+        want.push((
+            "skyhook_rollout_completed",
+            c,
+            "exponential",
+            matched as f64,
+        ));
         want.push(("skyhook_rollout_in_progress", c, "exponential", 0.0));
         want.push(("skyhook_rollout_progress_percent", c, "exponential", 100.0));
-        want.push(("skyhook_rollout_consecutive_failures", c, "exponential", 0.0));
+        want.push((
+            "skyhook_rollout_consecutive_failures",
+            c,
+            "exponential",
+            0.0,
+        ));
     }
     assert_rollout_metrics(&env, "verify-final-metrics", &name, &pname, &want).await;
 
@@ -609,23 +661,45 @@ async fn overlapping_selectors() {
         &name,
         "track-batch-progression: batch 1 (>= 1 completed in each compartment)",
         t,
-        |sk| shape.iter().all(|&(c, _, _)| compartment(sk, c).is_some_and(|s| s.completed >= 1)),
-    )
-    .await;
-    assert_skyhook(
-        &env,
-        &name,
-        "track-batch-progression: batch 2 (2 completed each; us-west and production at batch >= 2)",
-        t,
         |sk| {
-            shape.iter().all(|&(c, strategy, _)| {
-                compartment(sk, c).is_some_and(|s| {
-                    s.completed >= 2 && (strategy == "fixed" || current_batch(s) >= 2)
-                })
-            })
+            shape
+                .iter()
+                .all(|&(c, _, _)| compartment(sk, c).is_some_and(|s| s.completed >= 1))
         },
     )
     .await;
+    // The scenario asserts one snapshot with all three compartments at 2 completed and
+    // us-west and production at batch >= 2. Both operators reset the batch state in the pass
+    // that makes the Skyhook complete (the reference: `SetStatus` -> `resetSkyhookBatchState`,
+    // and `evaluateCompletedBatches` skipped once complete), so that snapshot exists only when
+    // prod-us-west (fixed, no batch condition) is the last to finish: a matter of pod timing.
+    // Here each half is asserted when it holds: batch >= 2 while the second batches run, and
+    // 2 completed in every compartment.
+    let step = "track-batch-progression: batch 2 (us-west and production at batch >= 2, then 2 completed in each compartment)";
+    let mut grown: BTreeSet<&str> = BTreeSet::new();
+    let deadline = Instant::now() + t;
+    loop {
+        let sk = env.skyhooks.get(&name).await.expect("get Skyhook");
+        for c in ["us-west", "production"] {
+            if status_of(&sk) != Some(Status::Complete)
+                && compartment(&sk, c).is_some_and(|s| current_batch(s) >= 2)
+            {
+                grown.insert(c);
+            }
+        }
+        let all_done = shape
+            .iter()
+            .all(|&(c, _, _)| compartment(&sk, c).is_some_and(|s| s.completed >= 2));
+        if grown.len() == 2 && all_done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{step}: timed out; batch >= 2 seen in {grown:?}, compartments now {:?}",
+            sk.status.map(|s| s.compartment_statuses)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_skyhook(
         &env,
         &name,
