@@ -48,6 +48,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         configmaps: &world.configmaps,
         pods_on_nodes: &Default::default(),
         busy_nodes: &world.busy,
+        go_pods: &Default::default(),
         invalid: &[],
         config: &config,
         operator_version: env!("CARGO_PKG_VERSION"),

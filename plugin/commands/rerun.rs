@@ -15,7 +15,13 @@ use crate::app::prompt::ask;
 
 /// Attempts at the read-modify-write of one node's state before giving up: the operator may be
 /// writing the same annotation.
-const WRITE_ATTEMPTS: usize = 5;
+const WRITE_ATTEMPTS: u32 = 5;
+
+/// The pause before re-reading after attempt `n` conflicted: the operator writes a node in
+/// short bursts (its patch, then its conditions), so a moment later it is usually quiet.
+fn pause(n: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(100 * u64::from(n))
+}
 
 /// What `package rerun` resets.
 pub struct Target<'a> {
@@ -61,7 +67,10 @@ async fn rerun_on(
     target: &Target<'_>,
     version: &str,
 ) -> Result<(), CliError> {
-    for _ in 0..WRITE_ATTEMPTS {
+    for n in 0..WRITE_ATTEMPTS {
+        if n > 0 {
+            tokio::time::sleep(pause(n)).await;
+        }
         let (annotations, resource_version) = kube.node_annotations(node).await?;
         let raw = annotations.get(key).ok_or_else(|| CliError::Api {
             action: format!("updating node {node:?}"),
@@ -84,7 +93,10 @@ async fn rerun_on(
     }
     Err(CliError::Api {
         action: format!("updating node {node:?}"),
-        message: format!("the node kept changing; {WRITE_ATTEMPTS} attempts conflicted, retry"),
+        message: format!(
+            "the node kept changing while the package state was being written ({WRITE_ATTEMPTS} \
+             writes refused with 409 Conflict); nothing was changed on it, run the command again"
+        ),
     })
 }
 

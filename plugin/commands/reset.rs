@@ -86,6 +86,11 @@ pub fn forget_patch(skyhook: &str) -> Value {
 }
 
 /// Applies [`forget_patch`] to every target; prints the outcome and returns the failures.
+///
+/// Unlike `package rerun`, this write carries no resourceVersion precondition: it only removes
+/// keys and computes nothing from what it read, so whatever the operator wrote before it is
+/// meant to go, and a precondition would only make it retry. The operator's own node patches
+/// are guarded, so an operator pass planned before the reset cannot write the state back.
 async fn forget(
     kube: &Kube,
     out: &mut dyn Write,

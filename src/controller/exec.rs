@@ -9,9 +9,11 @@
 //! 4. node patches (merge): node state, status, labels, `spec.unschedulable`, `spec.taints`. The
 //!    outcomes read from finished Jobs are durable here, before step 6 marks those Jobs recorded,
 //!    and a cordon is persisted before any Job of an interrupt package exists. Nodes that start
-//!    work are written after the others, so the stored state never exceeds the budget;
+//!    work are written after the others, so the stored state never exceeds the budget. Each
+//!    patch is guarded by the resourceVersion it was computed from (see "Conflicts" below);
 //! 5. node conditions (strategic merge);
-//! 6. Job operations: `Record`, `Fail`, `Delete`;
+//! 6. Job operations: `Record`, `Fail`, `Delete`, and deleting the Go operator's pods (their
+//!    outcome, if any, was stored in step 4);
 //! 7. Jobs (create; 409 means an earlier pass created it: adopt it). A node state that says a
 //!    stage runs before its Job exists is safe: a pass that finds no Job creates it;
 //! 8. evictions (a 429 from a PodDisruptionBudget becomes a `DrainBlocked` Warning, retried next
@@ -26,8 +28,20 @@
 //! a step is attempted; if any failed for good, the pass stops after that step (later steps may depend on it) and the next pass
 //! redoes what is missing. A 404 on a Job op, a pod eviction, a node or the finalizer removal is
 //! ignored: the object went away.
+//!
+//! Conflicts. Every write computed from a copy of an object that someone else may change
+//! carries that copy's resourceVersion: the Skyhook's metadata, its status and node patches.
+//! Others do change them: `kubectl skyhook package rerun` and `node reset` rewrite the node-state
+//! annotation (one JSON value), an administrator cordons or taints a node, and the plugin's
+//! `reset` and `deployment-policy reset` patch the status. A 409 means this pass planned from an
+//! older copy, not that anything failed: the writes that depend on that copy are left out
+//! ([`Plan::drop_work_of`]), the other nodes' work goes on, and the pass ends as
+//! [`Written::Conflict`], which the controller requeues within a second, with no error, backoff
+//! or Warning Event. The watch has usually delivered the newer copy by then. Node conditions
+//! are a strategic merge by type, which cannot overwrite anyone else's, and are not guarded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, stream};
@@ -44,13 +58,28 @@ use super::events::EventSink;
 use super::retry::retried;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::JobView;
-use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
+use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 
 const MANAGER: &str = "skyhook-operator";
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// A write guarded by a resourceVersion that the object no longer has.
+fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::Kube(k) if is_status(k, 409))
+}
+
+/// How a pass's writes ended, when none failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Everything the plan asked for.
+    All,
+    /// An object changed after the pass read it, and the writes that depended on that copy
+    /// were left out: the next pass should follow soon.
+    Conflict,
 }
 
 /// `Ok` for success and for a 404 (the object went away); the error otherwise.
@@ -67,8 +96,8 @@ pub async fn execute(
     events: &EventSink,
     namespace: &str,
     sk: &Skyhook,
-    plan: Plan,
-) -> Result<(), Error> {
+    mut plan: Plan,
+) -> Result<Written, Error> {
     let w = Writer {
         client,
         events,
@@ -78,14 +107,25 @@ pub async fn execute(
         jobs: Api::namespaced(client.clone(), namespace),
         cms: Api::namespaced(client.clone(), namespace),
         nodes: Api::all(client.clone()),
+        conflicts: Mutex::new(BTreeSet::new()),
     };
     let w = &w;
     // The status replace below must carry the newest resourceVersion.
     let mut resource_version = sk.resource_version();
     if plan.add_finalizer || plan.version_annotation.is_some() {
-        resource_version = w
+        match w
             .patch_metadata(plan.add_finalizer, plan.version_annotation.as_deref())
-            .await?;
+            .await
+        {
+            Ok(rv) => resource_version = rv,
+            // The Skyhook itself changed (its spec, a pause, a plugin's status patch): the
+            // whole plan may be stale.
+            Err(e) if is_conflict(&e) => {
+                info!(skyhook = %w.name, "the Skyhook changed since this pass read it; planning again");
+                return Ok(Written::Conflict);
+            }
+            Err(e) => return Err(e),
+        }
     }
     if plan.delete_owned {
         w.delete_owned().await?;
@@ -96,13 +136,32 @@ pub async fn execute(
         .map(|cm| retried(move || w.apply_configmap(cm).boxed()).boxed())
         .collect())
     .await?;
-    // Nodes leaving work are stored before nodes starting it (see `NodePatch::starts`).
+    // Nodes leaving work are stored before nodes starting it (see `NodePatch::starts`). If one
+    // of the first could not be stored, none of the second is: the stored state could
+    // otherwise show more nodes at work than the budget allows.
+    let mut left_out = BTreeSet::new();
     for starting in [false, true] {
         let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
+        left_out.extend(w.take_conflicts());
+        if starting && !left_out.is_empty() {
+            left_out.extend(patches.map(|p| p.node.clone()));
+            break;
+        }
         all(patches
             .map(|p| retried(move || w.patch_node(p).boxed()).boxed())
             .collect())
         .await?;
+    }
+    left_out.extend(w.take_conflicts());
+    let mut written = Written::All;
+    if !left_out.is_empty() {
+        info!(
+            skyhook = %w.name,
+            nodes = ?left_out,
+            "nodes changed since this pass read them; their work waits for the next pass"
+        );
+        plan.drop_work_of(&left_out);
+        written = Written::Conflict;
     }
     all(plan
         .node_conditions
@@ -128,14 +187,22 @@ pub async fn execute(
         .map(|e| retried(move || w.evict(e).boxed()).boxed())
         .collect())
     .await?;
-    if let Some(status) = plan.status {
-        w.replace_status(status, resource_version).await?;
+    if let Some(status) = plan.status.take() {
+        match w.replace_status(status, resource_version).await {
+            Ok(()) => {}
+            Err(e) if is_conflict(&e) => {
+                info!(skyhook = %w.name, "the Skyhook changed since this pass read it; its status waits for the next pass");
+                plan.drop_status();
+                written = Written::Conflict;
+            }
+            Err(e) => return Err(e),
+        }
     }
-    if plan.remove_finalizer {
-        w.remove_finalizer().await?;
+    if plan.remove_finalizer && w.remove_finalizer().await? == Written::Conflict {
+        written = Written::Conflict;
     }
     w.publish_events(&plan.events);
-    Ok(())
+    Ok(written)
 }
 
 /// Writes at once within one step of a pass. The API server's default in-flight limits (400
@@ -171,9 +238,20 @@ struct Writer<'a> {
     jobs: Api<Job>,
     cms: Api<ConfigMap>,
     nodes: Api<Node>,
+    /// Nodes whose patch met a 409 in this pass.
+    conflicts: Mutex<BTreeSet<String>>,
 }
 
 impl Writer<'_> {
+    fn take_conflicts(&self) -> BTreeSet<String> {
+        // A poisoned lock only means a writer panicked mid-insert; the set is still usable.
+        let mut set = self
+            .conflicts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::take(&mut *set)
+    }
+
     /// The finalizer and the version annotation in one merge patch, guarded by the
     /// resourceVersion this pass read. Returns the patched Skyhook's resourceVersion.
     async fn patch_metadata(
@@ -278,7 +356,7 @@ impl Writer<'_> {
         Err(Error::JobNameTaken(message))
     }
 
-    async fn job_op(&self, op: &JobOp) -> Result<(), Error> {
+    async fn job_op(&self, (_, op): &(String, JobOp)) -> Result<(), Error> {
         {
             let res = match op {
                 JobOp::Counted { job } => {
@@ -326,13 +404,24 @@ impl Writer<'_> {
                     .delete(job, &DeleteParams::foreground())
                     .await
                     .map(|_| ()),
+                // The Go operator's pod, in the namespace of our Jobs; the planner waits until
+                // it is gone before its stage runs as a Job.
+                JobOp::DeleteGoPod { pod } => {
+                    let ns = self.jobs.namespace().unwrap_or_default();
+                    info!(skyhook = %self.name, %pod, "deleting a pod of the Go operator");
+                    Api::<Pod>::namespaced(self.client.clone(), ns)
+                        .delete(pod, &DeleteParams::default())
+                        .await
+                        .map(|_| ())
+                }
             };
             ignore_not_found(res)?;
         }
         Ok(())
     }
 
-    async fn evict(&self, (ns, pod): &(String, String)) -> Result<(), Error> {
+    async fn evict(&self, e: &Eviction) -> Result<(), Error> {
+        let (ns, pod) = (&e.namespace, &e.pod);
         {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             match pods.evict(pod, &kube::api::EvictParams::default()).await {
@@ -372,30 +461,25 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// A 409 (the node changed since this pass read it) is recorded, not an error: see
+    /// "Conflicts" at the top.
     async fn patch_node(&self, p: &NodePatch) -> Result<(), Error> {
+        let body = node_patch_body(p);
+        match self
+            .nodes
+            .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))
+            .await
         {
-            let mut meta = serde_json::Map::new();
-            if !p.annotations.is_empty() {
-                meta.insert("annotations".into(), to_json_map(&p.annotations));
+            Err(e) if is_status(&e, 409) => {
+                debug!(skyhook = %self.name, node = %p.node, "node changed since this pass read it");
+                self.conflicts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(p.node.clone());
+                Ok(())
             }
-            if !p.labels.is_empty() {
-                meta.insert("labels".into(), to_json_map(&p.labels));
-            }
-            let mut body = json!({"metadata": meta});
-            if let Some(u) = p.unschedulable {
-                body["spec"]["unschedulable"] = json!(u);
-            }
-            if let Some(t) = &p.taints {
-                // A merge patch replaces the list, so send all of it (null when empty).
-                body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
-            }
-            let res = self
-                .nodes
-                .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))
-                .await;
-            ignore_not_found(res)?;
+            res => ignore_not_found(res),
         }
-        Ok(())
     }
 
     async fn patch_node_conditions(
@@ -435,7 +519,7 @@ impl Writer<'_> {
         Ok(())
     }
 
-    async fn remove_finalizer(&self) -> Result<(), Error> {
+    async fn remove_finalizer(&self) -> Result<Written, Error> {
         let sk = self.sk;
         let finalizers: Vec<String> = sk
             .finalizers()
@@ -451,9 +535,10 @@ impl Writer<'_> {
         {
             Ok(_) => info!(skyhook = %self.name, "released the finalizer"),
             Err(e) if is_status(&e, 404) => {}
+            Err(e) if is_status(&e, 409) => return Ok(Written::Conflict),
             Err(e) => return Err(e.into()),
         }
-        Ok(())
+        Ok(Written::All)
     }
 
     /// Events on the Skyhook or a node, queued for the publishing task.
@@ -490,6 +575,30 @@ impl Writer<'_> {
     }
 }
 
+/// The merge patch of one node: `None` values remove keys, the taint list is replaced whole,
+/// and the resourceVersion the patch was computed from is its precondition.
+fn node_patch_body(p: &NodePatch) -> Value {
+    let mut meta = serde_json::Map::new();
+    if !p.annotations.is_empty() {
+        meta.insert("annotations".into(), to_json_map(&p.annotations));
+    }
+    if !p.labels.is_empty() {
+        meta.insert("labels".into(), to_json_map(&p.labels));
+    }
+    if let Some(rv) = &p.resource_version {
+        meta.insert("resourceVersion".into(), json!(rv));
+    }
+    let mut body = json!({"metadata": meta});
+    if let Some(u) = p.unschedulable {
+        body["spec"]["unschedulable"] = json!(u);
+    }
+    if let Some(t) = &p.taints {
+        // A merge patch replaces the list, so send all of it (null when empty).
+        body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
+    }
+    body
+}
+
 fn background() -> DeleteParams {
     DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
@@ -517,4 +626,39 @@ fn with_kind<T: serde::Serialize>(obj: &T, api_version: &str, kind: &str) -> Val
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_patch_carries_its_resource_version_as_a_precondition() {
+        let mut p = NodePatch::new("n1");
+        p.annotations.insert("a".into(), Some("1".into()));
+        p.annotations.insert("gone".into(), None);
+        p.taints = Some(Vec::new());
+        p.unschedulable = Some(false);
+        assert_eq!(
+            node_patch_body(&p),
+            json!({"metadata": {"annotations": {"a": "1", "gone": null}},
+                   "spec": {"unschedulable": false, "taints": null}})
+        );
+        p.resource_version = Some("42".into());
+        assert_eq!(node_patch_body(&p)["metadata"]["resourceVersion"], "42");
+    }
+
+    #[test]
+    fn only_a_409_is_a_conflict() {
+        let api = |code: u16| {
+            Error::Kube(kube::Error::Api(
+                kube::core::Status::failure("m", "r")
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        for (code, want) in [(409, true), (404, false), (422, false), (500, false)] {
+            assert_eq!(is_conflict(&api(code)), want, "{code}");
+        }
+    }
 }

@@ -22,21 +22,21 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use leader::{Leadership, lead, supervise};
 use thiserror::Error;
 use tracing::{error, info, warn};
 use watch::{
-    node_watch, owned_watch, pod_fingerprint, policy_watch, prune_job, prune_meta, prune_pod,
+    node_watch, owned_watch, pod_triggers, policy_watch, prune_job, prune_meta, prune_pod,
     watch_config,
 };
 
 use crate::crd::{self, DeploymentPolicy, Skyhook};
-use crate::jobs::JobView;
+use crate::jobs::{GoPod, JobView};
 use crate::metrics::Metrics;
 use crate::plan::{self, Inputs};
 use crate::schema;
@@ -149,8 +149,7 @@ pub async fn run(
         schema::NAME_LABEL,
         prune_pod,
     );
-    let pod_stream = (pod_events.applied_objects())
-        .predicate_filter(pod_fingerprint, PredicateConfig::default());
+    let pod_stream = pod_triggers(pod_events);
     let (configmaps, cm_events) = owned_watch(
         Api::<ConfigMap>::namespaced(client.clone(), &ns),
         schema::NAME_LABEL,
@@ -357,8 +356,12 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if sk.meta().deletion_timestamp.is_some() {
         ctx.metrics.forget(&name);
         let plan = plan::plan_delete(&sk, &nodes);
-        exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
-        return Ok(Action::await_change());
+        let written =
+            exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
+        return Ok(match written {
+            exec::Written::All => Action::await_change(),
+            exec::Written::Conflict => Action::requeue(CONFLICT_REQUEUE),
+        });
     }
     let mut normalized = (*sk).clone();
     crd::normalize(&mut normalized);
@@ -374,6 +377,7 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .collect();
     let pods_on_nodes = drain_view(&ctx, &normalized, &nodes).await?;
     let busy_nodes = busy_elsewhere(&ctx, &name);
+    let go_pods = go_pods(&ctx, &name);
     let plan = plan::plan(&Inputs {
         skyhook: &normalized,
         skyhooks: &skyhooks,
@@ -383,6 +387,7 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         configmaps: &configmaps,
         pods_on_nodes: &pods_on_nodes,
         busy_nodes: &busy_nodes,
+        go_pods: &go_pods,
         invalid: &invalid,
         config: &ctx.config,
         operator_version: &ctx.version,
@@ -393,9 +398,20 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         ctx.metrics
             .observe(&normalized, status, &plan.policy_label, &plan.compartments);
     }
-    exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
-    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+    let written = exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
+    Ok(match written {
+        exec::Written::All => requeue.map_or_else(Action::await_change, Action::requeue),
+        exec::Written::Conflict => {
+            Action::requeue(requeue.map_or(CONFLICT_REQUEUE, |r| r.min(CONFLICT_REQUEUE)))
+        }
+    })
 }
+
+/// The next pass after a write met a 409 (an object changed after the pass read it). Not the
+/// error policy's 5 s: nothing failed, and the watch usually delivers the newer copy within
+/// milliseconds (its event often schedules the pass sooner). Not at once either, so that a
+/// cache that lags for longer is not hammered.
+const CONFLICT_REQUEUE: Duration = Duration::from_secs(1);
 
 /// What the operator-side validation finds wrong with the Skyhook and the policy it names (the
 /// policy has no status of its own, so its problems show on the Skyhooks that use it).
@@ -437,14 +453,41 @@ fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<JobView> {
         .collect()
 }
 
-/// Nodes where a Job of another Skyhook runs.
+/// Nodes where a Job of another Skyhook runs, or a pod of the Go operator for another Skyhook
+/// (unless it failed: it waits for that Skyhook's pass to replace it).
 fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
-    ctx.jobs
+    let mut busy: BTreeSet<String> = ctx
+        .jobs
         .state()
         .iter()
         .filter(|j| j.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(skyhook))
         .filter_map(|j| JobView::from_job(j, None))
         .filter(|v| !v.finished())
         .map(|v| v.node)
-        .collect()
+        .collect();
+    busy.extend(
+        ctx.pods
+            .state()
+            .iter()
+            .filter(|p| p.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(skyhook))
+            .filter_map(|p| GoPod::from_pod(p))
+            .filter(|p| p.deleting || !p.failed())
+            .map(|p| p.node),
+    );
+    busy
+}
+
+/// This Skyhook's pods left by the Go operator (package and interrupt pods in the operator
+/// namespace, by the reference's labels), by node.
+fn go_pods(ctx: &Ctx, skyhook: &str) -> BTreeMap<String, Vec<GoPod>> {
+    let mut by_node: BTreeMap<String, Vec<GoPod>> = BTreeMap::new();
+    let ours = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.labels().get(schema::NAME_LABEL).map(String::as_str) == Some(skyhook));
+    for p in ours.filter_map(|p| GoPod::from_pod(&p)) {
+        by_node.entry(p.node.clone()).or_default().push(p);
+    }
+    by_node
 }

@@ -4,8 +4,11 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
+use futures::TryStreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStatus, Node, NodeSystemInfo, Pod};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStatus, Node, NodeSystemInfo, Pod, PodSpec,
+};
 use kube::Client;
 use kube::Resource;
 use kube::api::Api;
@@ -13,6 +16,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 
 use crate::crd::DeploymentPolicy;
+use crate::jobs::GoPod;
 
 /// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
 /// conditions, boot id); images, volumes, addresses and capacities are most of a Node's bytes.
@@ -51,10 +55,14 @@ pub(super) fn prune_job(j: &mut Job) {
     }
 }
 
-/// A stage pod is read for its Job label and its containers' waiting reasons only.
+/// A stage pod is read for its Job label and its containers' waiting reasons; a pod of the Go
+/// operator ([`GoPod`]) also for its node and its init containers' restarts and last exit.
 pub(super) fn prune_pod(p: &mut Pod) {
     p.metadata.managed_fields = None;
-    p.spec = None;
+    p.spec = p.spec.take().map(|s| PodSpec {
+        node_name: s.node_name,
+        ..PodSpec::default()
+    });
     if let Some(s) = p.status.as_mut() {
         let keep = |list: &mut Option<Vec<ContainerStatus>>| {
             if let Some(list) = list.as_mut() {
@@ -62,6 +70,17 @@ pub(super) fn prune_pod(p: &mut Pod) {
                     *c = ContainerStatus {
                         name: std::mem::take(&mut c.name),
                         state: c.state.take(),
+                        restart_count: c.restart_count,
+                        last_state: c.last_state.take().and_then(|l| l.terminated).map(|t| {
+                            ContainerState {
+                                terminated: Some(ContainerStateTerminated {
+                                    exit_code: t.exit_code,
+                                    finished_at: t.finished_at,
+                                    ..ContainerStateTerminated::default()
+                                }),
+                                ..ContainerState::default()
+                            }
+                        }),
                         ..ContainerStatus::default()
                     };
                 }
@@ -98,18 +117,54 @@ pub(super) fn node_fingerprint(n: &Node) -> Option<u64> {
 }
 
 /// A stage pod matters to a pass only through its containers' waiting reasons (a stuck image
-/// pull); its Job reports everything else.
+/// pull); its Job reports everything else. A pod of the Go operator has no Job: every step of
+/// its init containers (running, exit code, restarts) and its removal matter.
 pub(super) fn pod_fingerprint(p: &Pod) -> Option<u64> {
     let mut h = DefaultHasher::new();
     p.metadata.deletion_timestamp.is_some().hash(&mut h);
+    let go = GoPod::from_pod(p).is_some();
+    if go {
+        (p.metadata.generation == Some(GONE)).hash(&mut h);
+    }
     if let Some(s) = &p.status {
         let all = s.init_container_statuses.iter().flatten();
         for c in all.chain(s.container_statuses.iter().flatten()) {
-            let waiting = c.state.as_ref().and_then(|st| st.waiting.as_ref());
+            let state = c.state.as_ref();
+            let waiting = state.and_then(|st| st.waiting.as_ref());
             (&c.name, waiting.and_then(|w| w.reason.as_ref())).hash(&mut h);
+            if go {
+                let exit = state.and_then(|st| st.terminated.as_ref().map(|t| t.exit_code));
+                let running = state.is_some_and(|st| st.running.is_some());
+                (exit, running, c.restart_count).hash(&mut h);
+            }
+        }
+        if go {
+            s.phase.hash(&mut h);
         }
     }
     Some(h.finish())
+}
+
+/// Marks a deleted pod of the Go operator (a generation no pod has): the planner waits for such
+/// a pod to be gone before the Job of its stage starts, so its removal must start a pass, and
+/// its last fingerprint must differ from the one before. Our Jobs' pods report through their
+/// Jobs.
+const GONE: i64 = -1;
+
+/// Pod watch events as objects worth a pass: changes, and the removal of a Go operator's pod.
+pub(super) fn pod_triggers(
+    events: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send,
+) -> impl futures::Stream<Item = Result<Pod, watcher::Error>> + Send {
+    events
+        .map_ok(|e| match e {
+            watcher::Event::Delete(mut p) if GoPod::from_pod(&p).is_some() => {
+                p.metadata.generation = Some(GONE);
+                watcher::Event::Apply(p)
+            }
+            e => e,
+        })
+        .applied_objects()
+        .predicate_filter(pod_fingerprint, PredicateConfig::default())
 }
 
 pub(super) fn prune_meta<K: Resource>(o: &mut K) {

@@ -9,15 +9,18 @@
 //! Everything here is pure: the same inputs give the same object, so the planner can compare and
 //! the executor can create without reading anything back. Every key, name and format comes from
 //! [`crate::schema`]; [`JobView`] (`view.rs`) reads the Jobs back from exactly the labels and
-//! annotations written here.
+//! annotations written here. [`GoPod`] (`go_pod.rs`) reads the pods the Go operator left, for
+//! the hand-over.
 
 mod configmaps;
+pub mod go_pod;
 mod interrupt;
 mod pod;
 mod stage;
 pub mod view;
 
 pub use configmaps::{node_metadata_configmap, package_configmap, packages_json};
+pub use go_pod::{GoOutcome, GoPod};
 pub use interrupt::{InterruptJob, interrupt_job};
 pub use stage::{StageJob, stage_job};
 pub use view::{JobView, Outcome, STUCK_WAITING_REASONS};

@@ -1,6 +1,6 @@
 //! What a pass decides: the [`Plan`] the executor applies, in the order of its fields.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{BatchState, DeploymentBudget, SkyhookStatus};
+use crate::schema;
 
 /// A metadata change of one node: `None` values remove the key.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -23,6 +24,12 @@ pub struct NodePatch {
     /// others, so a node leaving the batch is stored as done before the next one is stored as
     /// working: the stored state never shows more nodes at work than the budget allows.
     pub starts: bool,
+    /// The `resourceVersion` of the node this patch was computed from. The patch carries it as
+    /// a precondition: the node-state annotation is one JSON value and the taints one list, so
+    /// a patch computed from an older copy would write back whatever changed since (a
+    /// `package rerun`, a `node reset`, an administrator's taint). The API server refuses it
+    /// with 409 instead, and the next pass plans from the newer copy.
+    pub resource_version: Option<String>,
 }
 
 impl NodePatch {
@@ -30,6 +37,14 @@ impl NodePatch {
         NodePatch {
             node: node.to_string(),
             ..NodePatch::default()
+        }
+    }
+
+    /// A patch of `node`, guarded by the resourceVersion of this copy of it.
+    pub fn of(node: &k8s_openapi::api::core::v1::Node) -> Self {
+        NodePatch {
+            resource_version: node.metadata.resource_version.clone(),
+            ..NodePatch::new(node.metadata.name.as_deref().unwrap_or_default())
         }
     }
 
@@ -63,12 +78,31 @@ pub enum JobOp {
     Counted {
         job: String,
     },
+    /// Delete a package or interrupt pod the Go operator left in the operator namespace: its
+    /// outcome is in the node state, or it is stale.
+    DeleteGoPod {
+        pod: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     Skyhook,
     Node,
+}
+
+/// Which write of the pass an Event reports. An Event is published only if that write landed:
+/// when it did not (the object changed since the pass read it), the next pass plans the same
+/// change again and announces it then, so it is announced once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Reports {
+    /// The pass as a whole.
+    #[default]
+    Pass,
+    /// One node's work: its patch and what depends on it (Jobs, Job operations, evictions).
+    Node(String),
+    /// A change of the Skyhook's status.
+    Status,
 }
 
 /// An Event to publish.
@@ -80,6 +114,7 @@ pub struct Note {
     pub warning: bool,
     pub reason: String,
     pub message: String,
+    pub reports: Reports,
 }
 
 impl Note {
@@ -90,6 +125,7 @@ impl Note {
             warning: false,
             reason: reason.to_string(),
             message,
+            reports: Reports::Pass,
         }
     }
 
@@ -97,6 +133,7 @@ impl Note {
         Note {
             target: Target::Node,
             node: Some(node.to_string()),
+            reports: Reports::Node(node.to_string()),
             ..Note::skyhook(reason, message)
         }
     }
@@ -107,6 +144,30 @@ impl Note {
             ..self
         }
     }
+
+    /// This Event reports `node`'s work (a Skyhook Event about one node).
+    pub fn about(self, node: &str) -> Self {
+        Note {
+            reports: Reports::Node(node.to_string()),
+            ..self
+        }
+    }
+
+    /// This Event reports a change of the Skyhook's status.
+    pub fn of_status(self) -> Self {
+        Note {
+            reports: Reports::Status,
+            ..self
+        }
+    }
+}
+
+/// A pod to evict through the Eviction API, for the drain of `node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub node: String,
+    pub namespace: String,
+    pub pod: String,
 }
 
 /// One compartment as this pass sees it.
@@ -138,9 +199,9 @@ pub struct Plan {
     pub create_jobs: Vec<Job>,
     /// Jobs due this pass but left to the next one ([`super::launch::MAX_JOB_CREATES_PER_PASS`]).
     pub deferred_jobs: usize,
-    pub job_ops: Vec<JobOp>,
-    /// Pods to evict through the Eviction API (namespace, name).
-    pub evictions: Vec<(String, String)>,
+    /// Each with the node whose work it is.
+    pub job_ops: Vec<(String, JobOp)>,
+    pub evictions: Vec<Eviction>,
     /// Delete every Job and ConfigMap this Skyhook owns (deletion).
     pub delete_owned: bool,
     pub node_patches: Vec<NodePatch>,
@@ -153,4 +214,136 @@ pub struct Plan {
     pub compartments: Vec<CompartmentPlan>,
     /// The metrics' `policy_name`: the policy, or `legacy`.
     pub policy_label: String,
+}
+
+impl Plan {
+    /// Leaves out every write that depends on the patches of `nodes`, which did not land (the
+    /// node changed after this pass read it): their conditions, Job operations, new Jobs and
+    /// evictions, and the Events reporting them. A Job is never created, nor a finished Job
+    /// marked recorded, nor a pod evicted, unless the node state that accounts for it (and the
+    /// cordon before a drain) is stored. The status goes too: it describes every node as
+    /// planned, and its batch state counts them, so writing it would store a view that the
+    /// nodes do not, and the next pass could evaluate the same batch twice. A deletion keeps
+    /// its finalizer until every node is clean. The next pass, from the newer copies, plans
+    /// all of it again.
+    pub fn drop_work_of(&mut self, nodes: &BTreeSet<String>) {
+        if nodes.is_empty() {
+            return;
+        }
+        let kept = |node: &str| !nodes.contains(node);
+        self.node_conditions.retain(|(n, _, _)| kept(n));
+        self.job_ops.retain(|(n, _)| kept(n));
+        self.create_jobs.retain(|j| job_node(j).is_none_or(&kept));
+        self.evictions.retain(|e| kept(&e.node));
+        self.events.retain(|e| match &e.reports {
+            Reports::Node(n) => kept(n),
+            Reports::Pass | Reports::Status => true,
+        });
+        self.remove_finalizer = false;
+        self.drop_status();
+    }
+
+    /// The status is not written this pass: nor are the Events announcing its changes (the
+    /// next pass finds the same changes and announces them with the write).
+    pub fn drop_status(&mut self) {
+        self.status = None;
+        self.events.retain(|e| e.reports != Reports::Status);
+    }
+}
+
+/// The node a Job of ours runs on, from its node annotation.
+fn job_node(job: &Job) -> Option<&str> {
+    job.metadata
+        .annotations
+        .as_ref()?
+        .get(schema::NODE_ANNOTATION)
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job_on(node: &str) -> Job {
+        serde_json::from_value(json!({"metadata": {
+            "name": format!("j-{node}"),
+            "annotations": {schema::NODE_ANNOTATION: node},
+        }}))
+        .expect("job")
+    }
+
+    fn plan() -> Plan {
+        let note = |reports: Reports| Note {
+            reports,
+            ..Note::skyhook("R", "m".into())
+        };
+        Plan {
+            remove_finalizer: true,
+            create_jobs: vec![job_on("a"), job_on("b")],
+            job_ops: vec![
+                ("a".into(), JobOp::Delete { job: "x".into() }),
+                ("b".into(), JobOp::Delete { job: "y".into() }),
+            ],
+            evictions: ["a", "b"]
+                .map(|n| Eviction {
+                    node: n.into(),
+                    namespace: "ns".into(),
+                    pod: format!("p-{n}"),
+                })
+                .to_vec(),
+            node_conditions: vec![
+                ("a".into(), Vec::new(), Vec::new()),
+                ("b".into(), Vec::new(), Vec::new()),
+            ],
+            status: Some(SkyhookStatus::default()),
+            events: vec![
+                note(Reports::Pass),
+                note(Reports::Status),
+                Note::node("a", "R", "m".into()),
+                Note::skyhook("R", "m".into()).about("b"),
+            ],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn dropping_a_nodes_work_keeps_the_others_and_drops_the_status() {
+        // (case, nodes dropped, nodes whose work remains, status and finalizer kept, Events kept)
+        let cases: &[(&str, &[&str], &[&str], bool, usize)] = &[
+            ("no conflict changes nothing", &[], &["a", "b"], true, 4),
+            ("a", &["a"], &["b"], false, 2),
+            ("both", &["a", "b"], &[], false, 1),
+            ("a node without work", &["c"], &["a", "b"], false, 3),
+        ];
+        for (case, dropped, remain, kept, events) in cases {
+            let mut p = plan();
+            p.drop_work_of(&dropped.iter().map(|n| n.to_string()).collect());
+            let nodes: Vec<&str> = p.job_ops.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(&nodes, remain, "{case}: Job operations");
+            let nodes: Vec<&str> = p.create_jobs.iter().filter_map(job_node).collect();
+            assert_eq!(&nodes, remain, "{case}: Jobs");
+            let nodes: Vec<&str> = p.evictions.iter().map(|e| e.node.as_str()).collect();
+            assert_eq!(&nodes, remain, "{case}: evictions");
+            let nodes: Vec<&str> = p.node_conditions.iter().map(|c| c.0.as_str()).collect();
+            assert_eq!(&nodes, remain, "{case}: conditions");
+            assert_eq!(p.status.is_some(), *kept, "{case}: status");
+            assert_eq!(p.remove_finalizer, *kept, "{case}: finalizer");
+            assert_eq!(p.events.len(), *events, "{case}: {:?}", p.events);
+            assert_eq!(p.events[0].reports, Reports::Pass, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_patch_of_a_node_is_guarded_by_that_copys_resource_version() {
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(json!({"metadata": {"name": "n1", "resourceVersion": "7"}}))
+                .expect("node");
+        let p = NodePatch::of(&node);
+        assert_eq!(
+            (p.node.as_str(), p.resource_version.as_deref()),
+            ("n1", Some("7"))
+        );
+        assert!(p.is_empty(), "a precondition alone is not a write");
+    }
 }

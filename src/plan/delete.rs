@@ -28,7 +28,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
     ];
     let condition_prefix = schema::node_condition_prefix(&name);
     for n in nodes {
-        let mut patch = NodePatch::new(&n.name_any());
+        let mut patch = NodePatch::of(n);
         for k in &annotation_keys {
             if n.annotations().contains_key(k) {
                 patch.annotations.insert(k.clone(), None);

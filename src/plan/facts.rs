@@ -104,6 +104,7 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
                 .unwrap_or(false),
             pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
             other_busy: inp.busy_nodes.contains(&name),
+            go_pods: inp.go_pods.get(&name).map_or(&[], Vec::as_slice),
         },
         holds_cordon: node
             .annotations()

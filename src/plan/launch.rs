@@ -60,24 +60,44 @@ pub fn node_work(
                 };
                 run_job(sk, cfg, &f.name, &run, plan);
             }
-            NodeAction::Counted { job } => plan.job_ops.push(JobOp::Counted { job: job.clone() }),
-            NodeAction::Record { job, succeeded } => plan.job_ops.push(JobOp::Record {
-                job: job.clone(),
-                ttl: succeeded.then_some(cfg.completed_job_ttl.as_secs()),
-            }),
+            NodeAction::Counted { job } => {
+                push_op(plan, &f.name, JobOp::Counted { job: job.clone() })
+            }
+            NodeAction::Record { job, succeeded } => push_op(
+                plan,
+                &f.name,
+                JobOp::Record {
+                    job: job.clone(),
+                    ttl: succeeded.then_some(cfg.completed_job_ttl.as_secs()),
+                },
+            ),
             NodeAction::FailNow {
                 job,
                 reason,
                 message,
-            } => plan.job_ops.push(JobOp::Fail {
-                job: job.clone(),
-                reason: reason.clone(),
-                message: message.clone(),
-            }),
-            NodeAction::Delete { job } => plan.job_ops.push(JobOp::Delete { job: job.clone() }),
+            } => push_op(
+                plan,
+                &f.name,
+                JobOp::Fail {
+                    job: job.clone(),
+                    reason: reason.clone(),
+                    message: message.clone(),
+                },
+            ),
+            NodeAction::Delete { job } => {
+                push_op(plan, &f.name, JobOp::Delete { job: job.clone() })
+            }
+            NodeAction::DeleteGoPod { pod } => {
+                push_op(plan, &f.name, JobOp::DeleteGoPod { pod: pod.clone() })
+            }
         }
     }
     !deferred
+}
+
+/// A Job operation, as part of `node`'s work.
+fn push_op(plan: &mut Plan, node: &str, op: JobOp) {
+    plan.job_ops.push((node.to_string(), op));
 }
 
 struct Run<'a> {
@@ -107,7 +127,7 @@ fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) {
     let message =
         schema::skyhook_interrupt_message(node, &package.name, &package.version, &sk_name(sk));
     plan.events
-        .push(Note::skyhook(schema::INTERRUPT_REASON, message));
+        .push(Note::skyhook(schema::INTERRUPT_REASON, message).about(node));
     let req = jobs::InterruptJob {
         skyhook: sk,
         owner: package,

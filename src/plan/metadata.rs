@@ -94,7 +94,7 @@ pub fn progress(
     status: Status,
     operator_version: &str,
 ) -> NodePatch {
-    let mut p = NodePatch::new(&node.name_any());
+    let mut p = NodePatch::of(node);
     let annotations = node.annotations();
     let mut want = |key: String, value: Option<String>| {
         if annotations.get(&key) != value.as_ref() {

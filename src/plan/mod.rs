@@ -38,13 +38,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 
-pub use actions::{CompartmentPlan, JobOp, NodePatch, Note, Plan, Target};
+pub use actions::{CompartmentPlan, Eviction, JobOp, NodePatch, Note, Plan, Reports, Target};
 pub use delete::plan_delete;
 pub use drain::PodInfo;
 pub use select::{targeted, tolerates_cordon};
 
 use crate::crd::{DeploymentPolicy, Skyhook};
-use crate::jobs::JobView;
+use crate::jobs::{GoPod, JobView};
 use crate::schema::{self, NodeState, State, Status};
 use crate::settings::Config;
 use batch::Seen;
@@ -69,8 +69,10 @@ pub struct Inputs<'a> {
     pub configmaps: &'a [Arc<ConfigMap>],
     /// Pods on the nodes that are cordoned (listed on demand for the drain).
     pub pods_on_nodes: &'a BTreeMap<String, Vec<PodInfo>>,
-    /// Nodes where a Job of another Skyhook is running.
+    /// Nodes where a Job of another Skyhook is running (or a pod of the Go operator for one).
     pub busy_nodes: &'a BTreeSet<String>,
+    /// This Skyhook's package and interrupt pods left by the Go operator, by node.
+    pub go_pods: &'a BTreeMap<String, Vec<GoPod>>,
     /// Problems the operator-side validation found (empty when valid).
     pub invalid: &'a [String],
     pub config: &'a Config,
@@ -154,7 +156,8 @@ pub fn plan(inp: &Inputs) -> Plan {
     }
     plan.events.extend(events::skyhook_starts(&tally.events));
     for f in facts.iter().filter(|f| f.rebooted) {
-        plan.events.extend(events::reboot(&pass.name, &f.name));
+        let notes = events::reboot(&pass.name, &f.name);
+        plan.events.extend(notes.map(|n| n.about(&f.name)));
     }
     plan.compartments = compartments
         .iter()
@@ -311,7 +314,8 @@ impl Pass<'_> {
             .cloned()
             .collect();
         let notes = events::node_notes(&self.name, &f.name, &notes, &mut tally.events);
-        plan.events.extend(notes);
+        plan.events
+            .extend(notes.into_iter().map(|n| n.about(&f.name)));
         if let Some(why) = &o.blocked {
             tally.held.push(format!("node {}: {why}", f.name));
         }
@@ -344,7 +348,12 @@ impl Pass<'_> {
         if o.evict.is_empty() {
             return;
         }
-        plan.evictions.extend(o.evict.iter().cloned());
+        plan.evictions
+            .extend(o.evict.iter().map(|(namespace, pod)| Eviction {
+                node: f.name.clone(),
+                namespace: namespace.clone(),
+                pod: pod.clone(),
+            }));
         let packages = self.inp.skyhook.spec.packages.values();
         if let Some(pkg) = packages.into_iter().find(|p| self.spec.has_interrupt(p)) {
             let msg = schema::node_drain_message(&f.name, &pkg.name, &pkg.version, &self.name);
@@ -409,8 +418,8 @@ impl Pass<'_> {
                 .collect();
         }
         plan.policy_label = self.policy.label().to_string();
-        plan.events
-            .extend(events::status_changes(prior, &desired, self.inp.invalid));
+        let changes = events::status_changes(prior, &desired, self.inp.invalid);
+        plan.events.extend(changes.into_iter().map(Note::of_status));
         if desired != *prior {
             plan.status = Some(desired);
         }
@@ -448,6 +457,10 @@ fn version_annotation(sk: &Skyhook, operator_version: &str) -> Option<String> {
 
 /// Drops every write but the status (and its Events).
 fn freeze(plan: &mut Plan, cfg: &Config) {
+    // No node state is written, so no outcome is stored: a Job or Go pod whose outcome would be
+    // marked recorded (or counted, or deleted) now must stay to be read again once valid.
+    plan.job_ops
+        .retain(|(_, op)| matches!(op, JobOp::Fail { .. } | JobOp::Delete { .. }));
     plan.node_patches.clear();
     plan.node_conditions.clear();
     plan.configmaps.clear();

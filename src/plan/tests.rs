@@ -104,6 +104,7 @@ struct World {
     jobs: Vec<JobView>,
     pods: BTreeMap<String, Vec<PodInfo>>,
     busy: BTreeSet<String>,
+    go_pods: BTreeMap<String, Vec<crate::jobs::GoPod>>,
     invalid: Vec<String>,
     policies: Vec<Arc<crate::crd::DeploymentPolicy>>,
 }
@@ -117,6 +118,7 @@ impl World {
             jobs: Vec::new(),
             pods: BTreeMap::new(),
             busy: BTreeSet::new(),
+            go_pods: BTreeMap::new(),
             invalid: Vec::new(),
             policies: Vec::new(),
         }
@@ -135,6 +137,7 @@ impl World {
             configmaps: &[],
             pods_on_nodes: &self.pods,
             busy_nodes: &self.busy,
+            go_pods: &self.go_pods,
             invalid: &self.invalid,
             config: &cfg,
             operator_version: "test",
@@ -476,10 +479,26 @@ fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
 
 #[test]
 fn an_invalid_skyhook_only_writes_its_status() {
-    let n = node("n1", 0, json!({}), json!({}), false);
+    let n = node(
+        "n1",
+        0,
+        go_state(PLAIN, "apply", "in_progress"),
+        json!({}),
+        false,
+    );
     let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
     w.invalid = vec!["spec.packages.tuned.version: not a semver".into()];
+    // A finished Job's outcome is not stored while the spec is invalid, so the Job must not be
+    // marked recorded either: it is read again once the Skyhook is valid.
+    let at = now();
+    w.jobs
+        .push(job(PLAIN, Stage::Apply, "n1", 0, Outcome::Complete { at }));
     let plan = w.plan();
+    let recorded = plan
+        .job_ops
+        .iter()
+        .any(|(_, op)| matches!(op, JobOp::Record { .. } | JobOp::Counted { .. }));
+    assert!(!recorded, "an outcome marked recorded without a node write");
     assert!(plan.create_jobs.is_empty() && plan.node_patches.is_empty());
     assert!(plan.configmaps.is_empty() && plan.node_conditions.is_empty());
     let status = plan.status.expect("status");
@@ -1349,5 +1368,176 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
             })
             .count();
         assert_eq!(alpha_config, want, "case: {case}: {:?}", created(&plan));
+    }
+}
+
+/// Two nodes at work in one pass: n1 folds a finished apply Job and starts config, n2 starts
+/// apply. Every node patch carries its node's resourceVersion; when n1's patch meets a
+/// conflict, what depends on it goes (its Job, the Job's record, its Events, the status) and
+/// n2's work stays.
+#[test]
+fn a_node_patch_that_conflicts_takes_its_nodes_work_and_the_status_with_it() {
+    let versioned = |name: &str, rv: &str, annotations: Value| {
+        let mut n = (*node(name, 0, annotations, json!({}), false)).clone();
+        n.metadata.resource_version = Some(rv.to_string());
+        Arc::new(n)
+    };
+    let n1 = versioned("n1", "41", go_state(PLAIN, "apply", "in_progress"));
+    let n2 = versioned("n2", "42", json!({}));
+    let mut sk = skyhook(one_package(false), json!({}));
+    sk.status = Some(crate::crd::SkyhookStatus {
+        status: Some(Status::Waiting),
+        ..Default::default()
+    });
+    let mut w = World::new(sk, vec![n1, n2]);
+    w.jobs.push(job(
+        PLAIN,
+        Stage::Apply,
+        "n1",
+        0,
+        Outcome::Complete { at: now() },
+    ));
+    let mut plan = w.plan();
+    let rv: BTreeMap<&str, Option<&str>> = plan
+        .node_patches
+        .iter()
+        .map(|p| (p.node.as_str(), p.resource_version.as_deref()))
+        .collect();
+    assert_eq!(
+        rv,
+        BTreeMap::from([("n1", Some("41")), ("n2", Some("42"))]),
+        "each patch is guarded by its node's resourceVersion"
+    );
+    let about = |plan: &Plan, node: &str| {
+        plan.events
+            .iter()
+            .filter(|e| e.reports == Reports::Node(node.to_string()))
+            .count()
+    };
+    assert!(about(&plan, "n1") > 0 && about(&plan, "n2") > 0);
+    assert_eq!(
+        created(&plan),
+        vec![
+            ("n1".to_string(), "config".to_string()),
+            ("n2".to_string(), "apply".to_string())
+        ]
+    );
+    assert_eq!(plan.job_ops.len(), 1, "n1's apply Job is recorded");
+    assert!(plan.status.is_some());
+    assert!(
+        plan.events.iter().any(|e| e.reports == Reports::Status),
+        "the status change is announced: {:?}",
+        plan.events
+    );
+
+    plan.drop_work_of(&BTreeSet::from(["n1".to_string()]));
+    assert_eq!(
+        created(&plan),
+        vec![("n2".to_string(), "apply".to_string())]
+    );
+    assert!(plan.job_ops.is_empty(), "n1's Job is not marked recorded");
+    assert!(plan.node_conditions.iter().all(|(n, _, _)| n != "n1"));
+    assert_eq!(about(&plan, "n1"), 0, "{:?}", plan.events);
+    assert!(about(&plan, "n2") > 0, "n2's Events stay");
+    assert!(plan.status.is_none());
+    assert!(plan.events.iter().all(|e| e.reports != Reports::Status));
+}
+
+/// The hand-over in a whole pass: a Go pod of the node's stage holds its Job back, its success is
+/// written to the node before the pod is deleted (the delete is the node's work, dropped with a
+/// conflicting patch), and an invalid Skyhook deletes nothing whose outcome it cannot store.
+#[test]
+fn go_operator_pods_hold_their_stage_and_are_recorded_before_deletion() {
+    use crate::jobs::{GoOutcome, GoPod};
+    let pod = |outcome| GoPod {
+        name: "sh-tuned-1-0-0-apply-n1-0123abcd".into(),
+        skyhook: "sh".into(),
+        package: PLAIN.into(),
+        version: "1.0.0".into(),
+        stage: Stage::Apply,
+        image: format!("ghcr.io/x/{PLAIN}"),
+        container_sha: None,
+        node: "n1".into(),
+        invalid: false,
+        deleting: false,
+        outcome,
+    };
+    let succeeded = GoOutcome::Succeeded { restarts: 0 };
+    // (case, Go pod on n1, Skyhook valid, Jobs created, pod deleted, tuned's state written (None:
+    // unchanged, so not rewritten))
+    let cases: &[(
+        &str,
+        Option<GoOutcome>,
+        bool,
+        &[&str],
+        bool,
+        Option<(Stage, State)>,
+    )] = &[
+        (
+            "running: no Job for its stage",
+            Some(GoOutcome::Running),
+            true,
+            &[],
+            false,
+            None,
+        ),
+        (
+            "succeeded: complete, deleted, the next stage waits for it to go",
+            Some(succeeded.clone()),
+            true,
+            &[],
+            true,
+            Some((Stage::Apply, State::Complete)),
+        ),
+        (
+            "succeeded, invalid Skyhook: nothing stored, so nothing deleted",
+            Some(succeeded),
+            false,
+            &[],
+            false,
+            None,
+        ),
+        (
+            "gone: the stage runs as a Job",
+            None,
+            true,
+            &["apply"],
+            false,
+            None,
+        ),
+    ];
+    for (case, outcome, valid, jobs, deleted, written) in cases {
+        let n1 = node(
+            "n1",
+            0,
+            go_state(PLAIN, "apply", "in_progress"),
+            json!({}),
+            false,
+        );
+        let mut w = World::new(skyhook(one_package(false), json!({})), vec![n1]);
+        if let Some(o) = outcome {
+            w.go_pods.insert("n1".into(), vec![pod(o.clone())]);
+        }
+        if !valid {
+            w.invalid.push("broken".into());
+        }
+        let plan = w.plan();
+        let want: Vec<(String, String)> = jobs
+            .iter()
+            .map(|s| ("n1".to_string(), s.to_string()))
+            .collect();
+        assert_eq!(created(&plan), want, "{case}: Jobs");
+        let deletes: Vec<&(String, JobOp)> = plan
+            .job_ops
+            .iter()
+            .filter(|(_, op)| matches!(op, JobOp::DeleteGoPod { .. }))
+            .collect();
+        assert_eq!(!deletes.is_empty(), *deleted, "{case}: deleted");
+        assert!(deletes.iter().all(|(n, _)| n == "n1"), "{case}: n1's work");
+        let got = written_state(&plan, "n1").and_then(|s| {
+            let e = s.get(PLAIN, "1.0.0")?;
+            Some((e.stage, e.state?))
+        });
+        assert_eq!(got, *written, "{case}: node state");
     }
 }

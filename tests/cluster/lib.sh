@@ -47,6 +47,25 @@ pid_alive() { # <component>
   [[ -f $f ]] && kill -0 "$(<"$f")" 2>/dev/null
 }
 
+# KWOK_CMD: kwok's command line (`up` starts it, `restart-kwok` restarts it alone).
+kwok_command() {
+  KWOK_CMD=("$KT_BIN/kwok"
+    --kubeconfig="$KUBECONFIG_FILE"
+    --config="$KT_DIR/kwok.yaml"
+    --enable-crds=Logs
+    --manage-all-nodes=false
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake
+    --node-name=localhost
+    --node-port="$KWOK_PORT"
+    --server-address="127.0.0.1:$KWOK_PORT"
+    --tls-cert-file="$PKI/admin.crt"
+    --tls-private-key-file="$PKI/admin.key"
+    --node-lease-duration-seconds=40
+    --cidr=10.244.0.0/16)
+}
+
+kwok_ready() { curl -fsS --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null; }
+
 api_ready() {
   curl -fsS --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz" >/dev/null

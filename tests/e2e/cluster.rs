@@ -583,3 +583,130 @@ async fn init_container_outcomes() {
         "got {reason}"
     );
 }
+
+/// Pods not owned by a Job follow the same conventions, where their work is: a reference-shaped
+/// package pod (init containers, then a pause container) spends SLEEP_LEN in the init container
+/// that carries it, fails there with EXIT_CODE (crash-looping: `restartPolicy: OnFailure`) and
+/// stays there with HANG=true; a pod whose main container carries SLEEP_LEN or EXIT_CODE ends
+/// with it; a pod with neither (a service) keeps running.
+#[tokio::test]
+async fn pods_without_a_job_follow_the_same_conventions() {
+    let ctx = TestCtx::new("rawpods").await;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let node = "node-1";
+    let c = |name: &str, env: serde_json::Value| json!({"name": name, "image": "example.com/agent:1", "env": env});
+    let package_pod = |name: &str, env: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "restartPolicy": "OnFailure",
+                "initContainers": [c("p-init", json!([])), c("p-apply", env.clone()), c("p-applycheck", env)],
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+        }))
+        .expect("pod")
+    };
+    let plain_pod = |name: &str, env: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [c("app", env)]},
+        }))
+        .expect("pod")
+    };
+    let sleeps = ctx.name("sleeps");
+    let fails = ctx.name("fails");
+    let hangs = ctx.name("hangs");
+    let service = ctx.name("service");
+    let finishes = ctx.name("finishes");
+    for pod in [
+        package_pod(&sleeps, json!([{"name": "SLEEP_LEN", "value": "5"}])),
+        package_pod(
+            &fails,
+            json!([{"name": "SLEEP_LEN", "value": "1"}, {"name": "EXIT_CODE", "value": "3"}]),
+        ),
+        package_pod(&hangs, json!([{"name": "HANG", "value": "true"}])),
+        plain_pod(&service, json!([])),
+        plain_pod(&finishes, json!([{"name": "SLEEP_LEN", "value": "2"}])),
+    ] {
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    // (init container, state) of a pod, and its phase.
+    let read = |name: String| {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get(&name).await.ok()?;
+            let s = p.status?;
+            let inits: Vec<(String, String)> = (s.init_container_statuses.unwrap_or_default())
+                .into_iter()
+                .map(|c| {
+                    let st = c.state.unwrap_or_default();
+                    let what = match (st.running, st.terminated, st.waiting) {
+                        (Some(_), _, _) => "running".to_string(),
+                        (_, Some(t), _) => format!("exit {}", t.exit_code),
+                        (_, _, Some(w)) => w.reason.unwrap_or_default(),
+                        _ => String::new(),
+                    };
+                    (c.name, what)
+                })
+                .collect();
+            Some((s.phase.unwrap_or_default(), inits))
+        }
+    };
+    let in_flight = |what: &str| {
+        vec![
+            ("p-init".to_string(), "exit 0".to_string()),
+            ("p-apply".to_string(), what.to_string()),
+            ("p-applycheck".to_string(), "PodInitializing".to_string()),
+        ]
+    };
+    let done = vec![
+        ("p-init".to_string(), "exit 0".to_string()),
+        ("p-apply".to_string(), "exit 0".to_string()),
+        ("p-applycheck".to_string(), "exit 0".to_string()),
+    ];
+    ctx.wait_for(
+        "the package pod in flight",
+        Duration::from_secs(20),
+        || async {
+            let (phase, inits) = read(sleeps.clone()).await?;
+            (phase == "Pending" && inits == in_flight("running")).then_some(())
+        },
+    )
+    .await;
+    ctx.wait_for(
+        "the failing pod crash-looping",
+        Duration::from_secs(20),
+        || async {
+            let (phase, inits) = read(fails.clone()).await?;
+            (phase == "Pending" && inits == in_flight("CrashLoopBackOff")).then_some(())
+        },
+    )
+    .await;
+    ctx.wait_for(
+        "the package pod done, pause running",
+        Duration::from_secs(20),
+        || async {
+            let (phase, inits) = read(sleeps.clone()).await?;
+            (phase == "Running" && inits == done).then_some(())
+        },
+    )
+    .await;
+    ctx.wait_for(
+        "the main container's SLEEP_LEN to end its pod",
+        Duration::from_secs(20),
+        || async {
+            let (phase, _) = read(finishes.clone()).await?;
+            (phase == "Succeeded").then_some(())
+        },
+    )
+    .await;
+    let (phase, inits) = read(hangs.clone()).await.expect("hanging pod");
+    let hanging = vec![
+        ("p-init".to_string(), "exit 0".to_string()),
+        ("p-apply".to_string(), "running".to_string()),
+        ("p-applycheck".to_string(), "PodInitializing".to_string()),
+    ];
+    assert_eq!((phase.as_str(), inits), ("Pending", hanging), "HANG=true");
+    let (phase, _) = read(service.clone()).await.expect("service pod");
+    assert_eq!(phase, "Running", "a pod with neither keeps running");
+}

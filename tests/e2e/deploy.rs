@@ -693,6 +693,8 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         true,
     ));
     table.push(check("get", "pods/log", op, true));
+    // The Go operator's pods, at the hand-over.
+    table.push(check("delete", "pods", op, true));
     table.extend(checks(
         &[
             "create",
@@ -725,8 +727,9 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     }
 
     // Not needed: no webhook (no Secrets, no webhook configurations), Jobs and ConfigMaps only in
-    // the operator namespace, no pod create/delete (evictions only), no node or Skyhook
-    // create/delete, no escalation paths.
+    // the operator namespace, no pod create or update, no pod delete but the Go operator's pods in
+    // the operator namespace (evictions elsewhere), no node or Skyhook create/delete, no
+    // escalation paths.
     table.extend(checks(&["get", "list", "watch"], "secrets", op, false));
     table.push(check("list", "secrets", AllNamespaces, false));
     table.extend(checks(&["create", "delete"], "nodes", Cluster, false));
@@ -748,8 +751,14 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         op,
         false,
     ));
-    table.extend(checks(&["create", "delete"], "pods", op, false));
+    table.extend(checks(
+        &["create", "update", "patch", "deletecollection"],
+        "pods",
+        op,
+        false,
+    ));
     table.push(check("delete", "pods", AllNamespaces, false));
+    table.push(check("delete", "pods", other, false));
     table.push(check("create", "jobs.batch", other, false));
     table.push(check("list", "jobs.batch", AllNamespaces, false));
     table.push(check("create", "configmaps", other, false));

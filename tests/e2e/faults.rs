@@ -7,7 +7,8 @@ use kube::api::Api;
 use serde_json::json;
 use skyhook::schema::{self, Status};
 
-use crate::operator::{Env, pkg, skyhook, sleep};
+use crate::operator::{Env, label, pkg, skyhook, sleep};
+use crate::support::plugin::plugin_async;
 use crate::support::{Operator, TestCtx, install_crds, jobs_per_attempt, proxy};
 
 /// Issue 13, acceptance 1: three nodes, three packages (one with an interrupt), 10% of the
@@ -75,4 +76,138 @@ async fn a_rollout_completes_through_ten_percent_of_failing_requests() {
             assert_eq!(e.state, Some(schema::State::Complete), "{n} {p}: {e:?}");
         }
     }
+}
+
+/// Issue 13, acceptance 7: `kubectl skyhook package rerun` while the operator writes the same
+/// node is honoured. One node runs a chain of packages, so the operator rewrites its node-state
+/// annotation (one JSON value) at every stage. In each round, once `alpha` is complete, the
+/// proxy in front of the operator holds its next node-state patch: computed from a copy that
+/// says `alpha` is complete, it is in flight while `package rerun alpha` removes alpha's entry,
+/// and lands after it. An unguarded merge patch would write alpha's old entry back and the
+/// rerun would be lost; guarded by the copy's resourceVersion, it meets a 409, the pass leaves
+/// that node's work for the next one, and alpha runs again. Every round must be honoured.
+#[tokio::test]
+async fn a_package_rerun_during_an_operator_node_write_is_honoured() {
+    const ROUNDS: usize = 3;
+    install_crds();
+    let mut ctx = TestCtx::new("rerun-race").await;
+    let nodes = ctx.add_test_nodes(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No faults: the proxy is here for its gate.
+    let proxy = proxy::start(ctx.client.clone(), 0, 0, dir.path()).await;
+    let kubeconfig = proxy.kubeconfig.display().to_string();
+    let op = Operator::start(&ctx, &[("KUBECONFIG", &kubeconfig)]);
+    let env = Env::new(ctx, op, nodes);
+    let node = env.nodes[0].clone();
+    let name = env.ctx.name("sk");
+    let key = schema::node_state_annotation(&name);
+    // alpha, then a chain long enough for every round to find the operator still writing.
+    let mut packages = json!({"alpha": pkg("1.0.0", sleep("1"))});
+    let chain = ["bravo", "charlie", "delta", "echo", "foxtrot"];
+    for (i, p) in chain.iter().enumerate() {
+        let mut spec = pkg("1.0.0", sleep("3"));
+        let before = if i == 0 { "alpha" } else { chain[i - 1] };
+        spec["dependsOn"] = json!({before: "1.0.0"});
+        packages[*p] = spec;
+    }
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": packages})))
+        .await;
+    let alpha_applies = || async {
+        let jobs = env.jobs_of(&name).await;
+        jobs.iter()
+            .filter(|j| {
+                label(j, schema::PACKAGE_LABEL) == schema::package_label("alpha", "1.0.0")
+                    && label(j, schema::STAGE_LABEL) == "apply"
+            })
+            .count()
+    };
+    let alpha_complete = |state: &schema::NodeState| {
+        state
+            .get("alpha", "1.0.0")
+            .is_some_and(|e| e.state == Some(schema::State::Complete))
+    };
+    for round in 1..=ROUNDS {
+        env.ctx
+            .wait_for(
+                &format!("round {round}: alpha complete"),
+                Duration::from_secs(120),
+                || async {
+                    let (_, state) = env.node_state(&node, &name).await?;
+                    alpha_complete(&state).then_some(())
+                },
+            )
+            .await;
+        let (_, state) = env.node_state(&node, &name).await.expect("state");
+        let rest_done = chain.iter().all(|p| {
+            state
+                .get(p, "1.0.0")
+                .is_some_and(|e| e.state == Some(schema::State::Complete))
+        });
+        assert!(
+            !rest_done,
+            "round {round}: the rollout ended before the operator wrote again"
+        );
+        let before = alpha_applies().await;
+        // The operator's next node-state patch that still says alpha is complete.
+        let held = loop {
+            let mut armed = proxy.gate.arm(&key);
+            let body = tokio::time::timeout(Duration::from_secs(60), armed.recv())
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: no node-state write by the operator"))
+                .expect("the gate");
+            let patch: serde_json::Value = serde_json::from_str(&body).expect("patch body");
+            let written = patch["metadata"]["annotations"][&key]
+                .as_str()
+                .and_then(|raw| schema::NodeState::parse(raw).ok());
+            if written.as_ref().is_some_and(alpha_complete) {
+                break body;
+            }
+            proxy.gate.release();
+        };
+        // While it is held, the rerun lands first.
+        let ran = plugin_async(
+            &env.ctx,
+            &[
+                "package",
+                "rerun",
+                "alpha",
+                "--skyhook",
+                &name,
+                "--node",
+                &node,
+                "-y",
+            ],
+        )
+        .await;
+        assert!(
+            ran.ok()
+                .contains("Successfully reset package \"alpha\" on 1 node(s)"),
+            "round {round}: {ran:?}"
+        );
+        proxy.gate.release();
+        env.ctx
+            .wait_for(
+                &format!("round {round}: alpha runs again (the held write was {held})"),
+                Duration::from_secs(60),
+                || async { (alpha_applies().await > before).then_some(()) },
+            )
+            .await;
+    }
+    env.wait_status(&name, Status::Complete, Duration::from_secs(240))
+        .await;
+    let (_, state) = env.node_state(&node, &name).await.expect("state");
+    for p in std::iter::once("alpha").chain(chain) {
+        let e = state.get(p, "1.0.0").expect("entry");
+        assert_eq!(e.state, Some(schema::State::Complete), "{p}: {e:?}");
+    }
+    assert_eq!(alpha_applies().await, ROUNDS + 1, "one alpha run per rerun");
+    let log = std::fs::read_to_string(&env.op.log).expect("operator log");
+    assert!(
+        log.contains("nodes changed since this pass read them"),
+        "the held writes met a conflict"
+    );
+    assert!(
+        !log.contains("reconcile error"),
+        "a conflict is not an error"
+    );
 }

@@ -1,7 +1,9 @@
 //! The per-node package state machine (§3.2, §3.3, §3.6, §3.7, §3.10, §3.11) over Jobs: fold
-//! finished Jobs into the node state, then decide which stage Jobs to start.
+//! finished Jobs (and the Go operator's pods, `handover.rs`) into the node state, then decide
+//! which stage Jobs to start.
 
 pub(super) mod frontier;
+mod handover;
 mod observe;
 mod start;
 mod versions;
@@ -15,7 +17,7 @@ use super::drain::{self, PodInfo, Readiness};
 use super::interrupt::{self, Turn};
 use super::spec::SpecView;
 use crate::crd::Package;
-use crate::jobs::JobView;
+use crate::jobs::{GoPod, JobView};
 use crate::schema::{self, Interrupt, NodeState, Stage, State};
 
 /// Retry timing after a failed stage.
@@ -42,6 +44,8 @@ pub struct Host<'a> {
     pub pods: Option<&'a [PodInfo]>,
     /// A Job of another Skyhook runs on the node.
     pub other_busy: bool,
+    /// This Skyhook's package and interrupt pods left on the node by the Go operator.
+    pub go_pods: &'a [GoPod],
 }
 
 /// One node's input to the machine.
@@ -94,6 +98,8 @@ pub enum NodeAction {
     },
     /// Remove a Job (a stale attempt, or failed attempts beyond the number kept).
     Delete { job: String },
+    /// Remove a pod of the Go operator: its outcome is recorded, or it is stale.
+    DeleteGoPod { pod: String },
 }
 
 /// Something worth an Event and a condition.
@@ -165,6 +171,13 @@ pub fn step(input: StepInput) -> NodeOutcome {
     observe::prune_failed(jobs, failed_jobs_kept, &mut out);
     // A Job being deleted (Foreground) may still have its pod on the host: it counts.
     out.active = jobs.iter().any(|j| !j.finished());
+    let go = handover::GoPods {
+        pods: host.go_pods,
+        may_start,
+        retry,
+        now,
+    };
+    let held = handover::observe(spec, &mut state, &mut applied, &go, &mut out);
     adopt_unrecorded(spec, &state, &mut applied);
     if may_start {
         versions::version_changes(spec, &mut state);
@@ -176,7 +189,7 @@ pub fn step(input: StepInput) -> NodeOutcome {
             retry,
             now,
         };
-        run_work(&m, host, &mut state, &mut out);
+        run_work(&m, host, &held, &mut state, &mut out);
     }
     out.state = state;
     out.applied = applied;
@@ -195,7 +208,13 @@ fn adopt_unrecorded(spec: &SpecView, state: &NodeState, applied: &mut BTreeMap<S
     applied.retain(|k, _| state.0.contains_key(k));
 }
 
-fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcome) {
+fn run_work(
+    m: &Machine,
+    host: Host,
+    held: &handover::Held,
+    state: &mut NodeState,
+    out: &mut NodeOutcome,
+) {
     let started = |out: &NodeOutcome| {
         out.actions
             .iter()
@@ -204,18 +223,22 @@ fn run_work(m: &Machine, host: Host, state: &mut NodeState, out: &mut NodeOutcom
     // An interrupt runs alone: while one runs (or its Job is still being deleted), or once one
     // starts in this pass, no other stage starts on the node. The packages that merged into it
     // are still marked `skipped`, to complete with it.
-    let mut interrupting = m
-        .jobs
-        .iter()
-        .any(|j| j.stage == Stage::Interrupt && !j.finished());
+    let mut interrupting = held.interrupt
+        || m.jobs
+            .iter()
+            .any(|j| j.stage == Stage::Interrupt && !j.finished());
     let merged = interrupt::merged(m.spec, state);
     for (pkg, stage) in frontier::wanted(m.spec, state) {
+        // The Go operator's pod of this package runs, or must go, first.
+        if held.packages.contains(&pkg.name) {
+            continue;
+        }
         let adopting = observe::current(m.jobs, &pkg.name, &pkg.version, stage)
             .last()
             .is_some_and(|j| !j.finished());
         if stage == Stage::Interrupt && !adopting {
             // Stages started earlier in this pass count as running.
-            let busy = out.active || host.other_busy || started(out);
+            let busy = out.active || host.other_busy || started(out) || held.any;
             match interrupt::turn(merged.as_ref(), &pkg.name, busy) {
                 Turn::Run(_) if interrupting => {}
                 Turn::Run(i) => {

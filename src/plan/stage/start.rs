@@ -25,9 +25,12 @@ pub(super) fn start(
     };
     let run = current(m.jobs, &p.name, &p.version, stage);
     // Failed attempts of this run, as persisted on the node (never fewer than the failed Jobs
-    // still around, for state written before the count was kept).
-    let prior = state.get(&p.name, &p.version).map_or(0, |e| e.restarts);
-    let restarts = if run.is_empty() {
+    // still around, for state written before the count was kept). A stage erroring without a
+    // Job of ours failed in the Go operator's pod: the run goes on, and so does its count.
+    let entry = state.get(&p.name, &p.version);
+    let prior = entry.map_or(0, |e| e.restarts);
+    let failed_before = entry.is_some_and(|e| e.stage == stage && e.state == Some(State::Erroring));
+    let restarts = if run.is_empty() && !failed_before {
         0
     } else {
         prior.max(failures(&run) as i32)

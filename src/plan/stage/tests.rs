@@ -713,6 +713,7 @@ fn stage_machine_transitions() {
             cordoned: true,
             pods: Some(&[]),
             other_busy: false,
+            go_pods: &[],
         };
         let o = step(
             &sv,

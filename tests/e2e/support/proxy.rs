@@ -1,7 +1,9 @@
 //! A fault-injecting HTTP proxy in front of the test cluster's API server: the operator talks
 //! plain HTTP to 127.0.0.1, the proxy forwards through an authenticated kube `Client`, and a
 //! seeded share of requests fails: a 500, a 429, or a dropped connection after the request
-//! reached the API server (its response is lost, the hardest case for a writer).
+//! reached the API server (its response is lost, the hardest case for a writer). Its [`Gate`]
+//! can also hold one chosen node patch until the test releases it, which opens the window
+//! between a pass reading a node and its write landing for as long as a test needs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +19,65 @@ pub struct FaultProxy {
     pub kubeconfig: PathBuf,
     pub faults: Arc<AtomicU64>,
     pub requests: Arc<AtomicU64>,
+    pub gate: Arc<Gate>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Holds the next node metadata patch (`PATCH /api/v1/nodes/<name>`) whose body contains a
+/// given text, until the test releases it: the caller's write is then in flight, computed from
+/// what it read before, while the test changes the node.
+#[derive(Default)]
+pub struct Gate {
+    /// The text to look for, and where to send the held body.
+    armed: std::sync::Mutex<Option<(String, tokio::sync::mpsc::UnboundedSender<String>)>>,
+    release: tokio::sync::Notify,
+}
+
+impl Gate {
+    /// Holds the next node patch whose body contains `needle`; the receiver gets its body.
+    pub fn arm(&self, needle: &str) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self.lock() = Some((needle.to_string(), tx));
+        rx
+    }
+
+    /// Lets the held patch through.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<(String, tokio::sync::mpsc::UnboundedSender<String>)>>
+    {
+        self.armed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits for the release if this request is the one armed for.
+    async fn pass(&self, method: &http::Method, path: &str, body: &[u8]) {
+        let node_patch = method == http::Method::PATCH
+            && path.starts_with("/api/v1/nodes/")
+            && !path.ends_with("/status");
+        if !node_patch {
+            return;
+        }
+        let text = String::from_utf8_lossy(body).into_owned();
+        let tx = {
+            let mut armed = self.lock();
+            match armed.as_ref() {
+                Some((needle, _)) if text.contains(needle.as_str()) => {
+                    armed.take().map(|(_, tx)| tx)
+                }
+                _ => None,
+            }
+        };
+        if let Some(tx) = tx {
+            let _ = tx.send(text);
+            self.release.notified().await;
+        }
+    }
 }
 
 impl Drop for FaultProxy {
@@ -33,6 +93,7 @@ struct Shared {
     percent: u64,
     faults: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
+    gate: Arc<Gate>,
 }
 
 /// splitmix64: a fixed, seeded sequence of fault decisions.
@@ -55,8 +116,13 @@ pub async fn start(client: kube::Client, seed: u64, percent: u64, dir: &Path) ->
         percent,
         faults: Arc::new(AtomicU64::new(0)),
         requests: Arc::new(AtomicU64::new(0)),
+        gate: Arc::new(Gate::default()),
     };
-    let (faults, requests) = (shared.faults.clone(), shared.requests.clone());
+    let (faults, requests, gate) = (
+        shared.faults.clone(),
+        shared.requests.clone(),
+        shared.gate.clone(),
+    );
     let app = axum::Router::new().fallback(forward).with_state(shared);
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -70,6 +136,7 @@ pub async fn start(client: kube::Client, seed: u64, percent: u64, dir: &Path) ->
         kubeconfig,
         faults,
         requests,
+        gate,
         task,
     }
 }
@@ -106,6 +173,7 @@ async fn forward(State(s): State<Shared>, req: Request) -> Response {
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
+    s.gate.pass(&parts.method, parts.uri.path(), &bytes).await;
     let mut out = http::Request::builder().method(parts.method).uri(path);
     for (k, v) in &parts.headers {
         if !matches!(k.as_str(), "host" | "authorization" | "content-length") {
