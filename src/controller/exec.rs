@@ -58,7 +58,7 @@ use super::events::EventSink;
 use super::retry::retried;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::JobView;
-use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
+use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target, job_node};
 use crate::schema;
 
 const MANAGER: &str = "skyhook-operator";
@@ -108,6 +108,7 @@ pub async fn execute(
         cms: Api::namespaced(client.clone(), namespace),
         nodes: Api::all(client.clone()),
         conflicts: Mutex::new(BTreeSet::new()),
+        patched: Mutex::new(BTreeMap::new()),
     };
     let w = &w;
     // The status replace below must carry the newest resourceVersion.
@@ -240,6 +241,9 @@ struct Writer<'a> {
     nodes: Api<Node>,
     /// Nodes whose patch met a 409 in this pass.
     conflicts: Mutex<BTreeSet<String>>,
+    /// The resourceVersion each node patch of this pass returned: the first node version that
+    /// stores the stages started after it.
+    patched: Mutex<BTreeMap<String, String>>,
 }
 
 impl Writer<'_> {
@@ -284,6 +288,24 @@ impl Writer<'_> {
     }
 
     async fn create_job(&self, job: &Job) -> Result<(), Error> {
+        let patched = job_node(job).and_then(|n| {
+            self.patched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(n)
+                .cloned()
+        });
+        let mut stamped;
+        let job = match patched {
+            Some(rv) => {
+                stamped = job.clone();
+                stamped
+                    .annotations_mut()
+                    .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
+                &stamped
+            }
+            None => job,
+        };
         match self.jobs.create(&PostParams::default(), job).await {
             Ok(_) => info!(skyhook = %self.name, job = %job.name_any(), "created Job"),
             // A deterministic name already taken means an earlier pass created it: adopt it,
@@ -470,6 +492,15 @@ impl Writer<'_> {
             .patch(&p.node, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
+            Ok(node) => {
+                if let Some(rv) = node.resource_version() {
+                    self.patched
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(p.node.clone(), rv);
+                }
+                Ok(())
+            }
             Err(e) if is_status(&e, 409) => {
                 debug!(skyhook = %self.name, node = %p.node, "node changed since this pass read it");
                 self.conflicts

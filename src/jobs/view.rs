@@ -49,6 +49,8 @@ pub struct JobView {
     pub spec_hash: String,
     pub created: Option<Timestamp>,
     pub deleting: bool,
+    /// [`schema::NODE_VERSION_ANNOTATION`], when it is a number.
+    pub node_version: Option<u64>,
     /// A pod container stuck waiting: (container, reason, message).
     pub stuck: Option<(String, String, String)>,
 }
@@ -83,6 +85,9 @@ impl JobView {
                 .unwrap_or_default(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             deleting: meta.deletion_timestamp.is_some(),
+            node_version: annotations
+                .get(schema::NODE_VERSION_ANNOTATION)
+                .and_then(|v| v.parse().ok()),
             stuck,
         })
     }

@@ -252,7 +252,7 @@ impl Plan {
 }
 
 /// The node a Job of ours runs on, from its node annotation.
-fn job_node(job: &Job) -> Option<&str> {
+pub fn job_node(job: &Job) -> Option<&str> {
     job.metadata
         .annotations
         .as_ref()?

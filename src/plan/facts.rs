@@ -105,6 +105,7 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
             pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
             other_busy: inp.busy_nodes.contains(&name),
             go_pods: inp.go_pods.get(&name).map_or(&[], Vec::as_slice),
+            node_version: node.resource_version().and_then(|v| v.parse().ok()),
         },
         holds_cordon: node
             .annotations()

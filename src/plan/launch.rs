@@ -1,6 +1,8 @@
 //! The machine's actions as API objects: Jobs to create (with the node's metadata ConfigMap
 //! before the first of them) and operations on existing Jobs.
 
+use kube::ResourceExt;
+
 use super::facts::NodeFacts;
 use super::stage::{NodeAction, NodeOutcome};
 use super::{JobOp, Note, Plan};
@@ -58,7 +60,16 @@ pub fn node_work(
                     spec_hash,
                     interrupt: interrupt.as_ref(),
                 };
+                let before = plan.create_jobs.len();
                 run_job(sk, cfg, &f.name, &run, plan);
+                // The node copy this pass read; exec replaces it with the version its node
+                // patch returns, when the patch stored this stage.
+                if let (Some(rv), Some(job)) =
+                    (f.node.resource_version(), plan.create_jobs.get_mut(before))
+                {
+                    job.annotations_mut()
+                        .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
+                }
             }
             NodeAction::Counted { job } => {
                 push_op(plan, &f.name, JobOp::Counted { job: job.clone() })

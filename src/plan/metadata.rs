@@ -101,7 +101,10 @@ pub fn progress(
             p.annotations.insert(key, value);
         }
     };
-    let encoded = (!state.is_empty()).then(|| state.to_annotation());
+    // An emptied state is written as `{}`, as the reference does after the last uninstall; a node
+    // that never had one gets none.
+    let had = annotations.contains_key(&schema::node_state_annotation(skyhook));
+    let encoded = (had || !state.is_empty()).then(|| state.to_annotation());
     // Keep an equivalent annotation written by someone else (e.g. the Go operator) byte for byte.
     let same = annotations
         .get(&schema::node_state_annotation(skyhook))
@@ -630,12 +633,21 @@ mod tests {
                 vec![],
             ),
             (
-                "an empty state removes the annotation",
+                "an emptied state is written as {} (the reference's uninstall-upgrade scenario)",
                 current(Some(&enc)),
                 complete_label.clone(),
                 &empty,
                 Status::Complete,
-                vec![(&st, None)],
+                vec![(&st, some("{}"))],
+                vec![],
+            ),
+            (
+                "an empty state already written as {}: nothing",
+                current(Some("{}")),
+                complete_label.clone(),
+                &empty,
+                Status::Complete,
+                vec![],
                 vec![],
             ),
             (

@@ -38,7 +38,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::ResourceExt;
 
-pub use actions::{CompartmentPlan, Eviction, JobOp, NodePatch, Note, Plan, Reports, Target};
+pub use actions::{
+    CompartmentPlan, Eviction, JobOp, NodePatch, Note, Plan, Reports, Target, job_node,
+};
 pub use delete::plan_delete;
 pub use drain::PodInfo;
 pub use select::{targeted, tolerates_cordon};

@@ -92,6 +92,7 @@ fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) 
         ),
         created: None,
         deleting: false,
+        node_version: None,
         counted: false,
         stuck: None,
     }

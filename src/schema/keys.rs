@@ -203,6 +203,11 @@ pub const LEGACY_POLICY_NAME: &str = "legacy";
 pub const RECORDED_ANNOTATION: &str = "skyhook.nvidia.com/recorded";
 /// Job annotation: this failed attempt is already counted in the node state's `restarts`.
 pub const COUNTED_ANNOTATION: &str = "skyhook.nvidia.com/counted";
+/// Job annotation: the node's `resourceVersion` whose stored state includes this Job's stage
+/// (the version the node patch before the create returned, or the one the pass read). A node
+/// copy at least this new that no longer has the stage means the state was reset or moved on
+/// under the running Job (§4.7); an older copy is only a cache behind the Job's own write.
+pub const NODE_VERSION_ANNOTATION: &str = "skyhook.nvidia.com/node-resource-version";
 /// Hash of everything a Job's template was built from; a Job whose hash differs from the current
 /// spec's is stale.
 pub const SPEC_HASH_ANNOTATION: &str = "skyhook.nvidia.com/spec-hash";

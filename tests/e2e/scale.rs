@@ -22,12 +22,17 @@ const STAGES: usize = 2;
 /// slack covers passes that see a node's packages finish one by one on a loaded machine.
 const MAX_WRITES_PER_STAGE: f64 = 3.25;
 
+/// The operator's `/metrics` text; empty while it is not listening yet (callers poll).
 pub(crate) fn metrics(port: u16) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
     let mut out = String::new();
-    s.read_to_string(&mut out).expect("response");
+    let sent = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    if sent.is_err() || s.read_to_string(&mut out).is_err() {
+        return String::new();
+    }
     out
 }
 

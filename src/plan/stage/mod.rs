@@ -4,6 +4,7 @@
 
 pub(super) mod frontier;
 mod handover;
+mod invalidate;
 mod observe;
 mod start;
 mod versions;
@@ -46,6 +47,8 @@ pub struct Host<'a> {
     pub other_busy: bool,
     /// This Skyhook's package and interrupt pods left on the node by the Go operator.
     pub go_pods: &'a [GoPod],
+    /// The `resourceVersion` of the node copy the pass read, when it is a number.
+    pub node_version: Option<u64>,
 }
 
 /// One node's input to the machine.
@@ -167,6 +170,29 @@ pub fn step(input: StepInput) -> NodeOutcome {
     } = input;
     let mut out = NodeOutcome::default();
     observe::migrate_legacy(spec, &mut state);
+    // Jobs the stored state no longer asks for are deleted, and seen as being deleted for the
+    // rest of the step: nothing adopts them, and their stage starts again once they are gone.
+    let orphans: Vec<JobView> = if may_start {
+        invalidate::orphaned(&state, host.node_version, jobs)
+            .into_iter()
+            .map(|j| JobView {
+                deleting: true,
+                ..j.clone()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for j in &orphans {
+        out.actions.push(NodeAction::Delete {
+            job: j.name.clone(),
+        });
+    }
+    let marked: Vec<&JobView> = jobs
+        .iter()
+        .map(|j| orphans.iter().find(|o| o.name == j.name).unwrap_or(j))
+        .collect();
+    let jobs = marked.as_slice();
     observe::observe(spec, &mut state, &mut applied, jobs, &mut out);
     observe::prune_failed(jobs, failed_jobs_kept, &mut out);
     // A Job being deleted (Foreground) may still have its pod on the host: it counts.

@@ -58,6 +58,11 @@ pub(super) fn observe(
 ) {
     let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
     for e in entries {
+        // An earlier entry's outcome may have removed or moved this one (a finished upgrade drops
+        // the other versions): folding its stale copy would put it back.
+        if state.get(&e.name, &e.version) != Some(&e) {
+            continue;
+        }
         if !matches!(e.state, Some(State::InProgress) | Some(State::Erroring)) {
             continue;
         }

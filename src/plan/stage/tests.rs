@@ -92,6 +92,7 @@ fn job(p: &Package, stage: Stage, attempt: u32, outcome: Outcome) -> JobView {
         spec_hash: applied_hash(p),
         created: None,
         deleting: false,
+        node_version: None,
         counted: false,
         stuck: None,
     }
@@ -714,6 +715,7 @@ fn stage_machine_transitions() {
             pods: Some(&[]),
             other_busy: false,
             go_pods: &[],
+            node_version: None,
         };
         let o = step(
             &sv,
@@ -863,5 +865,174 @@ fn a_counted_failure_is_not_counted_again() {
             .filter(|n| matches!(n, NodeNote::Failed { .. }))
             .count();
         assert_eq!(got_notes, notes, "case: {case}");
+    }
+}
+
+#[test]
+fn a_finished_upgrade_is_not_undone_by_the_old_versions_stale_entry() {
+    // The new version's key sorts before the old one's ("1.0.0" < "1.0.0-rc"), so its upgrade is
+    // folded first and drops the old entry; the old entry's running Job (its pod already gone)
+    // must not put the entry back, or the next pass would start the upgrade over.
+    let old = package("alpha", "1.0.0-rc", json!({}));
+    let new = package("alpha", "1.0.0", json!({}));
+    let none = BTreeMap::new();
+    let pk = spec(std::slice::from_ref(&new));
+    let sv = view(&pk, &none);
+    let mut st = NodeState::default();
+    st.upsert(entry(&old, Stage::Apply, State::Erroring));
+    st.upsert(entry(&new, Stage::Upgrade, State::InProgress));
+    let upgraded = job(&new, Stage::Upgrade, 0, Outcome::Complete { at: t(1) });
+    let stale = job(&old, Stage::Apply, 0, Outcome::Running);
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[&upgraded, &stale],
+        true,
+        RETRY,
+        3,
+        t(2),
+    );
+    assert!(o.state.get("alpha", "1.0.0-rc").is_none(), "{:?}", o.state);
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
+    // And a new version already past its upgrade is never sent back to it.
+    let mut st = NodeState::default();
+    st.upsert(entry(&old, Stage::Apply, State::Erroring));
+    st.upsert(entry(&new, Stage::Config, State::InProgress));
+    let o = step(
+        &sv,
+        st,
+        BTreeMap::new(),
+        Host::default(),
+        &[],
+        true,
+        RETRY,
+        3,
+        t(3),
+    );
+    assert_eq!(state_of(&o, &new).0, Stage::Config, "{:?}", o.state);
+}
+
+#[test]
+fn running_jobs_the_state_no_longer_asks_for_are_deleted() {
+    let p = package("alpha", "1.0.0", json!({}));
+    let none = BTreeMap::new();
+    let pk = spec(std::slice::from_ref(&p));
+    let sv = view(&pk, &none);
+    let with = |stage: Stage, state: State| {
+        let mut st = NodeState::default();
+        st.upsert(entry(&p, stage, state));
+        st
+    };
+    // (case, stored state, running Job's stage, its node version, node version read,
+    //  may start, Job deleted, stages started)
+    type Case<'a> = (
+        &'a str,
+        NodeState,
+        Stage,
+        Option<u64>,
+        u64,
+        bool,
+        bool,
+        Vec<Stage>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "a reset under a running apply: deleted, apply waits for it to go",
+            NodeState::default(),
+            Stage::Apply,
+            Some(5),
+            7,
+            true,
+            true,
+            vec![],
+        ),
+        (
+            "a node copy older than the Job's own write: adopted, not a reset",
+            NodeState::default(),
+            Stage::Apply,
+            Some(9),
+            7,
+            true,
+            false,
+            vec![],
+        ),
+        (
+            "the state moved to config (a rerun): the apply Job goes, config starts",
+            with(Stage::Config, State::InProgress),
+            Stage::Apply,
+            Some(5),
+            7,
+            true,
+            true,
+            vec![Stage::Config],
+        ),
+        (
+            "the stage the state asks for: kept",
+            with(Stage::Apply, State::InProgress),
+            Stage::Apply,
+            Some(5),
+            7,
+            true,
+            false,
+            vec![],
+        ),
+        (
+            "an uninstall runs to the end (the spec's version installs beside it)",
+            NodeState::default(),
+            Stage::Uninstall,
+            Some(5),
+            7,
+            true,
+            false,
+            vec![Stage::Apply],
+        ),
+        (
+            "a Job without the node version (an older operator's): kept",
+            NodeState::default(),
+            Stage::Apply,
+            None,
+            7,
+            true,
+            false,
+            vec![],
+        ),
+        (
+            "paused or outside the batch: kept",
+            NodeState::default(),
+            Stage::Apply,
+            Some(5),
+            7,
+            false,
+            false,
+            vec![],
+        ),
+    ];
+    for (case, state, stage, job_version, seen, may_start, deleted, started) in cases {
+        let mut running = job(&p, stage, 0, Outcome::Running);
+        running.node_version = job_version;
+        let host = Host {
+            node_version: Some(seen),
+            ..Host::default()
+        };
+        let o = step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            host,
+            &[&running],
+            may_start,
+            RETRY,
+            3,
+            t(0),
+        );
+        let deletes = o
+            .actions
+            .iter()
+            .any(|a| matches!(a, NodeAction::Delete { job } if *job == running.name));
+        assert_eq!(deletes, deleted, "{case}: deleted");
+        let stages: Vec<Stage> = runs(&o).into_iter().map(|(_, s, _)| s).collect();
+        assert_eq!(stages, started, "{case}: started");
     }
 }

@@ -23,9 +23,11 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
             Some(p) if p.version != e.version => {
                 match schema::semver_compare(&p.version, &e.version) {
                     std::cmp::Ordering::Greater => {
-                        let already = state.get(&p.name, &p.version).is_some_and(|x| {
-                            x.stage == Stage::Upgrade || x.state == Some(State::Complete)
-                        });
+                        // Once the new version has an entry past the uninstall bookkeeping,
+                        // its upgrade has run or runs: starting it over would repeat it.
+                        let already = state
+                            .get(&p.name, &p.version)
+                            .is_some_and(|x| x.stage != Stage::Uninstall);
                         if !already && e.stage != Stage::Uninstall {
                             state.upsert(PackageStatus {
                                 name: p.name.clone(),
