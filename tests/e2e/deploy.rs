@@ -128,7 +128,7 @@ fn deploy_dir() -> String {
 }
 
 /// `kubectl apply -k deploy/` (idempotent), then wait for the CRDs. Returns the apply's stdout.
-fn apply_deploy(ctx: &TestCtx) -> String {
+pub(crate) fn apply_deploy(ctx: &TestCtx) -> String {
     require_crd_files();
     let dir = deploy_dir();
     let out = {
