@@ -16,6 +16,7 @@ use crate::app::global::{GlobalArgs, parse_duration};
 #[cfg(test)]
 use crate::app::global::{Timeout, parse_timeout};
 use crate::app::output::OutputFormat;
+use crate::app::sort::Sortable;
 
 /// How kubectl finds plugins: `kubectl skyhook` runs `kubectl-skyhook`.
 const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
@@ -209,13 +210,18 @@ pub enum DebugCommand {
     /// Collect a support archive (.tar.gz): Skyhooks, node state, Jobs, pods, logs, Events,
     /// the operator's Deployment, logs and metrics
     #[command(
-        after_help = "Examples:\n  kubectl skyhook debug collect\n  kubectl skyhook debug collect --skyhook gpu-init --node 'worker-.*' -o ticket-1234.tar.gz\n  kubectl skyhook debug collect --since 2h --max-log-bytes 1048576\n\nExit codes: 0 everything was collected; 3 the archive was written but some pieces failed\n(see the *-errors.json files and manifest.json inside); 1 no archive was written."
+        after_help = "Examples:\n  kubectl skyhook debug collect\n  kubectl skyhook debug collect --skyhook gpu-init --node 'worker-.*' --output-file ticket-1234.tar.gz\n  kubectl skyhook debug collect --since 2h --max-log-bytes 1048576\n\nExit codes: 0 everything was collected; 3 the archive was written but some pieces failed\n(see the *-errors.json files and manifest.json inside); 1 no archive was written."
     )]
     Collect(CollectArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CollectArgs {
+    /// Where to write the archive (default: skyhook-debug-<time>.tar.gz in the current
+    /// directory); `-o <path>` still works but is deprecated
+    #[arg(long, value_name = "PATH", value_hint = clap::ValueHint::FilePath)]
+    pub output_file: Option<PathBuf>,
+
     /// Only this Skyhook (default: every Skyhook)
     #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
     pub skyhook: Option<String>,
@@ -409,17 +415,27 @@ pub fn parse(args: Vec<OsString>) -> Parsed {
             code: 0,
         },
         Ok(mut cli) => match resolve_output(&cmd, &mut cli) {
-            Ok(()) => Parsed::Run(Box::new(cli)),
+            Ok(()) => match check_listing_flags(&mut cli.global, cli.command.as_ref(), &name) {
+                Ok(()) => Parsed::Run(Box::new(cli)),
+                Err(text) => Parsed::Exit { text, code: 2 },
+            },
             Err(err) => from_clap_error(&err, &name),
         },
         Err(err) => from_clap_error(&err, &name),
     }
 }
 
-/// `-o` is a format for every command but `debug collect`, where it names the archive; clap
-/// cannot give one global flag two types, so the format is checked here, with clap's own error.
+/// `-o` is a format for every command but `debug collect`, where it is the deprecated spelling
+/// of `--output-file`; clap cannot give one global flag two types, so the format is checked
+/// here, with clap's own error.
 fn resolve_output(cmd: &clap::Command, cli: &mut Cli) -> Result<(), clap::Error> {
-    if matches!(cli.command, Some(Command::Debug(DebugCommand::Collect(_)))) {
+    if let Some(Command::Debug(DebugCommand::Collect(args))) = &cli.command {
+        if args.output_file.is_some() && cli.global.output_arg.is_some() {
+            return Err(cmd.clone().error(
+                ErrorKind::ArgumentConflict,
+                "the argument '--output-file <PATH>' cannot be used with '--output <PATH>'",
+            ));
+        }
         return Ok(());
     }
     let Some(raw) = cli.global.output_arg.as_deref() else {
@@ -436,6 +452,99 @@ fn resolve_output(cmd: &clap::Command, cli: &mut Cli) -> Result<(), clap::Error>
     cli.global.output =
         clap::builder::TypedValueParser::parse_ref(&parser, cmd, Some(&arg), OsStr::new(raw))?;
     Ok(())
+}
+
+/// The listings that take `-o name` and `--sort-by`: their command words, the resource their
+/// rows name, and the JSON fields they sort by.
+const LISTINGS: &str = "node list, node status, package status and jobs";
+
+fn listing(command: Option<&Command>) -> Option<(&'static str, Sortable)> {
+    let (words, fields, name_field): (_, &'static [&'static str], _) = match command? {
+        Command::Node(NodeCommand::List { .. }) => (
+            "node list",
+            &[
+                "nodeName",
+                "status",
+                "packagesComplete",
+                "packagesTotal",
+                "restarts",
+            ],
+            "nodeName",
+        ),
+        Command::Node(NodeCommand::Status { .. }) => (
+            "node status",
+            &[
+                "nodeName",
+                "skyhookName",
+                "status",
+                "packagesComplete",
+                "packagesTotal",
+                "compartment",
+            ],
+            "nodeName",
+        ),
+        Command::Package(PackageCommand::Status { .. }) => (
+            "package status",
+            &[
+                "nodeName", "name", "version", "image", "stage", "state", "restarts",
+            ],
+            "nodeName",
+        ),
+        Command::Jobs(_) => (
+            "jobs",
+            &[
+                "nodeName",
+                "skyhookName",
+                "package",
+                "version",
+                "stage",
+                "attempt",
+                "status",
+                "reason",
+                "startTime",
+                "durationSeconds",
+                "jobName",
+                "podName",
+                "resourceId",
+            ],
+            "jobName",
+        ),
+        _ => return None,
+    };
+    Some((words, Sortable { fields, name_field }))
+}
+
+/// `-o name` and `--sort-by` only mean something for listings; `--sort-by` must name one of the
+/// listing's fields. The error text (exit 2) when not.
+fn check_listing_flags(
+    global: &mut GlobalArgs,
+    command: Option<&Command>,
+    bin: &str,
+) -> Result<(), String> {
+    let found = listing(command);
+    if global.output == OutputFormat::Name && found.is_none() {
+        return Err(format!(
+            "error: -o name only applies to {LISTINGS}; see '{bin} --help'\n"
+        ));
+    }
+    let Some(raw) = global.sort_by.as_deref() else {
+        return Ok(());
+    };
+    let Some((words, sortable)) = found else {
+        return Err(format!(
+            "error: --sort-by only applies to {LISTINGS}; see '{bin} --help'\n"
+        ));
+    };
+    match sortable.key(raw) {
+        Ok(key) => {
+            global.sort_key = Some(key);
+            Ok(())
+        }
+        Err(why) => Err(format!(
+            "error: invalid value '{raw}' for '--sort-by <JSONPATH>': {why}; {words} sorts by {}; see '{bin} {words} --help'\n",
+            sortable.describe()
+        )),
+    }
 }
 
 /// A stage name, any of the six.
@@ -626,7 +735,7 @@ mod tests {
             ),
             (
                 &["kubectl-skyhook", "-o", "xml", "version"][..],
-                "error: invalid value 'xml' for '--output <FORMAT>' [possible values: table, wide, json, yaml]; tip: a similar value exists: 'yaml'; see 'kubectl skyhook --help'",
+                "error: invalid value 'xml' for '--output <FORMAT>' [possible values: table, wide, json, yaml, name]; tip: a similar value exists: 'yaml'; see 'kubectl skyhook --help'",
             ),
             (
                 &["kubectl-skyhook", "frobnicate"][..],
@@ -718,6 +827,171 @@ mod tests {
         assert_eq!(code, 2);
         assert!(
             text.starts_with("error: invalid value 'ticket.tar.gz' for '--output <FORMAT>'"),
+            "{text}"
+        );
+    }
+
+    fn run_of(list: &[&str]) -> Cli {
+        match parse(args(list)) {
+            Parsed::Run(cli) => *cli,
+            Parsed::Exit { text, code } => panic!("{list:?}: exit {code}: {text}"),
+        }
+    }
+
+    #[test]
+    fn kubectl_connection_flags() {
+        let cli = run_of(&[
+            "kubectl-skyhook",
+            "node",
+            "status",
+            "--cluster",
+            "c",
+            "--user",
+            "u",
+            "-s",
+            "https://k:6443",
+            "--token",
+            "t",
+            "--as",
+            "system:serviceaccount:ns:sa",
+            "--as-group",
+            "g1",
+            "--as-group=g2",
+            "--certificate-authority",
+            "/ca.crt",
+        ]);
+        let g = &cli.global;
+        assert_eq!(g.cluster.as_deref(), Some("c"));
+        assert_eq!(g.user.as_deref(), Some("u"));
+        assert_eq!(g.server.as_deref(), Some("https://k:6443"));
+        assert_eq!(g.token.as_deref(), Some("t"));
+        assert_eq!(g.as_user.as_deref(), Some("system:serviceaccount:ns:sa"));
+        assert_eq!(g.as_group, ["g1", "g2"]);
+        assert_eq!(g.certificate_authority, Some(PathBuf::from("/ca.crt")));
+        assert!(!g.insecure_skip_tls_verify);
+        let cli = run_of(&[
+            "kubectl-skyhook",
+            "--server=k:6443",
+            "--insecure-skip-tls-verify",
+            "version",
+        ]);
+        assert!(cli.global.insecure_skip_tls_verify);
+        assert_eq!(cli.global.server.as_deref(), Some("k:6443"));
+
+        let (text, code) = exit_of(&["kubectl-skyhook", "node", "status", "--as-group", "g"]);
+        assert_eq!(code, 2);
+        assert!(text.contains("--as <USER>"), "{text}");
+        let (text, code) = exit_of(&[
+            "kubectl-skyhook",
+            "node",
+            "status",
+            "--certificate-authority",
+            "/ca",
+            "--insecure-skip-tls-verify",
+        ]);
+        assert_eq!(code, 2);
+        assert!(text.contains("cannot be used with"), "{text}");
+    }
+
+    #[test]
+    fn output_name_no_headers_and_sort_by() {
+        for line in [
+            "node list --skyhook s -o name",
+            "node status -o name --sort-by .status",
+            "package status p --skyhook s -o name --sort-by {.metadata.name}",
+            "jobs --skyhook s -o name --sort-by .startTime",
+            "node status --no-headers --sort-by skyhookName",
+            "pause s --no-headers",
+        ] {
+            let mut argv = vec!["kubectl-skyhook"];
+            argv.extend(line.split_whitespace());
+            run_of(&argv);
+        }
+        let cli = run_of(&[
+            "kubectl-skyhook",
+            "node",
+            "list",
+            "--skyhook",
+            "s",
+            "--sort-by",
+            ".metadata.name",
+            "-o",
+            "name",
+            "--no-headers",
+        ]);
+        assert_eq!(cli.global.output, OutputFormat::Name);
+        assert!(cli.global.no_headers);
+        assert_eq!(
+            cli.global.sort_key,
+            Some(crate::app::sort::SortKey(vec!["nodeName".into()]))
+        );
+        let cli = run_of(&[
+            "kubectl-skyhook",
+            "jobs",
+            "--skyhook",
+            "s",
+            "--sort-by",
+            ".metadata.name",
+        ]);
+        assert_eq!(
+            cli.global.sort_key,
+            Some(crate::app::sort::SortKey(vec!["jobName".into()]))
+        );
+
+        let (text, code) = exit_of(&[
+            "kubectl-skyhook",
+            "node",
+            "list",
+            "--skyhook",
+            "s",
+            "--sort-by",
+            ".bogus",
+        ]);
+        assert_eq!(code, 2);
+        assert_eq!(
+            text,
+            "error: invalid value '.bogus' for '--sort-by <JSONPATH>': unknown field \".bogus\"; node list sorts by .nodeName, .status, .packagesComplete, .packagesTotal, .restarts (or .metadata.name); see 'kubectl skyhook node list --help'\n"
+        );
+        let (text, code) = exit_of(&["kubectl-skyhook", "pause", "s", "--sort-by", ".status"]);
+        assert_eq!(code, 2);
+        assert_eq!(
+            text,
+            "error: --sort-by only applies to node list, node status, package status and jobs; see 'kubectl skyhook --help'\n"
+        );
+        let (text, code) = exit_of(&["kubectl-skyhook", "version", "-o", "name"]);
+        assert_eq!(code, 2);
+        assert!(
+            text.starts_with("error: -o name only applies to node list"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn debug_collect_has_its_own_destination_flag() {
+        let cli = run_of(&[
+            "kubectl-skyhook",
+            "debug",
+            "collect",
+            "--output-file",
+            "t.tar.gz",
+        ]);
+        let Some(Command::Debug(DebugCommand::Collect(args))) = &cli.command else {
+            panic!("not debug collect");
+        };
+        assert_eq!(args.output_file, Some(PathBuf::from("t.tar.gz")));
+        assert_eq!(cli.global.output_arg, None);
+        let (text, code) = exit_of(&[
+            "kubectl-skyhook",
+            "debug",
+            "collect",
+            "--output-file",
+            "a.tgz",
+            "-o",
+            "b.tgz",
+        ]);
+        assert_eq!(code, 2);
+        assert!(
+            text.contains("'--output-file <PATH>' cannot be used with"),
             "{text}"
         );
     }

@@ -79,7 +79,7 @@ fn main() -> ExitCode {
 /// Runs one command; the exit code (0, or `debug collect`'s partial-failure code).
 async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
     let ctx = Ctx {
-        painter: Painter::detect(cli.global.no_color),
+        painter: Painter::detect(cli.global.no_color).without_headers(cli.global.no_headers),
         global: cli.global,
     };
     let stdout = io::stdout();

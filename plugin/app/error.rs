@@ -49,6 +49,11 @@ pub enum CliError {
     Unreachable { server: String, reason: String },
 
     #[error(
+        "cannot verify the certificate of the Kubernetes API at {server}: {reason}; pass --certificate-authority with the cluster's CA (or --insecure-skip-tls-verify to skip the check)"
+    )]
+    Certificate { server: String, reason: String },
+
+    #[error(
         "{action}: the Kubernetes API at {server} did not answer in time; retry, or raise --request-timeout"
     )]
     Timeout { action: String, server: String },
@@ -57,12 +62,16 @@ pub enum CliError {
     Forbidden { action: String, message: String },
 
     #[error(
-        "{action}: the Kubernetes API at {server} rejected the credentials (401 Unauthorized); log in again or pick another --context"
+        "{action}: the Kubernetes API at {server} rejected the credentials (401 Unauthorized); log in again, or pick another --context or --token"
     )]
     Unauthorized { action: String, server: String },
 
     #[error("cannot load the kubeconfig: {0}; pass --kubeconfig or set KUBECONFIG")]
     Kubeconfig(String),
+
+    /// A connection flag whose value cannot be used.
+    #[error("{flag}: {message}")]
+    Flag { flag: &'static str, message: String },
 
     #[error(
         "context {0:?} not found in the kubeconfig; list them with: kubectl config get-contexts"
@@ -148,6 +157,8 @@ impl CliError {
                     || lower.contains("elapsed")
                 {
                     CliError::Timeout { action, server }
+                } else if lower.contains("certificate") {
+                    CliError::Certificate { server, reason }
                 } else {
                     CliError::Unreachable { server, reason }
                 }

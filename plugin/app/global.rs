@@ -7,6 +7,7 @@ use clap::Args;
 use skyhook::schema::parse_go_duration;
 
 use super::output::OutputFormat;
+use super::sort::SortKey;
 
 /// Namespace the operator runs in (reference default; the kubeconfig namespace is not used).
 pub const DEFAULT_NAMESPACE: &str = "skyhook";
@@ -25,17 +26,62 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
     pub context: Option<String>,
 
+    /// The kubeconfig cluster to use
+    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
+    pub cluster: Option<String>,
+
+    /// The kubeconfig user to use
+    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
+    pub user: Option<String>,
+
+    /// The address and port of the Kubernetes API server (https:// unless a scheme is given)
+    #[arg(short = 's', long, global = true, value_name = "URL", help_heading = GLOBAL)]
+    pub server: Option<String>,
+
+    /// Bearer token for the API server; replaces the kubeconfig user's credentials
+    #[arg(long, global = true, value_name = "TOKEN", help_heading = GLOBAL)]
+    pub token: Option<String>,
+
+    /// User to impersonate, e.g. system:serviceaccount:<namespace>:<name>
+    #[arg(long = "as", global = true, value_name = "USER", help_heading = GLOBAL)]
+    pub as_user: Option<String>,
+
+    /// Group to impersonate (repeatable; needs --as)
+    #[arg(long = "as-group", global = true, value_name = "GROUP", requires = "as_user", help_heading = GLOBAL)]
+    pub as_group: Vec<String>,
+
+    /// Path to a PEM file of the certificate authority that signed the API server's certificate
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "insecure_skip_tls_verify", help_heading = GLOBAL)]
+    pub certificate_authority: Option<PathBuf>,
+
+    /// Do not verify the API server's certificate (insecure)
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub insecure_skip_tls_verify: bool,
+
     /// Namespace the Skyhook operator runs in
     #[arg(short = 'n', long, global = true, default_value = DEFAULT_NAMESPACE, value_name = "NAMESPACE", help_heading = GLOBAL)]
     pub namespace: String,
 
-    /// Output format: table, wide, json or yaml (for `debug collect`: the archive's path)
+    /// Output format: table, wide, json, yaml or name (kind/name lines)
     #[arg(short = 'o', long = "output", global = true, value_name = "FORMAT", help_heading = GLOBAL)]
     pub output_arg: Option<String>,
 
-    /// `-o` read as a format (every command but `debug collect`, which takes a path).
+    /// `-o` read as a format (every command but `debug collect`, where a path is deprecated).
     #[arg(skip)]
     pub output: OutputFormat,
+
+    /// Print tables without their header line (and without the summary above them)
+    #[arg(long, global = true, help_heading = GLOBAL)]
+    pub no_headers: bool,
+
+    /// Sort listings by a field of their JSON output, e.g. .status or .metadata.name (node
+    /// list, node status, package status, jobs)
+    #[arg(long, global = true, value_name = "JSONPATH", help_heading = GLOBAL)]
+    pub sort_by: Option<String>,
+
+    /// `--sort-by` checked against the command's fields.
+    #[arg(skip)]
+    pub sort_key: Option<SortKey>,
 
     /// Disable colours (also disabled by NO_COLOR or when stdout is not a terminal)
     #[arg(long, global = true, help_heading = GLOBAL)]

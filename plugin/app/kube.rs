@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::config::AuthInfo;
+use kube::{Client, Config, ResourceExt};
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
@@ -34,21 +35,38 @@ pub struct Kube {
 
 impl Kube {
     /// Loads the kubeconfig the way kubectl does (`--kubeconfig`, else `$KUBECONFIG`, else
-    /// `~/.kube/config`, else the in-cluster service account) and applies `--context` and
+    /// `~/.kube/config`, else the in-cluster service account), picks `--context`, `--cluster`
+    /// and `--user`, then applies the connection flags on top ([`apply_overrides`]) and
     /// `--request-timeout`.
     pub async fn connect(global: &GlobalArgs) -> Result<Kube, CliError> {
         let source = Source {
             path: global.kubeconfig.as_deref(),
             context: global.context.clone(),
-            ..Source::default()
+            cluster: global.cluster.clone(),
+            user: global.user.clone(),
         };
-        let mut config = load(&source).await.map_err(|e| match e {
+        let loaded = load(&source).await.map_err(|e| match e {
             KubeconfigError::Read { path, reason } => {
                 CliError::Kubeconfig(format!("cannot read {path}: {}", one_line(&reason)))
             }
             KubeconfigError::NoSuchContext(name) => CliError::NoSuchContext(name),
             KubeconfigError::Invalid(message) => CliError::Kubeconfig(one_line(&message)),
-        })?;
+        });
+        let mut config = match (loaded, &global.server) {
+            (Ok(config), _) => config,
+            // Like kubectl, `--server` (with `--token` and a CA or --insecure-skip-tls-verify)
+            // is enough on its own when there is no kubeconfig to start from.
+            (Err(CliError::Kubeconfig(_)), Some(server))
+                if global.kubeconfig.is_none()
+                    && global.context.is_none()
+                    && global.cluster.is_none()
+                    && global.user.is_none() =>
+            {
+                Config::new(server_uri(server)?)
+            }
+            (Err(e), _) => return Err(e),
+        };
+        apply_overrides(&mut config, &Overrides::from_global(global)?)?;
         if let Some(limit) = global.request_timeout.0 {
             config.connect_timeout = Some(limit);
             config.read_timeout = Some(limit);
@@ -240,6 +258,134 @@ impl Kube {
     }
 }
 
+/// kubectl's connection flags, applied on top of the loaded kubeconfig.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--server`
+    pub server: Option<http::Uri>,
+    /// `--token`
+    pub token: Option<String>,
+    /// `--as`
+    pub as_user: Option<String>,
+    /// `--as-group`
+    pub as_groups: Vec<String>,
+    /// `--certificate-authority`, as DER certificates.
+    pub root_certs: Option<Vec<Vec<u8>>>,
+    /// `--insecure-skip-tls-verify`
+    pub insecure: bool,
+}
+
+impl Overrides {
+    /// Reads the flags (and the `--certificate-authority` file).
+    pub fn from_global(global: &GlobalArgs) -> Result<Overrides, CliError> {
+        let root_certs = match &global.certificate_authority {
+            None => None,
+            Some(path) => {
+                let flag = |message: String| CliError::Flag {
+                    flag: "--certificate-authority",
+                    message,
+                };
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| flag(format!("cannot read {}: {e}", path.display())))?;
+                let certs = pem_certificates(&text).map_err(flag)?;
+                if certs.is_empty() {
+                    return Err(flag(format!(
+                        "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                        path.display()
+                    )));
+                }
+                Some(certs)
+            }
+        };
+        Ok(Overrides {
+            server: global.server.as_deref().map(server_uri).transpose()?,
+            token: global.token.clone(),
+            as_user: global.as_user.clone(),
+            as_groups: global.as_group.clone(),
+            root_certs,
+            insecure: global.insecure_skip_tls_verify,
+        })
+    }
+}
+
+/// `--server`: a URL, or `host:port` (https, as kubectl assumes).
+pub fn server_uri(raw: &str) -> Result<http::Uri, CliError> {
+    let text = if raw.contains("://") {
+        raw.to_string()
+    } else {
+        format!("https://{raw}")
+    };
+    match text.parse::<http::Uri>() {
+        Ok(uri) if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
+        _ => Err(CliError::Flag {
+            flag: "--server",
+            message: format!("{raw:?} is not a URL (use e.g. https://10.0.0.1:6443)"),
+        }),
+    }
+}
+
+/// The DER bytes of each `CERTIFICATE` block of a PEM file.
+fn pem_certificates(text: &str) -> Result<Vec<Vec<u8>>, String> {
+    use base64::Engine as _;
+    let mut certs = Vec::new();
+    let mut body: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        match (&mut body, line) {
+            (None, "-----BEGIN CERTIFICATE-----") => body = Some(String::new()),
+            (Some(b), "-----END CERTIFICATE-----") => {
+                let der = base64::engine::general_purpose::STANDARD
+                    .decode(b.as_bytes())
+                    .map_err(|e| format!("a certificate is not valid base64: {e}"))?;
+                certs.push(der);
+                body = None;
+            }
+            (Some(b), l) => b.push_str(l),
+            (None, _) => {}
+        }
+    }
+    Ok(certs)
+}
+
+/// Applies the connection flags as kubectl does: `--server` replaces the cluster URL (the
+/// kubeconfig's CA still applies); `--token` replaces the user's credentials (client
+/// certificate, exec plugin, basic auth); `--as`/`--as-group` add impersonation headers;
+/// `--certificate-authority` replaces the CA; `--insecure-skip-tls-verify` turns verification
+/// off and drops the CA.
+pub fn apply_overrides(config: &mut Config, o: &Overrides) -> Result<(), CliError> {
+    if let Some(server) = &o.server {
+        config.cluster_url = server.clone();
+    }
+    if let Some(token) = &o.token {
+        let impersonate = config.auth_info.impersonate.take();
+        let groups = config.auth_info.impersonate_groups.take();
+        config.auth_info =
+            serde_json::from_value::<AuthInfo>(json!({ "token": token })).map_err(|e| {
+                CliError::Flag {
+                    flag: "--token",
+                    message: e.to_string(),
+                }
+            })?;
+        config.auth_info.impersonate = impersonate;
+        config.auth_info.impersonate_groups = groups;
+    }
+    if let Some(user) = &o.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+        config.auth_info.impersonate_groups =
+            (!o.as_groups.is_empty()).then(|| o.as_groups.clone());
+    }
+    if let Some(certs) = &o.root_certs {
+        config.root_cert = Some(certs.clone());
+        config.root_cert_file = None;
+        config.accept_invalid_certs = false;
+    }
+    if o.insecure {
+        config.accept_invalid_certs = true;
+        config.root_cert = None;
+        config.root_cert_file = None;
+    }
+    Ok(())
+}
+
 /// `{"metadata":{"<field>":{"<key>":"<value>"|null}}}`.
 pub fn single_key_patch(field: &str, key: &str, value: Option<&str>) -> Value {
     let v = value.map_or(Value::Null, |v| Value::String(v.to_string()));
@@ -250,6 +396,122 @@ pub fn single_key_patch(field: &str, key: &str, value: Option<&str>) -> Value {
 mod tests {
     use super::*;
     use skyhook::schema;
+
+    fn base_config() -> Config {
+        let mut config = Config::new("https://10.0.0.1:6443".parse().unwrap());
+        config.auth_info = serde_json::from_value(json!({
+            "client-certificate-data": "Y2VydA==",
+            "client-key-data": "a2V5",
+            "username": "admin",
+            "password": "secret",
+        }))
+        .unwrap();
+        config.root_cert = Some(vec![vec![1, 2, 3]]);
+        config
+    }
+
+    fn token_of(config: &Config) -> Option<String> {
+        serde_json::to_value(&config.auth_info).unwrap()["token"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn no_flags_change_nothing() {
+        let mut config = base_config();
+        apply_overrides(&mut config, &Overrides::default()).unwrap();
+        assert_eq!(config.cluster_url, "https://10.0.0.1:6443");
+        assert_eq!(config.root_cert, Some(vec![vec![1, 2, 3]]));
+        assert!(config.auth_info.client_certificate_data.is_some());
+        assert!(!config.accept_invalid_certs);
+        assert_eq!(config.auth_info.impersonate, None);
+    }
+
+    #[test]
+    fn server_token_and_impersonation_override_the_kubeconfig() {
+        let mut config = base_config();
+        config.auth_info.impersonate = Some("from-kubeconfig".into());
+        let o = Overrides {
+            server: Some(server_uri("127.0.0.1:16443").unwrap()),
+            token: Some("t0k3n".into()),
+            ..Overrides::default()
+        };
+        apply_overrides(&mut config, &o).unwrap();
+        assert_eq!(config.cluster_url, "https://127.0.0.1:16443");
+        // The token replaces every other credential; the CA stays.
+        assert_eq!(token_of(&config).as_deref(), Some("t0k3n"));
+        assert_eq!(config.auth_info.client_certificate_data, None);
+        assert!(config.auth_info.client_key_data.is_none());
+        assert_eq!(config.auth_info.username, None);
+        assert_eq!(
+            config.auth_info.impersonate.as_deref(),
+            Some("from-kubeconfig")
+        );
+        assert_eq!(config.root_cert, Some(vec![vec![1, 2, 3]]));
+
+        let o = Overrides {
+            as_user: Some("system:serviceaccount:ns:sa".into()),
+            as_groups: vec!["g1".into(), "g2".into()],
+            ..Overrides::default()
+        };
+        apply_overrides(&mut config, &o).unwrap();
+        assert_eq!(
+            config.auth_info.impersonate.as_deref(),
+            Some("system:serviceaccount:ns:sa")
+        );
+        assert_eq!(
+            config.auth_info.impersonate_groups,
+            Some(vec!["g1".to_string(), "g2".to_string()])
+        );
+        assert_eq!(token_of(&config).as_deref(), Some("t0k3n"));
+    }
+
+    #[test]
+    fn certificate_authority_and_insecure() {
+        let mut config = base_config();
+        let o = Overrides {
+            root_certs: Some(vec![vec![9]]),
+            ..Overrides::default()
+        };
+        apply_overrides(&mut config, &o).unwrap();
+        assert_eq!(config.root_cert, Some(vec![vec![9]]));
+        assert!(!config.accept_invalid_certs);
+        let o = Overrides {
+            insecure: true,
+            ..Overrides::default()
+        };
+        apply_overrides(&mut config, &o).unwrap();
+        assert!(config.accept_invalid_certs);
+        assert_eq!(config.root_cert, None);
+        // Client certificates still authenticate.
+        assert!(config.auth_info.client_certificate_data.is_some());
+    }
+
+    #[test]
+    fn server_urls_and_pem_files() {
+        assert_eq!(server_uri("https://k:6443").unwrap(), "https://k:6443/");
+        assert_eq!(server_uri("k:6443").unwrap(), "https://k:6443/");
+        assert_eq!(server_uri("http://k").unwrap(), "http://k/");
+        let err = server_uri("https://").unwrap_err().to_string();
+        assert!(
+            err.starts_with("--server: \"https://\" is not a URL"),
+            "{err}"
+        );
+        let pem = "junk\n-----BEGIN CERTIFICATE-----\nAQID\nBA==\n-----END CERTIFICATE-----\n\
+                   -----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n\
+                   -----BEGIN CERTIFICATE-----\nBQ==\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            pem_certificates(pem).unwrap(),
+            vec![vec![1, 2, 3, 4], vec![5]]
+        );
+        assert_eq!(
+            pem_certificates("nothing here").unwrap(),
+            Vec::<Vec<u8>>::new()
+        );
+        assert!(
+            pem_certificates("-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----").is_err()
+        );
+    }
 
     #[test]
     fn merge_patches_match_the_reference() {

@@ -12,6 +12,7 @@ pub mod operator;
 pub mod output;
 pub mod packages;
 pub mod prompt;
+pub mod sort;
 
 use error::CliError;
 use global::GlobalArgs;

@@ -22,6 +22,8 @@ pub enum OutputFormat {
     Json,
     /// YAML (same fields as JSON)
     Yaml,
+    /// One `kind/name` line per object, as `kubectl get -o name` (node/worker-1)
+    Name,
 }
 
 /// A status or state word as shown to users.
@@ -111,11 +113,25 @@ pub fn color_enabled(
 #[derive(Debug, Clone, Copy)]
 pub struct Painter {
     color: bool,
+    no_headers: bool,
 }
 
 impl Painter {
     pub fn new(color: bool) -> Painter {
-        Painter { color }
+        Painter {
+            color,
+            no_headers: false,
+        }
+    }
+
+    /// `--no-headers`: tables without their header line.
+    pub fn without_headers(self, no_headers: bool) -> Painter {
+        Painter { no_headers, ..self }
+    }
+
+    /// Whether tables are printed bare (no header, so no summary above them either).
+    pub fn no_headers(&self) -> bool {
+        self.no_headers
     }
 
     /// From the flag, the environment and stdout.
@@ -160,8 +176,10 @@ impl Painter {
         let mut table = Table::new();
         table
             .load_style(presets::NOTHING)
-            .set_content_arrangement(ContentArrangement::Disabled)
-            .set_header(headers.iter().map(|h| Cell::new(*h)).collect::<Vec<_>>());
+            .set_content_arrangement(ContentArrangement::Disabled);
+        if !self.no_headers {
+            table.set_header(headers.iter().map(|h| Cell::new(*h)).collect::<Vec<_>>());
+        }
         for row in rows {
             table.add_row(row.iter().map(|f| self.cell(f)).collect::<Vec<_>>());
         }
@@ -254,8 +272,23 @@ pub fn structured<T: Serialize + ?Sized>(
     match format {
         OutputFormat::Json => json(value).map(Some),
         OutputFormat::Yaml => yaml(value).map(Some),
-        OutputFormat::Table | OutputFormat::Wide => Ok(None),
+        OutputFormat::Table | OutputFormat::Wide | OutputFormat::Name => Ok(None),
     }
+}
+
+/// `-o name`: `<resource>/<name>` lines, each name once, in the order given.
+pub fn names<'a>(resource: &str, names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = String::new();
+    for name in names {
+        if seen.insert(name) {
+            out.push_str(resource);
+            out.push('/');
+            out.push_str(name);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -354,6 +387,29 @@ mod tests {
             Painter::new(false).table(&["NODE", "STATUS", "PACKAGES"], &sample_rows())
         );
         assert!(text.contains("\u{1b}[38;5;2mcomplete"), "{text:?}");
+    }
+
+    #[test]
+    fn no_headers_drops_the_header_line_only() {
+        let p = Painter::new(false).without_headers(true);
+        assert!(p.no_headers());
+        assert_eq!(
+            p.table(&["NODE", "STATUS", "PACKAGES"], &sample_rows()),
+            "worker-1    complete   3/3\n\
+             worker-22   ERRORING   1/3\n"
+        );
+        let coloured = Painter::new(true).without_headers(true);
+        let text = coloured.table(&["NODE", "STATUS", "PACKAGES"], &sample_rows());
+        assert_eq!(
+            strip_ansi(&text),
+            p.table(&["NODE", "STATUS", "PACKAGES"], &sample_rows())
+        );
+    }
+
+    #[test]
+    fn names_are_kind_slash_name_once_each() {
+        assert_eq!(names("node", ["b", "a", "b"]), "node/b\nnode/a\n");
+        assert_eq!(names("job.batch", Vec::<&str>::new()), "");
     }
 
     #[test]

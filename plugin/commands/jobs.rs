@@ -12,7 +12,8 @@ use skyhook::schema;
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::jobs::{Found, find, waiting_reason};
-use crate::app::output::{Field, OutputFormat, Painter, Tone, structured};
+use crate::app::output::{Field, OutputFormat, Painter, Tone, names, structured};
+use crate::app::sort::sort_by_key;
 use crate::cli::JobsArgs;
 
 /// One row of `jobs`, as scripts see it in `-o json|yaml`.
@@ -125,6 +126,9 @@ pub fn render(
     format: OutputFormat,
     rows: &[JobRow],
 ) -> Result<String, CliError> {
+    if format == OutputFormat::Name {
+        return Ok(names("job.batch", rows.iter().map(|r| r.job_name.as_str())));
+    }
     if let Some(text) = structured(format, rows)? {
         return Ok(text);
     }
@@ -246,7 +250,10 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, args: &JobsArgs) -> Result<(), 
         });
     }
     let now = Timestamp::now();
-    let rows: Vec<JobRow> = found.iter().map(|f| row(f, now)).collect();
+    let mut rows: Vec<JobRow> = found.iter().map(|f| row(f, now)).collect();
+    if let Some(key) = &ctx.global.sort_key {
+        sort_by_key(&mut rows, key);
+    }
     out.write_all(render(&ctx.painter, ctx.global.output, &rows)?.as_bytes())?;
     Ok(())
 }
@@ -390,6 +397,50 @@ mod tests {
             insta::assert_snapshot!("jobs_wide", render(&p, OutputFormat::Wide, &rows).unwrap());
             insta::assert_snapshot!("jobs_json", render(&p, OutputFormat::Json, &rows).unwrap());
         });
+    }
+
+    #[test]
+    fn names_no_headers_and_sort_by() {
+        let mut rows = sample();
+        let p = Painter::new(false);
+        let names = render(&p, OutputFormat::Name, &rows).unwrap();
+        assert_eq!(
+            names,
+            "job.batch/a1\njob.batch/a2\njob.batch/c1\njob.batch/x1\n"
+        );
+        let table = render(&p, OutputFormat::Table, &rows).unwrap();
+        let bare = render(&p.without_headers(true), OutputFormat::Table, &rows).unwrap();
+        assert!(table.starts_with("NODE "), "{table}");
+        // The same rows (columns as wide as their widest value, as kubectl's).
+        let words = |t: &str| -> Vec<Vec<String>> {
+            t.lines()
+                .map(|l| l.split_whitespace().map(str::to_string).collect())
+                .collect()
+        };
+        assert_eq!(words(&bare), words(table.split_once('\n').unwrap().1));
+        assert!(
+            bare.starts_with("node-1   tuning   apply    1   Failed"),
+            "{bare}"
+        );
+        // Shortest first, by number (3 < 95 < 119), not by text; ties keep their order.
+        rows.reverse();
+        sort_by_key(
+            &mut rows,
+            &crate::app::sort::SortKey(vec!["durationSeconds".into()]),
+        );
+        let order: Vec<(&str, Option<i64>)> = rows
+            .iter()
+            .map(|r| (r.job_name.as_str(), r.duration_seconds))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("a1", Some(3)),
+                ("a2", Some(95)),
+                ("x1", Some(119)),
+                ("c1", Some(119))
+            ]
+        );
     }
 
     #[test]

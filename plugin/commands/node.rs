@@ -18,7 +18,8 @@ use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, NodeMeta};
 use crate::app::nodes::{parse_state, select_nodes, skyhook_states};
-use crate::app::output::{Field, OutputFormat, Painter, structured, tone};
+use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
+use crate::app::sort::sort_by_key;
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +104,9 @@ pub fn render_list(
     skyhook: &str,
     entries: &[NodeListEntry],
 ) -> Result<String, CliError> {
+    if format == OutputFormat::Name {
+        return Ok(names("node", entries.iter().map(|e| e.node_name.as_str())));
+    }
     if let Some(text) = structured(
         format,
         &NodeListOutput {
@@ -148,6 +152,9 @@ pub fn render_list(
             row
         })
         .collect();
+    if painter.no_headers() {
+        return Ok(painter.table(&headers, &rows));
+    }
     Ok(format!(
         "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)\n\n{}",
         count(painter, complete, State::Complete),
@@ -169,7 +176,10 @@ fn count(painter: &Painter, n: usize, state: State) -> String {
 pub async fn list(ctx: &Ctx, out: &mut dyn Write, skyhook: &str) -> Result<(), CliError> {
     let kube = ctx.kube().await?;
     let nodes = kube.nodes().await?;
-    let entries = list_entries(ctx, &nodes, skyhook);
+    let mut entries = list_entries(ctx, &nodes, skyhook);
+    if let Some(key) = &ctx.global.sort_key {
+        sort_by_key(&mut entries, key);
+    }
     if entries.is_empty() {
         ensure_skyhook_exists(&kube, skyhook).await?;
     }
@@ -271,6 +281,12 @@ pub fn render_status(
     format: OutputFormat,
     summaries: &[NodeSkyhookSummary],
 ) -> Result<String, CliError> {
+    if format == OutputFormat::Name {
+        return Ok(names(
+            "node",
+            summaries.iter().map(|s| s.node_name.as_str()),
+        ));
+    }
     if let Some(text) = structured(format, summaries)? {
         return Ok(text);
     }
@@ -348,8 +364,16 @@ pub async fn status(
         )?)
     };
     let mut summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook);
-    if ctx.global.output == OutputFormat::Wide && !summaries.is_empty() {
+    let by_compartment = ctx
+        .global
+        .sort_key
+        .as_ref()
+        .is_some_and(|k| k.0 == ["compartment"]);
+    if (ctx.global.output == OutputFormat::Wide || by_compartment) && !summaries.is_empty() {
         add_compartments(ctx, &kube, &nodes, &mut summaries).await;
+    }
+    if let Some(key) = &ctx.global.sort_key {
+        sort_by_key(&mut summaries, key);
     }
     if let (true, Some(sh)) = (summaries.is_empty(), skyhook) {
         ensure_skyhook_exists(&kube, sh).await?;
@@ -584,6 +608,47 @@ mod tests {
             render_list(&p, OutputFormat::Json, "sh", &[]).unwrap(),
             "{\n  \"skyhookName\": \"sh\",\n  \"nodes\": []\n}\n"
         );
+    }
+
+    #[test]
+    fn list_names_no_headers_and_sort_by() {
+        let mut entries = list_entries(&ctx(), &fixture(), "sh");
+        let p = Painter::new(false);
+        assert_eq!(
+            render_list(&p, OutputFormat::Name, "sh", &entries).unwrap(),
+            "node/worker-1\nnode/worker-2\n"
+        );
+        assert_eq!(render_list(&p, OutputFormat::Name, "sh", &[]).unwrap(), "");
+        // --no-headers: only the rows, without the summary above the table.
+        let bare = p.without_headers(true);
+        assert_eq!(
+            render_list(&bare, OutputFormat::Table, "sh", &entries).unwrap(),
+            "worker-1   ERRORING   1/2\nworker-2   complete   2/2\n"
+        );
+        // --sort-by .status: complete before erroring.
+        let key = crate::app::sort::SortKey(vec!["status".into()]);
+        sort_by_key(&mut entries, &key);
+        assert_eq!(
+            render_list(&bare, OutputFormat::Table, "sh", &entries).unwrap(),
+            "worker-2   complete   2/2\nworker-1   ERRORING   1/2\n"
+        );
+        assert_eq!(
+            render_list(&p, OutputFormat::Name, "sh", &entries).unwrap(),
+            "node/worker-2\nnode/worker-1\n"
+        );
+    }
+
+    #[test]
+    fn status_names_each_node_once() {
+        let all = status_summaries(&ctx(), &fixture(), None, None);
+        let p = Painter::new(false);
+        assert_eq!(
+            render_status(&p, OutputFormat::Name, &all).unwrap(),
+            "node/worker-1\nnode/worker-2\n"
+        );
+        let text = render_status(&p.without_headers(true), OutputFormat::Table, &all).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text.starts_with("worker-1   other"), "{text}");
     }
 
     #[test]

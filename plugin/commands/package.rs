@@ -10,7 +10,8 @@ use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::NodeMeta;
 use crate::app::nodes::{parse_state, select_nodes};
-use crate::app::output::{Field, OutputFormat, Painter, structured, tone};
+use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
+use crate::app::sort::sort_by_key;
 
 /// A node-state entry with its node: the `PackageStatus` fields inlined, then `nodeName`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -80,6 +81,9 @@ pub fn render(
     packages: &str,
     statuses: &[NodePackageStatus],
 ) -> Result<String, CliError> {
+    if format == OutputFormat::Name {
+        return Ok(names("node", statuses.iter().map(|s| s.node_name.as_str())));
+    }
     if let Some(text) = structured(format, statuses)? {
         return Ok(text);
     }
@@ -113,6 +117,9 @@ pub fn render(
             row
         })
         .collect();
+    if painter.no_headers() {
+        return Ok(painter.table(&headers, &rows));
+    }
     Ok(format!(
         "Skyhook: {skyhook}\nPackages: {packages}\n\n{}",
         painter.table(&headers, &rows)
@@ -140,7 +147,10 @@ pub async fn status(
             nodes.iter().map(|n| n.name.as_str()),
         )?)
     };
-    let statuses = collect(ctx, &nodes, skyhook, package, selected.as_ref());
+    let mut statuses = collect(ctx, &nodes, skyhook, package, selected.as_ref());
+    if let Some(key) = &ctx.global.sort_key {
+        sort_by_key(&mut statuses, key);
+    }
     // A package that is neither in the spec nor on any node is a typo. (One removed from the
     // spec but still on nodes is shown.)
     if statuses.is_empty() {

@@ -11,6 +11,7 @@ mod operator;
 mod plugin;
 mod plugin_completion;
 mod plugin_debug;
+mod plugin_flags;
 mod plugin_jobs_logs;
 mod plugin_reset;
 mod policy;

@@ -117,7 +117,7 @@ async fn debug_collect_archives_a_failing_rollout() {
             &sk,
             "-n",
             &ns,
-            "-o",
+            "--output-file",
             &archive_arg,
         ],
     );
@@ -266,7 +266,7 @@ async fn debug_collect_archives_a_failing_rollout() {
             &sk,
             "-n",
             &ns,
-            "-o",
+            "--output-file",
             &limited_arg,
         ],
         &[("KUBECONFIG", &kubeconfig.to_string_lossy())],
@@ -309,7 +309,7 @@ async fn debug_collect_archives_a_failing_rollout() {
             &ctx.name("nope"),
             "-n",
             &ns,
-            "-o",
+            "--output-file",
             &missing.to_string_lossy(),
         ],
     )

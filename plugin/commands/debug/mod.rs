@@ -49,6 +49,16 @@ const PIECES: u64 = 9;
 
 /// Returns the exit code: 0, or 3 when some pieces failed but the archive was written.
 pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Result<u8, CliError> {
+    let chosen = match (&args.output_file, ctx.global.output_arg.as_deref()) {
+        (Some(file), _) => Some(file.to_string_lossy().into_owned()),
+        (None, Some(old)) => {
+            eprintln!(
+                "Warning: -o/--output naming the archive is deprecated (-o is the output format everywhere else); use --output-file {old}"
+            );
+            Some(old.to_string())
+        }
+        (None, None) => None,
+    };
     let mut global = ctx.global.clone();
     if global.request_timeout.0.is_none() {
         global.request_timeout = Timeout(Some(DEFAULT_REQUEST_TIMEOUT));
@@ -64,7 +74,7 @@ pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Resu
         Some(name) => Some(kube.skyhook(name).await?),
         None => None,
     };
-    let path = archive_path(ctx.global.output_arg.as_deref());
+    let path = archive_path(chosen.as_deref());
     let root = archive_root(&path);
     let bar = progress_bar();
     let mut c = Collector {
