@@ -1,7 +1,10 @@
-//! Running Jobs the node state no longer asks for (§4.7): the state was reset under them (a
+//! Jobs the node state no longer asks for (§4.7): the state was reset under them (a
 //! `node reset`, the reference's CLI) or moved to another stage (a `package rerun --stage`).
-//! Their work is no longer wanted: they are deleted, and the stage starts again only once
-//! they are gone.
+//! Their work is no longer wanted: running ones are deleted, and the stage starts again only
+//! once they are gone; finished ones whose outcome was never folded (the reset landed between
+//! the Job's end and the pass that would have folded it, or while the operator was down) are
+//! set aside, recorded without touching the state, so that the stage runs again as a new
+//! attempt instead of waiting for ever on an outcome nothing will fold.
 
 use crate::jobs::JobView;
 use crate::schema::{NodeState, Stage};
@@ -15,19 +18,36 @@ pub(super) fn orphaned<'j>(
     node_version: Option<u64>,
     jobs: &[&'j JobView],
 ) -> Vec<&'j JobView> {
-    let Some(seen) = node_version else {
-        return Vec::new();
-    };
-    jobs.iter()
-        .copied()
-        .filter(|j| {
-            !j.finished()
-                && !j.deleting
+    unwanted(state, node_version, jobs)
+        .filter(|j| !j.finished())
+        .collect()
+}
+
+/// The finished Jobs to set aside: not yet recorded, of a stage the state no longer asks for,
+/// judged as [`orphaned`] judges running ones.
+pub(super) fn set_aside<'j>(
+    state: &NodeState,
+    node_version: Option<u64>,
+    jobs: &[&'j JobView],
+) -> Vec<&'j JobView> {
+    unwanted(state, node_version, jobs)
+        .filter(|j| j.finished() && !j.recorded)
+        .collect()
+}
+
+fn unwanted<'s, 'j>(
+    state: &'s NodeState,
+    node_version: Option<u64>,
+    jobs: &'s [&'j JobView],
+) -> impl Iterator<Item = &'j JobView> + 's {
+    jobs.iter().copied().filter(move |j| {
+        node_version.is_some_and(|seen| {
+            !j.deleting
                 && j.stage != Stage::Uninstall
                 && j.node_version.is_some_and(|v| v <= seen)
                 && state
                     .get(&j.package, &j.version)
                     .is_none_or(|e| e.stage != j.stage)
         })
-        .collect()
+    })
 }

@@ -18,7 +18,7 @@ use super::drain::{self, PodInfo, Readiness};
 use super::interrupt::{self, Turn};
 use super::spec::SpecView;
 use crate::crd::Package;
-use crate::jobs::{GoPod, JobView};
+use crate::jobs::{GoPod, JobView, Outcome};
 use crate::schema::{self, Interrupt, NodeState, Stage, State};
 
 /// Retry timing after a failed stage.
@@ -172,25 +172,32 @@ pub fn step(input: StepInput) -> NodeOutcome {
     observe::migrate_legacy(spec, &mut state);
     // Jobs the stored state no longer asks for are deleted, and seen as being deleted for the
     // rest of the step: nothing adopts them, and their stage starts again once they are gone.
-    let orphans: Vec<JobView> = if may_start {
-        invalidate::orphaned(&state, host.node_version, jobs)
-            .into_iter()
-            .map(|j| JobView {
+    // Finished ones nobody folded are recorded, and seen as recorded: their stage starts anew.
+    let mut unwanted: Vec<JobView> = Vec::new();
+    if may_start {
+        for j in invalidate::orphaned(&state, host.node_version, jobs) {
+            out.actions.push(NodeAction::Delete {
+                job: j.name.clone(),
+            });
+            unwanted.push(JobView {
                 deleting: true,
                 ..j.clone()
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    for j in &orphans {
-        out.actions.push(NodeAction::Delete {
-            job: j.name.clone(),
-        });
+            });
+        }
+        for j in invalidate::set_aside(&state, host.node_version, jobs) {
+            out.actions.push(NodeAction::Record {
+                job: j.name.clone(),
+                succeeded: matches!(j.outcome, Outcome::Complete { .. }),
+            });
+            unwanted.push(JobView {
+                recorded: true,
+                ..j.clone()
+            });
+        }
     }
     let marked: Vec<&JobView> = jobs
         .iter()
-        .map(|j| orphans.iter().find(|o| o.name == j.name).unwrap_or(j))
+        .map(|j| unwanted.iter().find(|o| o.name == j.name).unwrap_or(j))
         .collect();
     let jobs = marked.as_slice();
     observe::observe(spec, &mut state, &mut applied, jobs, &mut out);

@@ -1036,3 +1036,114 @@ fn running_jobs_the_state_no_longer_asks_for_are_deleted() {
         assert_eq!(stages, started, "{case}: started");
     }
 }
+
+#[test]
+fn finished_jobs_the_state_no_longer_asks_for_are_set_aside() {
+    // A Job that finished before its outcome was folded (the operator was down, or the reset
+    // landed between the Job's end and the next pass) belongs to the run that was reset: it is
+    // recorded without touching the state, and the stage runs again as a new attempt.
+    let p = package("alpha", "1.0.0", json!({"interrupt": {"type": "reboot"}}));
+    let none = BTreeMap::new();
+    let pk = spec(std::slice::from_ref(&p));
+    let sv = view(&pk, &none);
+    let with = |stage: Stage, state: State| {
+        let mut st = NodeState::default();
+        st.upsert(entry(&p, stage, state));
+        st
+    };
+    let failed = Outcome::Failed {
+        at: t(0),
+        reason: "PodFailurePolicy".into(),
+        message: "exit 1".into(),
+    };
+    let complete = Outcome::Complete { at: t(0) };
+    // (case, stored state, finished Job's stage and outcome, its node version, recorded,
+    //  stages started)
+    type Case<'a> = (
+        &'a str,
+        NodeState,
+        Stage,
+        Outcome,
+        Option<u64>,
+        bool,
+        Vec<(Stage, u32)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "reset after the interrupt ended: the interrupt runs again once its turn comes",
+            with(Stage::Config, State::Complete),
+            Stage::Interrupt,
+            complete.clone(),
+            Some(5),
+            true,
+            vec![(Stage::Interrupt, 1)],
+        ),
+        (
+            "reset after apply ended: apply runs again",
+            NodeState::default(),
+            Stage::Apply,
+            complete.clone(),
+            Some(5),
+            true,
+            vec![(Stage::Apply, 1)],
+        ),
+        (
+            "reset after a failure: a new run, at once and with no failure counted",
+            NodeState::default(),
+            Stage::Apply,
+            failed.clone(),
+            Some(5),
+            true,
+            vec![(Stage::Apply, 1)],
+        ),
+        (
+            "the stage the state asks for: folded (and recorded) as usual",
+            with(Stage::Apply, State::InProgress),
+            Stage::Apply,
+            complete.clone(),
+            Some(5),
+            true,
+            vec![(Stage::Config, 0)],
+        ),
+        (
+            "a node copy older than the Job's own write: left for a newer copy",
+            NodeState::default(),
+            Stage::Apply,
+            complete.clone(),
+            Some(9),
+            false,
+            vec![],
+        ),
+    ];
+    for (case, state, stage, outcome, job_version, want_recorded, started) in cases {
+        let mut done = job(&p, stage, 0, outcome);
+        done.node_version = job_version;
+        let host = Host {
+            cordoned: true,
+            pods: Some(&[]),
+            node_version: Some(7),
+            ..Host::default()
+        };
+        let o = step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            host,
+            &[&done],
+            true,
+            RETRY,
+            3,
+            t(1),
+        );
+        let recorded = o.actions.iter().any(|a| {
+            matches!(a, NodeAction::Record { job, succeeded } if *job == done.name
+                && *succeeded == matches!(done.outcome, Outcome::Complete { .. }))
+        });
+        assert_eq!(recorded, want_recorded, "{case}: recorded");
+        let got: Vec<(Stage, u32)> = runs(&o).into_iter().map(|(_, s, a)| (s, a)).collect();
+        assert_eq!(got, started, "{case}: started");
+        if !started.is_empty() {
+            assert_eq!(state_of(&o, &p).2, 0, "{case}: restarts");
+        }
+    }
+}
