@@ -1,5 +1,6 @@
 //! `skyhook-operator`: the Skyhook operator binary.
 
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +15,14 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Rolls host packages out to Kubernetes nodes (Rust re-implementation of NVIDIA Skyhook).
 #[derive(Debug, Parser)]
-#[command(name = "skyhook-operator", version, about)]
+#[command(
+    name = "skyhook-operator",
+    version,
+    about,
+    after_help = "With no subcommand, or options first (`skyhook-operator --leader-elect`), it \
+                  runs the operator as `run` does: what the reference's /manager does, so its \
+                  manifests work with only the image changed."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -53,11 +61,11 @@ struct CrdArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(default_to_run(std::env::args_os().collect()));
     let Some(command) = cli.command else {
-        // No default action yet: show what is available instead of doing nothing silently.
-        let mut cmd = Cli::command();
-        let _ = cmd.print_help();
+        // Unreachable: `default_to_run` names a subcommand unless help or version was asked for,
+        // and clap exits for those.
+        let _ = Cli::command().print_help();
         return ExitCode::from(2);
     };
     match run_command(command) {
@@ -67,6 +75,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The reference's image runs `/manager` with no arguments (its settings all come from the
+/// environment), and kubebuilder-style manifests add flags such as `--leader-elect`: both mean
+/// `run`. So with no arguments, or an option first that is not help or version, `run` is put in
+/// front; a first word (a subcommand, or a typo clap reports) is left alone.
+fn default_to_run(mut args: Vec<OsString>) -> Vec<OsString> {
+    if args.is_empty() {
+        // execve with an empty argv: clap reads the first argument as the program's name.
+        args.push(OsString::from("skyhook-operator"));
+    }
+    let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
+    let runs = match first.as_deref() {
+        None => true,
+        Some("-h" | "--help" | "-V" | "--version") => false,
+        Some(a) => a.starts_with('-'),
+    };
+    if runs {
+        args.insert(1, OsString::from("run"));
+    }
+    args
 }
 
 fn run_command(command: Command) -> anyhow::Result<()> {
@@ -121,5 +150,77 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let args = args.iter().map(OsString::from).collect();
+        Cli::try_parse_from(default_to_run(args))
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        match parse(args).expect("parses").command {
+            Some(Command::Run(run)) => *run,
+            other => panic!("{args:?} parsed as {other:?}, not `run`"),
+        }
+    }
+
+    #[test]
+    fn no_arguments_runs_the_operator() {
+        // The image's entrypoint is `/manager` with no arguments, as the reference's is.
+        run_args(&["/manager"]);
+        // Not even a program name (execve with an empty argv).
+        assert!(matches!(
+            Cli::try_parse_from(default_to_run(Vec::new())).map(|c| c.command),
+            Ok(Some(Command::Run(_)))
+        ));
+    }
+
+    #[test]
+    fn the_reference_flags_run_the_operator() {
+        // What kubebuilder-scaffolded manifests pass to /manager.
+        let run = run_args(&[
+            "/manager",
+            "--leader-elect",
+            "--health-probe-bind-address=:9091",
+            "--metrics-bind-address",
+            "127.0.0.1:9090",
+        ]);
+        assert!(run.settings.leader_election);
+        assert_eq!(run.settings.health_probe_bind_address, ":9091");
+        assert_eq!(run.settings.metrics_bind_address, "127.0.0.1:9090");
+        for (flag, on) in [
+            ("--leader-elect=false", false),
+            ("--leader-elect=true", true),
+            ("--leader-election", true),
+            ("--leader-election=false", false),
+        ] {
+            let run = run_args(&["/manager", flag, "--log-level=debug"]);
+            assert_eq!(run.settings.leader_election, on, "{flag}");
+            assert_eq!(run.settings.log_level, "debug", "{flag}");
+        }
+        // The existing spelling with a separate value still works.
+        let leader = |value| run_args(&["x", "run", "--leader-election", value]);
+        assert!(leader("true").settings.leader_election);
+        assert!(!leader("false").settings.leader_election);
+    }
+
+    #[test]
+    fn subcommands_help_and_version_are_left_alone() {
+        assert!(matches!(
+            parse(&["x", "crd"]).expect("crd").command,
+            Some(Command::Crd(_))
+        ));
+        run_args(&["x", "run", "--namespace=other"]);
+        for (flag, kind) in [
+            ("--version", clap::error::ErrorKind::DisplayVersion),
+            ("-V", clap::error::ErrorKind::DisplayVersion),
+            ("--help", clap::error::ErrorKind::DisplayHelp),
+            ("-h", clap::error::ErrorKind::DisplayHelp),
+        ] {
+            let err = parse(&["x", flag]).expect_err(flag);
+            assert_eq!(err.kind(), kind, "{flag}");
+        }
+        let err = parse(&["x", "rnu"]).expect_err("a typo is an error, not `run`");
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidSubcommand);
     }
 }

@@ -88,8 +88,17 @@ pub struct Settings {
     #[arg(long, env = "SKYHOOK_SELECTOR", default_value = "")]
     pub skyhook_selector: String,
     /// Take part in leader election (the reference's variable and default); the manifests in
-    /// deploy/ turn it on. Off, this process reconciles on its own: run only one.
-    #[arg(long, env = "LEADER_ELECTION", default_value_t = false, action = clap::ArgAction::Set)]
+    /// deploy/ turn it on. Off, this process reconciles on its own: run only one. The flag alone
+    /// means true; `--leader-elect` (kubebuilder's name) is the same flag.
+    #[arg(
+        long,
+        alias = "leader-elect",
+        env = "LEADER_ELECTION",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub leader_election: bool,
     /// How long a Lease record must stay unchanged before another candidate takes over.
     #[arg(long, env = "LEADER_ELECTION_LEASE_DURATION", default_value = "15s")]

@@ -5,6 +5,7 @@ mod deploy;
 mod faults;
 mod handover;
 mod helm;
+mod image;
 mod interrupts;
 mod leader;
 mod monitoring;
