@@ -39,6 +39,14 @@ enum Command {
     /// Out of a cluster it uses --kubeconfig or KUBECONFIG; in a cluster, its ServiceAccount.
     /// Every setting also reads the reference operator's environment variable.
     Run(Box<RunArgs>),
+    /// Write the man pages (`skyhook-operator.1`, one per subcommand) into DIR; run by
+    /// release/build-archives.
+    #[command(name = "__man", hide = true)]
+    Man {
+        /// Directory to write the pages into (created if missing).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -102,7 +110,42 @@ fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Crd(args) => crd(&args),
         Command::Run(args) => run(*args),
+        Command::Man { dir } => {
+            for path in man_pages(&dir)? {
+                eprintln!("wrote {}", path.display());
+            }
+            Ok(())
+        }
     }
+}
+
+/// One roff page per visible command (`clap_mangen`), written into `dir`; parents first.
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    fn write(
+        cmd: clap::Command,
+        dir: &std::path::Path,
+        out: &mut Vec<PathBuf>,
+    ) -> std::io::Result<()> {
+        let man = clap_mangen::Man::new(cmd.clone())
+            .source(format!("skyhook {}", env!("CARGO_PKG_VERSION")))
+            .manual("Skyhook operator");
+        let path = dir.join(man.get_filename());
+        let mut page = Vec::new();
+        man.render(&mut page)?;
+        std::fs::write(&path, page)?;
+        out.push(path);
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            write(sub.clone(), dir, out)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut written = Vec::new();
+    write(cmd, dir, &mut written)
+        .with_context(|| format!("writing man pages into {}", dir.display()))?;
+    Ok(written)
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -150,6 +193,39 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn man_pages_cover_every_visible_command() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = dir.path().join("man1");
+        let Some(Command::Man { dir: got }) = parse(&["x", "__man", &target.display().to_string()])
+            .expect("__man parses")
+            .command
+        else {
+            panic!("`__man <dir>` is not the man command");
+        };
+        let mut names: Vec<String> = man_pages(&got)
+            .expect("pages")
+            .iter()
+            .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "skyhook-operator-crd.1",
+                "skyhook-operator-run.1",
+                "skyhook-operator.1"
+            ]
+        );
+        let run = std::fs::read_to_string(target.join("skyhook-operator-run.1")).expect("run page");
+        assert!(run.contains(".TH skyhook-operator-run 1"), "{run}");
+        assert!(run.contains("\\-\\-kubeconfig"), "{run}");
+        assert!(
+            run.contains(concat!("skyhook ", env!("CARGO_PKG_VERSION"))),
+            "{run}"
+        );
     }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {

@@ -102,6 +102,13 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         words: Vec<String>,
     },
+    /// Write the man pages, one per command, into DIR (run by release/build-archives)
+    #[command(name = "__man", hide = true)]
+    Man {
+        /// Directory to write the pages into (created if missing)
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ use crate::app::output::Painter;
 use crate::cli::{Command, DebugCommand, NodeCommand, PackageCommand, Parsed, PolicyCommand};
 use crate::commands::lifecycle::Action;
 use crate::commands::{
-    completion, debug, jobs, lifecycle, logs, node, package, preview, rerun, reset, version,
+    completion, debug, jobs, lifecycle, logs, man, node, package, preview, rerun, reset, version,
 };
 
 fn main() -> ExitCode {
@@ -121,6 +121,7 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
         }
         Command::Completion(args) => completion::run(&mut out, &args)?,
         Command::KubectlComplete { .. } => {}
+        Command::Man { dir } => man::run(&mut out, &dir)?,
     }
     out.flush().map_err(CliError::from)?;
     Ok(code)

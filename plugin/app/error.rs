@@ -119,6 +119,9 @@ pub enum CliError {
     #[error("completion: {0}")]
     Completion(String),
 
+    #[error("writing man pages: {0}")]
+    Man(String),
+
     #[error("encoding output: {0}")]
     Encode(String),
 

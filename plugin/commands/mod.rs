@@ -5,6 +5,7 @@ pub mod debug;
 pub mod jobs;
 pub mod lifecycle;
 pub mod logs;
+pub mod man;
 pub mod node;
 pub mod package;
 pub mod preview;

@@ -39,7 +39,7 @@ pub const CRD_FILES: [&str; 2] = [
 /// Serialises this binary's applies of `deploy/`: two concurrent first-time applies of the same
 /// object race (one of them gets AlreadyExists), and the idempotence check must not see another
 /// test's changes between its two applies.
-static APPLY_LOCK: Mutex<()> = Mutex::new(());
+pub(crate) static APPLY_LOCK: Mutex<()> = Mutex::new(());
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -140,7 +140,7 @@ pub(crate) fn apply_deploy(ctx: &TestCtx) -> String {
 }
 
 /// `(kind, namespace, name)` of every object of a `kubectl ... -o json` List.
-fn object_ids(list: &Value) -> BTreeSet<(String, String, String)> {
+pub(crate) fn object_ids(list: &Value) -> BTreeSet<(String, String, String)> {
     let items = list["items"].as_array().cloned().unwrap_or_default();
     items
         .iter()
@@ -155,7 +155,7 @@ fn object_ids(list: &Value) -> BTreeSet<(String, String, String)> {
         .collect()
 }
 
-fn parse_json(out: &Output, what: &str) -> Value {
+pub(crate) fn parse_json(out: &Output, what: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{what} printed no JSON ({e}):\n{}{}",
@@ -166,7 +166,7 @@ fn parse_json(out: &Output, what: &str) -> Value {
 }
 
 /// The objects `deploy/` must contain: `(kind, namespace, name)`.
-fn expected_objects() -> BTreeSet<(String, String, String)> {
+pub(crate) fn expected_objects() -> BTreeSet<(String, String, String)> {
     let ns = OPERATOR_NS;
     [
         ("Namespace", "", ns),

@@ -17,6 +17,7 @@ mod plugin_flags;
 mod plugin_jobs_logs;
 mod plugin_reset;
 mod policy;
+mod readme;
 mod restarts;
 mod scale;
 mod scenarios;
