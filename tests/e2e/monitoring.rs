@@ -492,7 +492,12 @@ fn uses_from_json(v: &Value) -> Vec<Use> {
         .iter()
         .map(|u| Use {
             metric: text(&u["metric"]),
-            labels: u["labels"].as_array().expect("labels").iter().map(text).collect(),
+            labels: u["labels"]
+                .as_array()
+                .expect("labels")
+                .iter()
+                .map(text)
+                .collect(),
             values: u["values"]
                 .as_array()
                 .expect("values")
@@ -513,7 +518,11 @@ fn dashboard_uses() -> Vec<Use> {
                 .expect("dashboard JSON");
         let mut exprs = Vec::new();
         dashboard_exprs(&dashboard, &mut exprs);
-        assert!(exprs.len() >= 60, "only {} dashboard expressions", exprs.len());
+        assert!(
+            exprs.len() >= 60,
+            "only {} dashboard expressions",
+            exprs.len()
+        );
         let derived: Vec<Use> = exprs.iter().flat_map(|e| analyse(e)).collect();
         let want = serde_json::to_string_pretty(&uses_to_json(&derived)).expect("json") + "\n";
         if std::env::var("SKYHOOK_WRITE_FIXTURE").is_ok_and(|v| v == "1") {
