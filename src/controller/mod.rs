@@ -31,8 +31,8 @@ use leader::{Leadership, lead, supervise};
 use thiserror::Error;
 use tracing::{error, info, warn};
 use watch::{
-    node_watch, owned_watch, pod_triggers, policy_watch, prune_job, prune_meta, prune_pod,
-    watch_config,
+    NoPause, node_watch, owned_watch, pod_triggers, policy_watch, prune_job, prune_meta, prune_pod,
+    skyhook_watch, watch_config,
 };
 
 use crate::crd::{self, DeploymentPolicy, Skyhook};
@@ -162,8 +162,10 @@ pub async fn run(
         .skyhook_selector
         .as_deref()
         .map_or_else(watch_config, |sel| watch_config().labels(sel));
-    let controller = Controller::new(Api::<Skyhook>::all(client.clone()), sk_cfg);
-    let skyhooks = controller.store();
+    let (skyhooks, sk_stream) = skyhook_watch(&client, sk_cfg);
+    // Each watch pauses on its own after an error (`watch::paced`); kube's default pause of all
+    // triggers at once froze every cache for minutes after an API server restart.
+    let controller = Controller::for_stream(sk_stream, skyhooks.clone()).trigger_backoff(NoPause);
     let caches = Caches {
         skyhooks: skyhooks.clone(),
         nodes,

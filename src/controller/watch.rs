@@ -3,8 +3,9 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Node, NodeSystemInfo, Pod, PodSpec,
@@ -13,9 +14,10 @@ use kube::Client;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 
-use crate::crd::DeploymentPolicy;
+use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
 
 /// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
@@ -179,8 +181,7 @@ pub(super) fn node_watch(
     impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + use<>,
 ) {
     let (nodes, writer) = reflector::store();
-    let stream = watcher(Api::<Node>::all(client.clone()), watch_config())
-        .default_backoff()
+    let stream = paced(watcher(Api::<Node>::all(client.clone()), watch_config()))
         .modify(prune_node)
         .reflect(writer)
         .applied_objects()
@@ -213,8 +214,7 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = watcher(api, watch_config().labels(labels))
-        .default_backoff()
+    let events = paced(watcher(api, watch_config().labels(labels)))
         .modify(prune)
         .reflect(writer);
     (store, events)
@@ -228,9 +228,254 @@ pub(super) fn policy_watch(
     impl futures::Stream<Item = Result<DeploymentPolicy, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    let stream = watcher(Api::all(client.clone()), watch_config())
-        .default_backoff()
+    let stream = paced(watcher(Api::all(client.clone()), watch_config()))
         .reflect(writer)
         .touched_objects();
     (store, stream)
+}
+
+/// The Skyhooks `config` selects, with their changes: the controller's own trigger. Built here
+/// rather than by `Controller::new`, whose watch has no pace of its own (see [`NoPause`]).
+pub(super) fn skyhook_watch(
+    client: &Client,
+    config: watcher::Config,
+) -> (
+    Store<Skyhook>,
+    impl futures::Stream<Item = Result<Skyhook, watcher::Error>> + Send + use<>,
+) {
+    let (store, writer) = reflector::store();
+    let stream = paced(watcher(Api::all(client.clone()), config))
+        .reflect(writer)
+        .applied_objects();
+    (store, stream)
+}
+
+/// How one watch waits after an error before its next request: [`Pace::FIRST`], doubling while
+/// errors follow each other, up to [`Pace::MAX`]; any event starts again from the first. Each
+/// watch has its own, so one failing watch never holds back the others (and the caches they
+/// fill).
+///
+/// An expired resource version (410) is no failure: the watcher lists afresh next, which after
+/// an API server restart is how every watch catches up (the new server's watch cache starts at
+/// the current revision). It therefore waits the first pause, not the next step of a series that
+/// the outage before it (connection refused, again and again) has grown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pace {
+    next: Duration,
+}
+
+impl Pace {
+    pub(super) const FIRST: Duration = Duration::from_millis(500);
+    pub(super) const MAX: Duration = Duration::from_secs(10);
+
+    pub(super) const fn new() -> Self {
+        Pace { next: Self::FIRST }
+    }
+
+    /// The pause after `error`.
+    pub(super) fn after(&mut self, error: &watcher::Error) -> Duration {
+        if expired(error) {
+            self.reset();
+        }
+        let pause = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        pause
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+/// A 410 Gone: the resource version a watch resumes from is no longer in the server's window.
+pub(super) fn expired(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+/// `events` (a watcher's stream), paused after each error as [`Pace`] says. It replaces kube's
+/// `default_backoff()`, whose pauses grow to 30 s and, with jitter, up to a minute.
+pub(super) fn paced<K: Send>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send {
+    paced_by(events, Pace::new(), |pause| pause)
+}
+
+/// [`paced`], each pause passed through `wait` first (the unit tests record them).
+fn paced_by<K: Send>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    pace: Pace,
+    wait: fn(Duration) -> Duration,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send {
+    let state = (Box::pin(events), pace, None::<Duration>);
+    futures::stream::unfold(state, move |(mut events, mut pace, pause)| async move {
+        if let Some(pause) = pause {
+            tokio::time::sleep(wait(pause)).await;
+        }
+        let item = events.next().await?;
+        let pause = match &item {
+            // The watcher says Init as it starts a list, before the list answers: no progress
+            // yet (a list failing again and again must not retry at the first pause each time).
+            Ok(watcher::Event::Init) => None,
+            Ok(_) => {
+                pace.reset();
+                None
+            }
+            Err(e) => {
+                let pause = pace.after(e);
+                tracing::debug!(error = %e, ?pause, "watch error; retrying after a pause");
+                Some(pause)
+            }
+        };
+        Some((item, (events, pace, pause)))
+    })
+}
+
+/// The controller's own pause after an error from any of its triggers: none. kube's default
+/// pauses the merged stream of all triggers (every watch, and so every cache) for one watch's
+/// error, up to a minute each time, and resets only on an event that passes the triggers'
+/// filters; after an API server restart, when every watch fails at least once, that froze the
+/// caches for minutes while passes went on writing from them. Each watch is [`paced`] instead.
+pub(super) struct NoPause;
+
+impl Iterator for NoPause {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl Backoff for NoPause {
+    fn reset(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::{StreamExt, stream};
+    use kube::core::Status;
+
+    use super::*;
+
+    fn expired_event() -> watcher::Error {
+        let status = Status::failure("too old resource version: 274 (277)", "Expired");
+        watcher::Error::WatchError(status.with_code(410).boxed())
+    }
+
+    fn refused() -> watcher::Error {
+        let status = Status::failure("storage is (re)initializing", "TooManyRequests");
+        watcher::Error::WatchStartFailed(kube::Error::Api(status.with_code(429).boxed()))
+    }
+
+    #[test]
+    fn errors_in_a_row_double_the_pause_up_to_the_cap() {
+        let mut pace = Pace::new();
+        let pauses: Vec<u64> = (0..7)
+            .map(|_| pace.after(&refused()).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+        pace.reset();
+        assert_eq!(pace.after(&watcher::Error::NoResourceVersion), Pace::FIRST);
+    }
+
+    #[test]
+    fn an_expired_version_relists_after_the_first_pause_however_long_the_outage() {
+        let mut pace = Pace::new();
+        for _ in 0..5 {
+            pace.after(&refused());
+        }
+        assert_eq!(pace.after(&expired_event()), Pace::FIRST);
+        // The relist fails in turn: the series goes on from there.
+        assert_eq!(pace.after(&refused()), Pace::FIRST * 2);
+    }
+
+    #[test]
+    fn only_a_410_counts_as_expired() {
+        assert!(expired(&expired_event()));
+        let gone = Status::failure("gone", "Expired").with_code(410).boxed();
+        assert!(expired(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(gone)
+        )));
+        assert!(!expired(&refused()));
+        assert!(!expired(&watcher::Error::NoResourceVersion));
+    }
+
+    /// What a paced stream did, in order: items pulled from the watch and pauses taken.
+    static STEPS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+    fn step(s: String) {
+        STEPS.lock().unwrap().push(s);
+    }
+
+    /// Records the pause instead of taking it.
+    fn record(pause: Duration) -> Duration {
+        step(format!("pause {}ms", pause.as_millis()));
+        Duration::ZERO
+    }
+
+    #[tokio::test]
+    async fn a_paced_watch_pauses_after_an_error_before_its_next_request() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let items: Vec<Result<watcher::Event<u32>, watcher::Error>> = vec![
+            Ok(Apply(1)),
+            Err(refused()),
+            Err(refused()),
+            Err(expired_event()),
+            // The relist starts, fails, starts again and goes through.
+            Ok(Init),
+            Err(refused()),
+            Ok(Init),
+            Ok(InitApply(2)),
+            Ok(InitDone),
+            Err(refused()),
+            Ok(Apply(3)),
+        ];
+        let events = stream::iter(items).inspect(|item| {
+            step(match item {
+                Ok(Init) => "init".into(),
+                Ok(InitApply(n) | Apply(n)) => format!("event {n}"),
+                Ok(e) => format!("{e:?}"),
+                Err(e) if expired(e) => "expired".into(),
+                Err(_) => "refused".into(),
+            })
+        });
+        let out: Vec<_> = paced_by(events, Pace::new(), record).collect().await;
+        assert_eq!(out.len(), 11);
+        let steps = STEPS.lock().unwrap().clone();
+        assert_eq!(
+            steps,
+            [
+                "event 1",
+                "refused",
+                "pause 500ms",
+                "refused",
+                "pause 1000ms",
+                // However long the series before it, a 410 relists after the first pause.
+                "expired",
+                "pause 500ms",
+                "init",
+                // Starting a list is no progress: the series goes on.
+                "refused",
+                "pause 1000ms",
+                "init",
+                "event 2",
+                "InitDone",
+                // An event starts it again.
+                "refused",
+                "pause 500ms",
+                "event 3",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_controller_never_pauses_nor_gives_up_on_its_triggers() {
+        let mut none = NoPause;
+        assert!((0..100).all(|_| none.next() == Some(Duration::ZERO)));
+    }
 }

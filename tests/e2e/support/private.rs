@@ -77,6 +77,18 @@ impl PrivateCluster {
 
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
+        // KEEP_PRIVATE_CLUSTER=1: a failing test leaves its cluster running for inspection, and
+        // says where it is (stop it with `tests/cluster/down` and these settings).
+        let keep = std::env::var_os("KEEP_PRIVATE_CLUSTER").is_some() && std::thread::panicking();
+        if keep && self.state.exists() {
+            let ports = self.ports.map(|(k, v)| format!("{k}={v}")).join(" ");
+            eprintln!(
+                "kept private cluster: KT_DIR={} {ports}",
+                self.state.display()
+            );
+            self._dir.disable_cleanup(true);
+            return;
+        }
         if self.state.exists() {
             let _ = self.script("down").output();
         }
