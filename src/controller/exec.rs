@@ -47,13 +47,16 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use super::Error;
+use super::bodies::{
+    background, ignore_not_found, is_conflict, is_status, node_patch_body, with_kind,
+};
 use super::events::EventSink;
 use super::retry::retried;
 use crate::crd::{Skyhook, SkyhookStatus};
@@ -63,15 +66,6 @@ use crate::schema;
 
 const MANAGER: &str = "skyhook-operator";
 
-fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
-}
-
-/// A write guarded by a resourceVersion that the object no longer has.
-fn is_conflict(e: &Error) -> bool {
-    matches!(e, Error::Kube(k) if is_status(k, 409))
-}
-
 /// How a pass's writes ended, when none failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
@@ -80,15 +74,6 @@ pub enum Written {
     /// An object changed after the pass read it, and the writes that depended on that copy
     /// were left out: the next pass should follow soon.
     Conflict,
-}
-
-/// `Ok` for success and for a 404 (the object went away); the error otherwise.
-fn ignore_not_found<T>(res: Result<T, kube::Error>) -> Result<(), Error> {
-    match res {
-        Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 404) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 pub async fn execute(
@@ -604,59 +589,6 @@ impl Writer<'_> {
         };
         self.events.send(ev, reference);
     }
-}
-
-/// The merge patch of one node: `None` values remove keys, the taint list is replaced whole,
-/// and the resourceVersion the patch was computed from is its precondition.
-fn node_patch_body(p: &NodePatch) -> Value {
-    let mut meta = serde_json::Map::new();
-    if !p.annotations.is_empty() {
-        meta.insert("annotations".into(), to_json_map(&p.annotations));
-    }
-    if !p.labels.is_empty() {
-        meta.insert("labels".into(), to_json_map(&p.labels));
-    }
-    if let Some(rv) = &p.resource_version {
-        meta.insert("resourceVersion".into(), json!(rv));
-    }
-    let mut body = json!({"metadata": meta});
-    if let Some(u) = p.unschedulable {
-        body["spec"]["unschedulable"] = json!(u);
-    }
-    if let Some(t) = &p.taints {
-        // A merge patch replaces the list, so send all of it (null when empty).
-        body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
-    }
-    body
-}
-
-fn background() -> DeleteParams {
-    DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..DeleteParams::default()
-    }
-}
-
-fn to_json_map(m: &BTreeMap<String, Option<String>>) -> Value {
-    Value::Object(
-        m.iter()
-            .map(|(k, v)| (k.clone(), v.clone().map_or(Value::Null, Value::String)))
-            .collect(),
-    )
-}
-
-/// Server-side apply bodies must carry apiVersion and kind.
-fn with_kind<T: serde::Serialize>(obj: &T, api_version: &str, kind: &str) -> Value {
-    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), api_version.into());
-        m.insert("kind".into(), kind.into());
-        if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-            meta.remove("resourceVersion");
-        }
-    }
-    v
 }
 
 #[cfg(test)]

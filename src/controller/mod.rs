@@ -3,6 +3,7 @@
 //! plan to the executor.
 
 pub mod api_counter;
+mod bodies;
 mod events;
 pub mod exec;
 mod guard;
