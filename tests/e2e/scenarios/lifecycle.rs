@@ -393,6 +393,32 @@ async fn wait_skyhook(env: &Env, step: &str, name: &str, want: &SkyhookWant) -> 
     .await
 }
 
+/// The one node and the Skyhook complete with `state`, as the scenarios' final asserts say.
+async fn all_complete(env: &Env, step: &str, node: &str, sk: &str, state: &Value) {
+    wait_node(
+        env,
+        &format!("{step}: node complete"),
+        node,
+        sk,
+        &complete_node(state.clone()),
+    )
+    .await;
+    let generation = wait_complete(env, &format!("{step}: Skyhook complete"), sk).await;
+    wait_skyhook(
+        env,
+        &format!("{step}: Skyhook status"),
+        sk,
+        &SkyhookWant {
+            status: Some("complete"),
+            observed_generation: Some(generation),
+            node_state: per_node(env, state),
+            node_status: Some(("complete", 1)),
+            ..Default::default()
+        },
+    )
+    .await;
+}
+
 /// Waits until the Skyhook is complete at its current generation; returns that generation.
 async fn wait_complete(env: &Env, step: &str, name: &str) -> i64 {
     eventually(&env.ctx, step, Duration::from_secs(120), || async {
@@ -1147,28 +1173,7 @@ async fn simple_update_skyhook() {
         "config",
         "complete",
     );
-    wait_node(
-        &env,
-        "assert-update: node complete",
-        &node,
-        sk,
-        &complete_node(state.clone()),
-    )
-    .await;
-    let generation = wait_complete(&env, "assert-update: Skyhook complete", sk).await;
-    wait_skyhook(
-        &env,
-        "assert-update: Skyhook status",
-        sk,
-        &SkyhookWant {
-            status: Some("complete"),
-            observed_generation: Some(generation),
-            node_state: per_node(&env, &state),
-            node_status: Some(("complete", 1)),
-            ..Default::default()
-        },
-    )
-    .await;
+    all_complete(&env, "assert-update", &node, sk, &state).await;
     check_node_metadata(
         &env,
         "assert-update: node metadata ConfigMap",
@@ -1714,28 +1719,7 @@ async fn validate_packages() {
         "invalid-image|3.2.3": entry("invalid-image", "3.2.3", AGENTLESS, "config", "complete"),
         "invalid-resources|1.2.3": entry("invalid-resources", "1.2.3", AGENTLESS, "config", "complete"),
     });
-    wait_node(
-        &env,
-        "assert-update: node complete",
-        &node,
-        sk,
-        &complete_node(state.clone()),
-    )
-    .await;
-    let generation = wait_complete(&env, "assert-update: Skyhook complete", sk).await;
-    wait_skyhook(
-        &env,
-        "assert-update: Skyhook status",
-        sk,
-        &SkyhookWant {
-            status: Some("complete"),
-            observed_generation: Some(generation),
-            node_state: per_node(&env, &state),
-            node_status: Some(("complete", 1)),
-            ..Default::default()
-        },
-    )
-    .await;
+    all_complete(&env, "assert-update", &node, sk, &state).await;
 }
 
 /// Reference: `k8s-tests/chainsaw/skyhook/delete-skyhook`. The three-package Skyhook completes
@@ -1752,28 +1736,7 @@ async fn delete_skyhook() {
 
     // assert.yaml
     let state = three_complete(None);
-    wait_node(
-        &env,
-        "assert: node complete",
-        &node,
-        sk,
-        &complete_node(state.clone()),
-    )
-    .await;
-    let generation = wait_complete(&env, "assert: Skyhook complete", sk).await;
-    wait_skyhook(
-        &env,
-        "assert: Skyhook status",
-        sk,
-        &SkyhookWant {
-            status: Some("complete"),
-            observed_generation: Some(generation),
-            node_state: per_node(&env, &state),
-            node_status: Some(("complete", 1)),
-            ..Default::default()
-        },
-    )
-    .await;
+    all_complete(&env, "assert", &node, sk, &state).await;
     check_package_configmap(
         &env,
         "assert: dexter's ConfigMap",
