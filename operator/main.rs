@@ -10,8 +10,21 @@ use clap::{Args, CommandFactory as _, Parser, Subcommand};
 
 // jemalloc returns freed memory to the system and keeps fewer per-thread arenas than glibc's
 // malloc, which held a quarter of the operator's resident set at 200 nodes.
+#[cfg(not(feature = "heap-profile"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+// One arena instead of four per core: memory a worker thread frees is reused by the other
+// (peak 54 -> 45 MiB at 300 nodes); a background thread returns unused pages within a second.
+// `_RJEM_MALLOC_CONF` in the environment still overrides any of these.
+#[cfg(not(feature = "heap-profile"))]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: &[u8; 70] =
+    b"narenas:1,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
 /// Rolls host packages out to Kubernetes nodes (Rust re-implementation of NVIDIA Skyhook).
 #[derive(Debug, Parser)]
@@ -69,6 +82,9 @@ struct CrdArgs {
 }
 
 fn main() -> ExitCode {
+    // Written when main returns: the operator must stop on SIGTERM, not be killed.
+    #[cfg(feature = "heap-profile")]
+    let _profiler = dhat::Profiler::new_heap();
     let cli = Cli::parse_from(default_to_run(std::env::args_os().collect()));
     let Some(command) = cli.command else {
         // Unreachable: `default_to_run` names a subcommand unless help or version was asked for,

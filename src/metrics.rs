@@ -8,11 +8,22 @@ use std::sync::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::plan::CompartmentPlan;
 use crate::schema::{Stage, State, Status};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+/// 5 ms to about 80 s: a pass over a few nodes to one over thousands on a saturated API server.
+fn pass_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SkyhookLabels {
@@ -74,6 +85,7 @@ pub struct Metrics {
     progress: Family<RolloutLabels, Gauge>,
     /// 1 while this process leads (or runs without leader election), 0 while it waits.
     pub leader: Gauge,
+    pass_seconds: Family<PhaseLabels, Histogram, fn() -> Histogram>,
     /// Package label sets last emitted per Skyhook, so removed packages' series go away.
     emitted: Mutex<BTreeMap<String, BTreeSet<(String, String)>>>,
     /// Rollout label sets last emitted per Skyhook (policy, compartments and strategies change).
@@ -100,6 +112,7 @@ impl Default for Metrics {
             completed: Family::default(),
             progress: Family::default(),
             leader: Gauge::default(),
+            pass_seconds: Family::new_with_constructor(pass_histogram),
             emitted: Mutex::new(BTreeMap::new()),
             emitted_policy: Mutex::new(BTreeMap::new()),
         };
@@ -112,6 +125,11 @@ impl Default for Metrics {
             m.leader.clone(),
         );
         m.registry.register(
+            "skyhook_operator_pass_seconds",
+            "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)",
+            m.pass_seconds.clone(),
+        );
+        m.registry.register(
             "skyhook_api_requests",
             "Requests this operator sent to the API server, by verb, resource and response class",
             crate::controller::api_counter::API_REQUESTS.clone(),
@@ -121,6 +139,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// One pass's time in `phase` (`plan` or `write`).
+    pub fn pass_phase(&self, phase: &str, seconds: f64) {
+        let labels = PhaseLabels {
+            phase: phase.to_string(),
+        };
+        self.pass_seconds.get_or_create(&labels).observe(seconds);
+    }
+
     fn register_skyhook_families(&mut self) {
         let r = &mut self.registry;
         r.register(

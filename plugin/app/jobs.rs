@@ -11,8 +11,7 @@ use skyhook::jobs::JobView;
 use super::error::CliError;
 use super::kube::Kube;
 
-/// The label the Job controller puts on a Job's pods.
-pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+pub use skyhook::schema::JOB_NAME_LABEL;
 
 /// One of our Jobs with its newest pod.
 #[derive(Debug, Clone)]

@@ -14,8 +14,9 @@
 //! 5. node conditions (strategic merge);
 //! 6. Job operations: `Record`, `Fail`, `Delete`, and deleting the Go operator's pods (their
 //!    outcome, if any, was stored in step 4);
-//! 7. Jobs (create; 409 means an earlier pass created it: adopt it). A node state that says a
-//!    stage runs before its Job exists is safe: a pass that finds no Job creates it;
+//! 7. Jobs: handed to `create` (the controller's background queue, `creating.rs`), which creates
+//!    them after the pass (409 means an earlier pass created it: adopt it). A node state that
+//!    says a stage runs before its Job exists is safe: a pass that finds no Job creates it;
 //! 8. evictions (a 429 from a PodDisruptionBudget becomes a `DrainBlocked` Warning, retried next
 //!    pass);
 //! 9. the Skyhook status (a full replace guarded by `resourceVersion`);
@@ -60,7 +61,6 @@ use super::bodies::{
 use super::events::EventSink;
 use super::retry::retried;
 use crate::crd::{Skyhook, SkyhookStatus};
-use crate::jobs::JobView;
 use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target, job_node};
 use crate::schema;
 
@@ -76,13 +76,20 @@ pub enum Written {
     Conflict,
 }
 
+/// What a pass wrote: whether all of it, and the Skyhook as its status replace stored it.
+pub struct Executed {
+    pub written: Written,
+    pub stored: Option<Skyhook>,
+}
+
 pub async fn execute(
     client: &Client,
     events: &EventSink,
     namespace: &str,
     sk: &Skyhook,
     mut plan: Plan,
-) -> Result<Written, Error> {
+    create: impl FnOnce(Vec<Job>),
+) -> Result<Executed, Error> {
     let w = Writer {
         client,
         events,
@@ -108,7 +115,10 @@ pub async fn execute(
             // whole plan may be stale.
             Err(e) if is_conflict(&e) => {
                 info!(skyhook = %w.name, "the Skyhook changed since this pass read it; planning again");
-                return Ok(Written::Conflict);
+                return Ok(Executed {
+                    written: Written::Conflict,
+                    stored: None,
+                });
             }
             Err(e) => return Err(e),
         }
@@ -161,21 +171,21 @@ pub async fn execute(
         .map(|op| retried(move || w.job_op(op).boxed()).boxed())
         .collect())
     .await?;
-    all(plan
-        .create_jobs
-        .iter()
-        .map(|j| retried(move || w.create_job(j).boxed()).boxed())
-        .collect())
-    .await?;
+    let mut creations = std::mem::take(&mut plan.create_jobs);
+    for job in &mut creations {
+        w.stamp(job);
+    }
+    create(creations);
     all(plan
         .evictions
         .iter()
         .map(|e| retried(move || w.evict(e).boxed()).boxed())
         .collect())
     .await?;
+    let mut stored = None;
     if let Some(status) = plan.status.take() {
         match w.replace_status(status, resource_version).await {
-            Ok(()) => {}
+            Ok(sk) => stored = Some(sk),
             Err(e) if is_conflict(&e) => {
                 info!(skyhook = %w.name, "the Skyhook changed since this pass read it; its status waits for the next pass");
                 plan.drop_status();
@@ -188,7 +198,7 @@ pub async fn execute(
         written = Written::Conflict;
     }
     w.publish_events(&plan.events);
-    Ok(written)
+    Ok(Executed { written, stored })
 }
 
 /// Writes at once within one step of a pass. The API server's default in-flight limits (400
@@ -272,7 +282,9 @@ impl Writer<'_> {
         Ok(())
     }
 
-    async fn create_job(&self, job: &Job) -> Result<(), Error> {
+    /// `job` with the resourceVersion its node's patch returned in this pass, when there was
+    /// one: the first node version that stores its stage.
+    fn stamp(&self, job: &mut Job) {
         let patched = job_node(job).and_then(|n| {
             self.patched
                 .lock()
@@ -280,87 +292,10 @@ impl Writer<'_> {
                 .get(n)
                 .cloned()
         });
-        let mut stamped;
-        let job = match patched {
-            Some(rv) => {
-                stamped = job.clone();
-                stamped
-                    .annotations_mut()
-                    .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
-                &stamped
-            }
-            None => job,
-        };
-        match self.jobs.create(&PostParams::default(), job).await {
-            Ok(_) => info!(skyhook = %self.name, job = %job.name_any(), "created Job"),
-            // A deterministic name already taken means an earlier pass created it: adopt it,
-            // but only if it is the same work.
-            Err(e) if is_status(&e, 409) => self.adopt(job).await?,
-            Err(e) => return Err(e.into()),
+        if let Some(rv) = patched {
+            job.annotations_mut()
+                .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
         }
-        Ok(())
-    }
-
-    /// The Job under this name is adopted when its labels and spec hash say it does the same
-    /// work; otherwise the pass fails with a Warning Event naming both, never a silent wait.
-    async fn adopt(&self, job: &Job) -> Result<(), Error> {
-        let name = job.name_any();
-        let existing = self.jobs.get(&name).await?;
-        let want = JobView::from_job(job, None);
-        let have = JobView::from_job(&existing, None);
-        let same = |a: &JobView, b: &JobView| {
-            (
-                &a.skyhook,
-                &a.package,
-                &a.version,
-                a.stage,
-                &a.node,
-                a.attempt,
-                &a.spec_hash,
-            ) == (
-                &b.skyhook,
-                &b.package,
-                &b.version,
-                b.stage,
-                &b.node,
-                b.attempt,
-                &b.spec_hash,
-            )
-        };
-        if let (Some(w), Some(h)) = (&want, &have)
-            && same(w, h)
-        {
-            debug!(job = %name, "Job exists, adopting");
-            return Ok(());
-        }
-        let found = have.map_or_else(
-            || "not one of this operator's stage Jobs".to_string(),
-            |h| {
-                format!(
-                    "{} {}:{} {} on {} attempt {} (spec hash {})",
-                    h.skyhook,
-                    h.package,
-                    h.version,
-                    h.stage.as_str(),
-                    h.node,
-                    h.attempt,
-                    h.spec_hash
-                )
-            },
-        );
-        let message = format!(
-            "Job {name} already exists and does other work ({found}); delete it so that this \
-             stage can run"
-        );
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: schema::JOB_NAME_TAKEN_REASON.to_string(),
-            note: Some(message.clone()),
-            action: "CreateJob".to_string(),
-            secondary: None,
-        };
-        self.events.send(ev, self.sk.object_ref(&()));
-        Err(Error::JobNameTaken(message))
     }
 
     async fn job_op(&self, (_, op): &(String, JobOp)) -> Result<(), Error> {
@@ -523,16 +458,18 @@ impl Writer<'_> {
         &self,
         status: SkyhookStatus,
         resource_version: Option<String>,
-    ) -> Result<(), Error> {
+    ) -> Result<Skyhook, Error> {
         // A full replace (guarded by resourceVersion) drops map keys a merge patch would keep.
         let mut obj = self.sk.clone();
         obj.status = Some(status);
         obj.metadata.managed_fields = None;
         obj.metadata.resource_version = resource_version;
-        self.skyhooks
+        let mut stored = self
+            .skyhooks
             .replace_status(&self.name, &PostParams::default(), &obj)
             .await?;
-        Ok(())
+        stored.metadata.managed_fields = None;
+        Ok(stored)
     }
 
     async fn remove_finalizer(&self) -> Result<Written, Error> {

@@ -4,10 +4,13 @@
 
 pub mod api_counter;
 mod bodies;
+mod creating;
 mod events;
 pub mod exec;
 mod guard;
 pub mod leader;
+mod passes;
+mod records;
 mod retry;
 pub mod server;
 pub mod start;
@@ -16,8 +19,9 @@ mod watch;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use creating::Creating;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -29,15 +33,17 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use leader::{Leadership, lead, supervise};
+use passes::Passes;
+use records::{Records, recorded};
 use thiserror::Error;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 use watch::{
-    NoPause, node_watch, owned_watch, pod_triggers, policy_watch, prune_job, prune_meta, prune_pod,
+    NoPause, labelled_events, node_watch, owned_watch, pod_triggers, policy_watch, prune_meta,
     skyhook_watch, watch_config,
 };
 
 use crate::crd::{self, DeploymentPolicy, Skyhook};
-use crate::jobs::{GoPod, JobView};
+use crate::jobs::{GoPod, JobView, PodView};
 use crate::metrics::Metrics;
 use crate::plan::{self, Inputs};
 use crate::schema;
@@ -85,14 +91,17 @@ pub struct Ctx {
     pub events: events::EventSink,
     pub skyhooks: Store<Skyhook>,
     pub nodes: Store<Node>,
-    pub jobs: Store<Job>,
-    pub pods: Store<Pod>,
+    pub jobs: Records<JobView>,
+    pub pods: Records<PodView>,
     pub policies: Store<DeploymentPolicy>,
     pub configmaps: Store<ConfigMap>,
     pub ready: AtomicBool,
     /// Waiting to lead: ready (as a follower), not reconciling.
     pub standby: AtomicBool,
     pub metrics: Metrics,
+    /// Jobs handed to the API server by earlier passes and not yet in the Job cache.
+    pub creating: Creating,
+    pub passes: Passes,
 }
 
 impl Ctx {
@@ -139,16 +148,17 @@ pub async fn run(
     let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
 
     let (nodes, node_stream) = node_watch(&client);
-    let (jobs, job_events) = owned_watch(
-        Api::<Job>::namespaced(client.clone(), &ns),
-        &managed,
-        prune_job,
+    let (jobs, job_events) = recorded(
+        labelled_events(Api::<Job>::namespaced(client.clone(), &ns), &managed),
+        job_record,
     );
     let job_stream = job_events.touched_objects();
-    let (pods, pod_events) = owned_watch(
-        Api::<Pod>::namespaced(client.clone(), &ns),
-        schema::NAME_LABEL,
-        prune_pod,
+    let (pods, pod_events) = recorded(
+        labelled_events(
+            Api::<Pod>::namespaced(client.clone(), &ns),
+            schema::NAME_LABEL,
+        ),
+        PodView::from_pod,
     );
     let pod_stream = pod_triggers(pod_events);
     let (configmaps, cm_events) = owned_watch(
@@ -175,7 +185,8 @@ pub async fn run(
         policies,
         configmaps,
     };
-    let ctx = new_ctx(client.clone(), config, version, caches);
+    let (creating, created_again) = Creating::new();
+    let ctx = new_ctx(client.clone(), config, version, caches, creating);
     let Some(leadership) = prepare(&ctx, &client, shutdown.clone()).await? else {
         return Ok(());
     };
@@ -194,6 +205,7 @@ pub async fn run(
         .watches_stream(policy_stream, move |p: DeploymentPolicy| {
             skyhooks_using(&for_policies, &p)
         })
+        .reconcile_on(created_again)
         .with_config(queue_config())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -248,11 +260,12 @@ async fn prepare(
 /// the operator) before saying it is missing.
 const CRD_WAIT: Duration = Duration::from_secs(120);
 
-/// One Skyhook at a time; bursts of events within 300 ms make one pass.
+/// One Skyhook at a time, with no debounce: kube's debounce postpones a pass again with every
+/// event that arrives within it, and a rollout over a thousand nodes never pauses for 300 ms,
+/// so passes waited for a lull (10 s and more) while stages finished. Events that arrive during
+/// a pass make one pass after it; [`Passes`] spaces passes instead.
 fn queue_config() -> controller::Config {
-    controller::Config::default()
-        .concurrency(1)
-        .debounce(Duration::from_millis(300))
+    controller::Config::default().concurrency(1)
 }
 
 /// Marks the operator ready once the caches have filled, whether or not any Skyhook exists to
@@ -270,13 +283,19 @@ fn mark_ready_when_synced(ctx: &Arc<Ctx>) {
 struct Caches {
     skyhooks: Store<Skyhook>,
     nodes: Store<Node>,
-    jobs: Store<Job>,
-    pods: Store<Pod>,
+    jobs: Records<JobView>,
+    pods: Records<PodView>,
     policies: Store<DeploymentPolicy>,
     configmaps: Store<ConfigMap>,
 }
 
-fn new_ctx(client: Client, config: Config, version: String, caches: Caches) -> Arc<Ctx> {
+fn new_ctx(
+    client: Client,
+    config: Config,
+    version: String,
+    caches: Caches,
+    creating: Creating,
+) -> Arc<Ctx> {
     let reporter = Reporter {
         controller: schema::EVENT_COMPONENT.to_string(),
         instance: std::env::var("POD_NAME").ok(),
@@ -295,6 +314,8 @@ fn new_ctx(client: Client, config: Config, version: String, caches: Caches) -> A
         ready: AtomicBool::new(false),
         standby: AtomicBool::new(false),
         metrics: Metrics::default(),
+        creating,
+        passes: Passes::default(),
     })
 }
 
@@ -355,32 +376,60 @@ fn error_policy(sk: Arc<Skyhook>, err: &Error, _ctx: Arc<Ctx>) -> Action {
 async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.wait_ready().await?;
     let name = sk.name_any();
+    ctx.passes.wait(&name).await;
+    let started = Instant::now();
+    let sk = ctx.passes.newest(sk);
+    let (action, stored) = match pass(&sk, &ctx).await {
+        Ok((action, stored)) => (Ok(action), stored),
+        Err(e) => (Err(e), None),
+    };
+    // A deleted Skyhook's entry goes with it (`forget`); its last passes need no spacing.
+    if sk.meta().deletion_timestamp.is_none() {
+        ctx.passes.ended(&name, started, stored);
+    }
+    action
+}
+
+/// One pass: the action for the controller, and the Skyhook as the pass's status replace
+/// stored it.
+async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<(Action, Option<Skyhook>), Error> {
+    let started = Instant::now();
+    let name = sk.name_any();
     let nodes = ctx.nodes.state();
     if sk.meta().deletion_timestamp.is_some() {
         ctx.metrics.forget(&name);
-        let plan = plan::plan_delete(&sk, &nodes);
-        let written =
-            exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
-        return Ok(match written {
+        ctx.passes.forget(&name);
+        let plan = plan::plan_delete(sk, &nodes);
+        let done = exec::execute(
+            &ctx.client,
+            &ctx.events,
+            &ctx.config.namespace,
+            sk,
+            plan,
+            |_| {},
+        )
+        .await?;
+        let action = match done.written {
             exec::Written::All => Action::await_change(),
             exec::Written::Conflict => Action::requeue(CONFLICT_REQUEUE),
-        });
+        };
+        return Ok((action, None));
     }
-    let mut normalized = (*sk).clone();
+    let mut normalized = Skyhook::clone(sk);
     crd::normalize(&mut normalized);
     let skyhooks = ctx.skyhooks.state();
     let policies = ctx.policies.state();
     let invalid = problems(&normalized, &policies);
-    let views = job_views(&ctx, &name);
+    let views = job_views(ctx, &name);
     let configmaps: Vec<Arc<ConfigMap>> = ctx
         .configmaps
         .state()
         .into_iter()
         .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
         .collect();
-    let pods_on_nodes = drain_view(&ctx, &normalized, &nodes).await?;
-    let busy_nodes = busy_elsewhere(&ctx, &name);
-    let go_pods = go_pods(&ctx, &name);
+    let pods_on_nodes = drain_view(ctx, &normalized, &nodes).await?;
+    let busy_nodes = busy_elsewhere(ctx, &name);
+    let go_pods = go_pods(ctx, &name);
     let plan = plan::plan(&Inputs {
         skyhook: &normalized,
         skyhooks: &skyhooks,
@@ -395,19 +444,38 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         config: &ctx.config,
         operator_version: &ctx.version,
         now: jiff::Timestamp::now(),
+        create_room: plan::launch::MAX_JOB_CREATES_PER_PASS.saturating_sub(ctx.creating.len()),
     });
     let requeue = plan.requeue_after;
     if let Some(status) = plan.status.as_ref().or(sk.status.as_ref()) {
         ctx.metrics
             .observe(&normalized, status, &plan.policy_label, &plan.compartments);
     }
-    let written = exec::execute(&ctx.client, &ctx.events, &ctx.config.namespace, &sk, plan).await?;
-    Ok(match written {
+    let planned = Instant::now();
+    let (creates, patches) = (plan.create_jobs.len(), plan.node_patches.len());
+    let create = |jobs| Creating::start(ctx, sk, jobs);
+    let written = exec::execute(
+        &ctx.client,
+        &ctx.events,
+        &ctx.config.namespace,
+        sk,
+        plan,
+        create,
+    )
+    .await;
+    let (plan_s, write_s) = (planned - started, planned.elapsed());
+    ctx.metrics.pass_phase("plan", plan_s.as_secs_f64());
+    ctx.metrics.pass_phase("write", write_s.as_secs_f64());
+    debug!(skyhook = %name, nodes = nodes.len(), jobs = views.len(), creates, node_patches = patches,
+        plan_ms = plan_s.as_millis() as u64, write_ms = write_s.as_millis() as u64, "pass");
+    let done = written?;
+    let action = match done.written {
         exec::Written::All => requeue.map_or_else(Action::await_change, Action::requeue),
         exec::Written::Conflict => {
             Action::requeue(requeue.map_or(CONFLICT_REQUEUE, |r| r.min(CONFLICT_REQUEUE)))
         }
-    })
+    };
+    Ok((action, done.stored))
 }
 
 /// The next pass after a write met a 409 (an object changed after the pass read it). Not the
@@ -440,20 +508,36 @@ fn problems(sk: &Skyhook, policies: &[Arc<DeploymentPolicy>]) -> Vec<String> {
     invalid
 }
 
-/// This Skyhook's Jobs, each with its pod (for waiting reasons the Job cannot see).
+/// What the Job cache keeps of a Job: its view, without its pod's waiting reasons (read from
+/// the pod cache at each pass).
+fn job_record(job: &Job) -> Option<JobView> {
+    JobView::from_job(job, None)
+}
+
+/// This Skyhook's Jobs, each running one with its pod's stuck container (a wait the Job cannot
+/// see).
 fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<JobView> {
-    let mut pod_by_job: HashMap<String, Arc<Pod>> = HashMap::new();
-    for p in ctx.pods.state() {
-        if let Some(j) = p.labels().get("batch.kubernetes.io/job-name") {
-            pod_by_job.insert(j.clone(), p.clone());
-        }
-    }
-    ctx.jobs
-        .state()
+    let pods = ctx.pods.all();
+    let stuck: HashMap<&str, &(String, String, String)> = pods
         .iter()
-        .filter(|j| j.labels().get(schema::NAME_LABEL).map(String::as_str) == Some(skyhook))
-        .filter_map(|j| JobView::from_job(j, pod_by_job.get(&j.name_any()).map(|p| p.as_ref())))
-        .collect()
+        .filter_map(|p| Some((p.job.as_deref()?, p.stuck.as_ref()?)))
+        .collect();
+    let mut views: Vec<JobView> = ctx
+        .jobs
+        .all()
+        .iter()
+        .filter(|j| j.skyhook == skyhook)
+        .map(|j| {
+            let mut view = JobView::clone(j);
+            if !view.finished() {
+                view.stuck = stuck.get(view.name.as_str()).map(|s| (*s).clone());
+            }
+            view
+        })
+        .collect();
+    let on_the_way = ctx.creating.unseen(|name| ctx.jobs.get(name).is_some());
+    views.extend(on_the_way.into_iter().filter(|v| v.skyhook == skyhook));
+    views
 }
 
 /// Nodes where a Job of another Skyhook runs, or a pod of the Go operator for another Skyhook
@@ -461,21 +545,26 @@ fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<JobView> {
 fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
     let mut busy: BTreeSet<String> = ctx
         .jobs
-        .state()
+        .all()
         .iter()
-        .filter(|j| j.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(skyhook))
-        .filter_map(|j| JobView::from_job(j, None))
-        .filter(|v| !v.finished())
-        .map(|v| v.node)
+        .filter(|j| j.skyhook != skyhook && !j.finished())
+        .map(|j| j.node.clone())
         .collect();
+    let on_the_way = ctx.creating.unseen(|name| ctx.jobs.get(name).is_some());
+    busy.extend(
+        on_the_way
+            .into_iter()
+            .filter(|v| v.skyhook != skyhook)
+            .map(|v| v.node),
+    );
     busy.extend(
         ctx.pods
-            .state()
+            .all()
             .iter()
-            .filter(|p| p.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(skyhook))
-            .filter_map(|p| GoPod::from_pod(p))
+            .filter(|p| p.skyhook != skyhook)
+            .filter_map(|p| p.go.as_ref())
             .filter(|p| p.deleting || !p.failed())
-            .map(|p| p.node),
+            .map(|p| p.node.clone()),
     );
     busy
 }
@@ -484,12 +573,9 @@ fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
 /// namespace, by the reference's labels), by node.
 fn go_pods(ctx: &Ctx, skyhook: &str) -> BTreeMap<String, Vec<GoPod>> {
     let mut by_node: BTreeMap<String, Vec<GoPod>> = BTreeMap::new();
-    let ours = ctx
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.labels().get(schema::NAME_LABEL).map(String::as_str) == Some(skyhook));
-    for p in ours.filter_map(|p| GoPod::from_pod(&p)) {
+    let pods = ctx.pods.all();
+    let ours = pods.iter().filter(|p| p.skyhook == skyhook);
+    for p in ours.filter_map(|p| p.go.clone()) {
         by_node.entry(p.node.clone()).or_default().push(p);
     }
     by_node

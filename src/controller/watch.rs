@@ -6,10 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStatus, Node, NodeSystemInfo, Pod, PodSpec,
-};
+use k8s_openapi::api::core::v1::{Node, NodeSystemInfo, Pod};
 use kube::Client;
 use kube::Resource;
 use kube::api::Api;
@@ -44,56 +41,6 @@ pub(super) fn prune_node(n: &mut Node) {
             boot_id: i.boot_id,
             ..NodeSystemInfo::default()
         });
-    }
-}
-
-/// A Job is read for its labels, annotations and conditions only ([`JobView`]); its pod
-/// template is most of its bytes, and there are nodes × packages × stages of them.
-pub(super) fn prune_job(j: &mut Job) {
-    j.metadata.managed_fields = None;
-    j.spec = None;
-    if let Some(s) = j.status.as_mut() {
-        s.uncounted_terminated_pods = None;
-    }
-}
-
-/// A stage pod is read for its Job label and its containers' waiting reasons; a pod of the Go
-/// operator ([`GoPod`]) also for its node and its init containers' restarts and last exit.
-pub(super) fn prune_pod(p: &mut Pod) {
-    p.metadata.managed_fields = None;
-    p.spec = p.spec.take().map(|s| PodSpec {
-        node_name: s.node_name,
-        ..PodSpec::default()
-    });
-    if let Some(s) = p.status.as_mut() {
-        let keep = |list: &mut Option<Vec<ContainerStatus>>| {
-            if let Some(list) = list.as_mut() {
-                for c in list.iter_mut() {
-                    *c = ContainerStatus {
-                        name: std::mem::take(&mut c.name),
-                        state: c.state.take(),
-                        restart_count: c.restart_count,
-                        last_state: c.last_state.take().and_then(|l| l.terminated).map(|t| {
-                            ContainerState {
-                                terminated: Some(ContainerStateTerminated {
-                                    exit_code: t.exit_code,
-                                    finished_at: t.finished_at,
-                                    ..ContainerStateTerminated::default()
-                                }),
-                                ..ContainerState::default()
-                            }
-                        }),
-                        ..ContainerStatus::default()
-                    };
-                }
-            }
-        };
-        keep(&mut s.init_container_statuses);
-        keep(&mut s.container_statuses);
-        s.ephemeral_container_statuses = None;
-        s.conditions = None;
-        s.host_ips = None;
-        s.pod_ips = None;
     }
 }
 
@@ -192,6 +139,18 @@ pub(super) fn node_watch(
 /// Watches start from any cached version (`resourceVersion=0`): fine for reflector stores.
 pub(super) fn watch_config() -> watcher::Config {
     watcher::Config::default().any_semantic()
+}
+
+/// The watch events of the objects of `api` carrying `labels`, for a cache of records
+/// ([`super::records`]).
+pub(super) fn labelled_events<K>(
+    api: Api<K>,
+    labels: &str,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    paced(watcher(api, watch_config().labels(labels)))
 }
 
 /// A reflector store of the objects of `api` carrying `labels`, and its stream of watch events

@@ -53,7 +53,7 @@ impl GoPod {
         labels.get(schema::NAME_LABEL)?;
         let ours = labels.get(schema::MANAGED_BY_LABEL).map(String::as_str)
             == Some(schema::MANAGED_BY_VALUE)
-            || labels.contains_key(JOB_NAME_LABEL)
+            || labels.contains_key(schema::JOB_NAME_LABEL)
             || meta
                 .owner_references
                 .iter()
@@ -88,9 +88,6 @@ impl GoPod {
         matches!(self.outcome, GoOutcome::Failed { .. })
     }
 }
-
-/// Set by the Job controller on the pods of a Job.
-const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
 /// §3.11 step 2 (`containerExitedSuccessfully`): the first failed init container decides, else
 /// the last one. A pod without init containers (hand-made) is judged by its phase.
@@ -207,7 +204,7 @@ mod tests {
         let mut ours = go_labels();
         ours[schema::MANAGED_BY_LABEL] = json!(schema::MANAGED_BY_VALUE);
         let mut job_labelled = go_labels();
-        job_labelled[JOB_NAME_LABEL] = json!("j");
+        job_labelled[schema::JOB_NAME_LABEL] = json!("j");
         // (case, labels, extra metadata, read)
         let cases = [
             ("a Go package pod", go_labels(), json!({}), true),

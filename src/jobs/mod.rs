@@ -23,7 +23,7 @@ pub use configmaps::{node_metadata_configmap, package_configmap, packages_json};
 pub use go_pod::{GoOutcome, GoPod};
 pub use interrupt::{InterruptJob, interrupt_job};
 pub use stage::{StageJob, stage_job};
-pub use view::{JobView, Outcome, STUCK_WAITING_REASONS};
+pub use view::{JobView, Outcome, PodView, STUCK_WAITING_REASONS};
 
 #[cfg(test)]
 mod tests;

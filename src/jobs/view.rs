@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::GoPod;
 use crate::schema::{self, PackageAnnotation, Stage};
 
 /// Waiting reasons that never resolve on their own: the package is `erroring` as soon as one is
@@ -94,6 +95,38 @@ impl JobView {
 
     pub fn finished(&self) -> bool {
         !matches!(self.outcome, Outcome::Running)
+    }
+}
+
+/// What a pass reads of a pod labelled with a Skyhook's name: a container of one of our Jobs
+/// stuck waiting, or a pod of the Go operator. Every other pod says nothing its Job does not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodView {
+    /// The Skyhook its `skyhook.nvidia.com/name` label names.
+    pub skyhook: String,
+    /// The Job it runs for (`batch.kubernetes.io/job-name`).
+    pub job: Option<String>,
+    /// A container stuck waiting: (container, reason, message).
+    pub stuck: Option<(String, String, String)>,
+    pub go: Option<GoPod>,
+}
+
+impl PodView {
+    /// `None` for a pod that says nothing worth keeping.
+    pub fn from_pod(pod: &Pod) -> Option<PodView> {
+        let labels = pod.metadata.labels.as_ref()?;
+        let skyhook = labels.get(schema::NAME_LABEL)?.clone();
+        let go = GoPod::from_pod(pod);
+        let stuck = stuck_container(pod);
+        if go.is_none() && stuck.is_none() {
+            return None;
+        }
+        Some(PodView {
+            skyhook,
+            job: labels.get(schema::JOB_NAME_LABEL).cloned(),
+            stuck,
+            go,
+        })
     }
 }
 

@@ -5,34 +5,29 @@ use kube::ResourceExt;
 
 use super::facts::NodeFacts;
 use super::stage::{NodeAction, NodeOutcome};
-use super::{JobOp, Note, Plan};
+use super::{Inputs, JobOp, Note, Plan};
 use crate::crd::{Package, Skyhook};
 use crate::jobs;
 use crate::schema::{self, Interrupt, Stage};
 use crate::settings::Config;
 
-/// Jobs one pass creates at most; the rest wait for the next pass, which follows at once. A
-/// pass over a thousand fresh nodes would otherwise create thousands of Jobs before it could
-/// look at the first of them finishing, and node state would lag by the length of that pass.
-/// A node whose state says a stage runs before its Job exists is safe: the next pass creates it.
+/// Jobs on their way to the API server at most, those of earlier passes included; the rest wait
+/// for a later pass, which follows within a second. A pass over a thousand fresh nodes would
+/// otherwise queue thousands of creations ahead of the writes that store finished stages. A
+/// node whose state says a stage runs before its Job exists is safe: a later pass creates it.
 pub const MAX_JOB_CREATES_PER_PASS: usize = 200;
 
 /// Adds the Jobs and Job operations of one node's outcome to the plan. Returns false when the
 /// node's Jobs wait for the next pass (the pass's cap is reached): then nothing of its launch
 /// is planned, neither its metadata ConfigMap nor the Events of its starts.
-pub fn node_work(
-    sk: &Skyhook,
-    cfg: &Config,
-    f: &NodeFacts,
-    o: &NodeOutcome,
-    plan: &mut Plan,
-) -> bool {
+pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) -> bool {
+    let (sk, cfg) = (inp.skyhook, inp.config);
     let runs = o
         .actions
         .iter()
         .filter(|a| matches!(a, NodeAction::Run { .. }))
         .count();
-    let deferred = runs > 0 && plan.create_jobs.len() >= MAX_JOB_CREATES_PER_PASS;
+    let deferred = runs > 0 && plan.create_jobs.len() >= inp.create_room;
     if deferred {
         plan.deferred_jobs += runs;
     }

@@ -80,6 +80,9 @@ pub struct Inputs<'a> {
     pub config: &'a Config,
     pub operator_version: &'a str,
     pub now: Timestamp,
+    /// Jobs this pass may create: [`launch::MAX_JOB_CREATES_PER_PASS`] less those still being
+    /// created from earlier passes.
+    pub create_room: usize,
 }
 
 /// What stays fixed during one pass.
@@ -307,7 +310,7 @@ impl Pass<'_> {
             Some(Block::Taint) => tally.blocked_nodes.push(f.name.clone()),
             None => {}
         }
-        let launched = launch::node_work(self.inp.skyhook, self.inp.config, f, &o, plan);
+        let launched = launch::node_work(self.inp, f, &o, plan);
         // A start whose Job waits for the next pass is announced by the pass that creates it.
         let notes: Vec<NodeNote> = o
             .notes

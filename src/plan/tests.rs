@@ -143,6 +143,7 @@ impl World {
             config: &cfg,
             operator_version: "test",
             now: now(),
+            create_room: launch::MAX_JOB_CREATES_PER_PASS,
         })
     }
 }

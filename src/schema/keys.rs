@@ -155,6 +155,8 @@ pub const ATTEMPT_ANNOTATION: &str = "skyhook.nvidia.com/attempt";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of `MANAGED_BY_LABEL`.
 pub const MANAGED_BY_VALUE: &str = "skyhook-operator";
+/// The label the Job controller puts on a Job's pods, naming the Job.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// Set by the API server's LimitRanger; pod validation keys on its presence.
 pub const LIMIT_RANGER_ANNOTATION: &str = "kubernetes.io/limit-ranger";
 

@@ -1,0 +1,160 @@
+//! What one pass of a Skyhook leaves for its next: when it ended (passes are spaced), and the
+//! Skyhook as its status replace stored it.
+//!
+//! The Skyhook's own watch lags its status writes (the object holds every node's state, a few
+//! hundred KiB at a thousand nodes). A pass that started from the cached copy meanwhile planned
+//! from the status before last: its status replace met a 409, and it announced again what the
+//! last pass had announced. The copy the API server returned is as good as the watch's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+
+use crate::crd::Skyhook;
+
+/// Passes of one Skyhook are at least this far apart: a burst of events (a pass's own writes
+/// coming back through the watches) makes one pass, not many.
+pub const MIN_GAP: Duration = Duration::from_millis(300);
+/// ... and at most this far, however long the last pass took.
+pub const MAX_GAP: Duration = Duration::from_secs(2);
+
+struct Last {
+    ended: Instant,
+    took: Duration,
+    stored: Option<Arc<Skyhook>>,
+}
+
+#[derive(Default)]
+pub struct Passes(Mutex<HashMap<String, Last>>);
+
+impl Passes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Last>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits out the gap after `skyhook`'s last pass: as long as that pass took, within
+    /// [`MIN_GAP`]..[`MAX_GAP`]. A pass that writes for seconds on a busy API server is followed
+    /// by a pause as long, which halves the passes (and status writes) a rollout makes while a
+    /// finished stage still waits at most a couple of seconds.
+    pub async fn wait(&self, skyhook: &str) {
+        let until = self.lock().get(skyhook).map(|l| l.ended + gap(l.took));
+        if let Some(until) = until {
+            tokio::time::sleep_until(until.into()).await;
+        }
+    }
+
+    /// The copy of `cached` to plan from: the one the last status replace returned when the
+    /// cache has not caught up with it yet.
+    pub fn newest(&self, cached: Arc<Skyhook>) -> Arc<Skyhook> {
+        let mut passes = self.lock();
+        let Some(last) = passes.get_mut(&cached.name_any()) else {
+            return cached;
+        };
+        match &last.stored {
+            Some(stored) if newer(stored, &cached) => stored.clone(),
+            _ => {
+                last.stored = None;
+                cached
+            }
+        }
+    }
+
+    /// A pass of `skyhook` that started at `started` ended; `stored` is the Skyhook its status
+    /// replace returned, if it made one.
+    pub fn ended(&self, skyhook: &str, started: Instant, stored: Option<Skyhook>) {
+        let now = Instant::now();
+        let mut passes = self.lock();
+        let last = passes.entry(skyhook.to_string()).or_insert(Last {
+            ended: now,
+            took: Duration::ZERO,
+            stored: None,
+        });
+        last.ended = now;
+        last.took = now - started;
+        if let Some(stored) = stored {
+            last.stored = Some(Arc::new(stored));
+        }
+    }
+
+    pub fn forget(&self, skyhook: &str) {
+        self.lock().remove(skyhook);
+    }
+}
+
+fn gap(took: Duration) -> Duration {
+    took.clamp(MIN_GAP, MAX_GAP)
+}
+
+/// `a` is a later version of the object than `b`. Resource versions are etcd revisions, which
+/// only grow; one that is not a number is never taken as newer.
+fn newer(a: &Skyhook, b: &Skyhook) -> bool {
+    let version = |s: &Skyhook| s.resource_version()?.parse::<u64>().ok();
+    match (version(a), version(b)) {
+        (Some(a), Some(b)) => a > b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn sk(version: &str) -> Skyhook {
+        let mut sk = Skyhook::new("sk", Default::default());
+        sk.metadata = ObjectMeta {
+            name: Some("sk".into()),
+            resource_version: Some(version.into()),
+            ..ObjectMeta::default()
+        };
+        sk
+    }
+
+    #[test]
+    fn the_stored_copy_is_used_until_the_cache_catches_up() {
+        let passes = Passes::default();
+        let cached = Arc::new(sk("10"));
+        assert_eq!(
+            passes.newest(cached.clone()).resource_version().unwrap(),
+            "10"
+        );
+        passes.ended("sk", Instant::now(), Some(sk("12")));
+        // The watch still shows 10: plan from what the status replace returned.
+        assert_eq!(passes.newest(cached).resource_version().unwrap(), "12");
+        // It shows 13 (someone edited the spec since): the cache is newer.
+        assert_eq!(
+            passes
+                .newest(Arc::new(sk("13")))
+                .resource_version()
+                .unwrap(),
+            "13"
+        );
+        // ... and the stored copy is dropped for good.
+        assert_eq!(
+            passes
+                .newest(Arc::new(sk("11")))
+                .resource_version()
+                .unwrap(),
+            "11"
+        );
+        // A version that is not a number is never taken as newer.
+        passes.ended("sk", Instant::now(), Some(sk("x")));
+        assert_eq!(
+            passes
+                .newest(Arc::new(sk("11")))
+                .resource_version()
+                .unwrap(),
+            "11"
+        );
+    }
+
+    #[test]
+    fn passes_are_spaced_by_how_long_the_last_took_within_bounds() {
+        assert_eq!(gap(Duration::ZERO), MIN_GAP);
+        assert_eq!(gap(Duration::from_millis(900)), Duration::from_millis(900));
+        assert_eq!(gap(Duration::from_secs(30)), MAX_GAP);
+    }
+}
