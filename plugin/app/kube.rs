@@ -7,7 +7,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::AuthInfo;
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, Config};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
@@ -19,11 +20,33 @@ use crate::app::global::GlobalArgs;
 const PAGE_SIZE: u32 = 500;
 
 /// What the plugin reads from a Node: only metadata, never the spec or status.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct NodeMeta {
     pub name: String,
+    #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// One page of a metadata-only node list, parsed straight into [`NodeMeta`]: the managedFields
+/// every writer of a node adds (the larger part of its metadata on a busy node, and a tree of
+/// JSON values once parsed) are skipped, not kept.
+#[derive(Deserialize)]
+struct NodePage {
+    items: Vec<NodeItem>,
+    metadata: PageMeta,
+}
+
+#[derive(Deserialize)]
+struct NodeItem {
+    metadata: NodeMeta,
+}
+
+#[derive(Deserialize)]
+struct PageMeta {
+    #[serde(rename = "continue", default)]
+    continue_: Option<String>,
 }
 
 /// A connected client and the server it talks to (for error messages).
@@ -97,19 +120,16 @@ impl Kube {
 
     /// Every node's metadata, sorted by name (one paged list call).
     pub async fn nodes(&self) -> Result<Vec<NodeMeta>, CliError> {
-        let api: Api<Node> = Api::all(self.client.clone());
+        let request = kube::core::Request::new("/api/v1/nodes");
         let mut nodes = Vec::new();
         let mut params = ListParams::default().limit(PAGE_SIZE);
         loop {
-            let page = api
-                .list_metadata(&params)
-                .await
-                .map_err(|e| self.fail(e, "listing nodes"))?;
-            nodes.extend(page.items.into_iter().map(|n| NodeMeta {
-                name: n.name_any(),
-                labels: n.metadata.labels.unwrap_or_default(),
-                annotations: n.metadata.annotations.unwrap_or_default(),
-            }));
+            let page: NodePage = match request.list_metadata(&params) {
+                Ok(req) => self.client.request(req).await,
+                Err(e) => Err(kube::Error::BuildRequest(e)),
+            }
+            .map_err(|e| self.fail(e, "listing nodes"))?;
+            nodes.extend(page.items.into_iter().map(|n| n.metadata));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
