@@ -132,33 +132,7 @@ pub async fn execute(
         .map(|cm| retried(move || w.apply_configmap(cm).boxed()).boxed())
         .collect())
     .await?;
-    // Nodes leaving work are stored before nodes starting it (see `NodePatch::starts`). If one
-    // of the first could not be stored, none of the second is: the stored state could
-    // otherwise show more nodes at work than the budget allows.
-    let mut left_out = BTreeSet::new();
-    for starting in [false, true] {
-        let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
-        left_out.extend(w.take_conflicts());
-        if starting && !left_out.is_empty() {
-            left_out.extend(patches.map(|p| p.node.clone()));
-            break;
-        }
-        all(patches
-            .map(|p| retried(move || w.patch_node(p).boxed()).boxed())
-            .collect())
-        .await?;
-    }
-    left_out.extend(w.take_conflicts());
-    let mut written = Written::All;
-    if !left_out.is_empty() {
-        info!(
-            skyhook = %w.name,
-            nodes = ?left_out,
-            "nodes changed since this pass read them; their work waits for the next pass"
-        );
-        plan.drop_work_of(&left_out);
-        written = Written::Conflict;
-    }
+    let mut written = w.write_nodes(&mut plan).await?;
     all(plan
         .node_conditions
         .iter()
@@ -182,17 +156,9 @@ pub async fn execute(
         .map(|e| retried(move || w.evict(e).boxed()).boxed())
         .collect())
     .await?;
-    let mut stored = None;
-    if let Some(status) = plan.status.take() {
-        match w.replace_status(status, resource_version).await {
-            Ok(sk) => stored = Some(sk),
-            Err(e) if is_conflict(&e) => {
-                info!(skyhook = %w.name, "the Skyhook changed since this pass read it; its status waits for the next pass");
-                plan.drop_status();
-                written = Written::Conflict;
-            }
-            Err(e) => return Err(e),
-        }
+    let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
+    if status_written == Written::Conflict {
+        written = Written::Conflict;
     }
     if plan.remove_finalizer && w.remove_finalizer().await? == Written::Conflict {
         written = Written::Conflict;
@@ -280,6 +246,57 @@ impl Writer<'_> {
         let body = Patch::Apply(with_kind(cm, "v1", "ConfigMap"));
         self.cms.patch(&cm.name_any(), &apply, &body).await?;
         Ok(())
+    }
+
+    /// Node patches. Nodes leaving work are stored before nodes starting it (see
+    /// `NodePatch::starts`). If one of the first could not be stored, none of the second is:
+    /// the stored state could otherwise show more nodes at work than the budget allows. The
+    /// work of nodes whose patch met a 409 is dropped from the plan.
+    async fn write_nodes(&self, plan: &mut Plan) -> Result<Written, Error> {
+        let mut left_out = BTreeSet::new();
+        for starting in [false, true] {
+            let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
+            left_out.extend(self.take_conflicts());
+            if starting && !left_out.is_empty() {
+                left_out.extend(patches.map(|p| p.node.clone()));
+                break;
+            }
+            all(patches
+                .map(|p| retried(move || self.patch_node(p).boxed()).boxed())
+                .collect())
+            .await?;
+        }
+        left_out.extend(self.take_conflicts());
+        if left_out.is_empty() {
+            return Ok(Written::All);
+        }
+        info!(
+            skyhook = %self.name,
+            nodes = ?left_out,
+            "nodes changed since this pass read them; their work waits for the next pass"
+        );
+        plan.drop_work_of(&left_out);
+        Ok(Written::Conflict)
+    }
+
+    /// The status, if the plan changes it; a 409 drops it (and the Events that report it).
+    async fn write_status(
+        &self,
+        plan: &mut Plan,
+        resource_version: Option<String>,
+    ) -> Result<(Written, Option<Skyhook>), Error> {
+        let Some(status) = plan.status.take() else {
+            return Ok((Written::All, None));
+        };
+        match self.replace_status(status, resource_version).await {
+            Ok(sk) => Ok((Written::All, Some(sk))),
+            Err(e) if is_conflict(&e) => {
+                info!(skyhook = %self.name, "the Skyhook changed since this pass read it; its status waits for the next pass");
+                plan.drop_status();
+                Ok((Written::Conflict, None))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `job` with the resourceVersion its node's patch returned in this pass, when there was

@@ -14,6 +14,11 @@ use kube::ResourceExt;
 
 use crate::crd::Skyhook;
 
+/// A pass reads the caches this long after it was asked for at the earliest: the Jobs of a
+/// rollout finish in bursts, and one pass for a burst writes each node once where a pass per
+/// Job would write it again and again. (Events that arrive while a pass waits or runs make one
+/// more pass after it.)
+pub const GATHER: Duration = Duration::from_millis(500);
 /// Passes of one Skyhook are at least this far apart: a burst of events (a pass's own writes
 /// coming back through the watches) makes one pass, not many.
 pub const MIN_GAP: Duration = Duration::from_millis(300);
@@ -34,15 +39,17 @@ impl Passes {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits out the gap after `skyhook`'s last pass: as long as that pass took, within
-    /// [`MIN_GAP`]..[`MAX_GAP`]. A pass that writes for seconds on a busy API server is followed
-    /// by a pause as long, which halves the passes (and status writes) a rollout makes while a
-    /// finished stage still waits at most a couple of seconds.
+    /// Waits [`GATHER`], and out the gap after `skyhook`'s last pass: as long as that pass
+    /// took, within [`MIN_GAP`]..[`MAX_GAP`]. A pass that writes for seconds on a busy API
+    /// server is followed by a pause as long, which halves the passes (and status writes) a
+    /// rollout makes while a finished stage still waits at most a couple of seconds.
     pub async fn wait(&self, skyhook: &str) {
-        let until = self.lock().get(skyhook).map(|l| l.ended + gap(l.took));
-        if let Some(until) = until {
-            tokio::time::sleep_until(until.into()).await;
-        }
+        let gathered = Instant::now() + GATHER;
+        let until = self
+            .lock()
+            .get(skyhook)
+            .map_or(gathered, |l| gathered.max(l.ended + gap(l.took)));
+        tokio::time::sleep_until(until.into()).await;
     }
 
     /// The copy of `cached` to plan from: the one the last status replace returned when the
