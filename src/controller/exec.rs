@@ -104,25 +104,12 @@ pub async fn execute(
     };
     let w = &w;
     // The status replace below must carry the newest resourceVersion.
-    let mut resource_version = sk.resource_version();
-    if plan.add_finalizer || plan.version_annotation.is_some() {
-        match w
-            .patch_metadata(plan.add_finalizer, plan.version_annotation.as_deref())
-            .await
-        {
-            Ok(rv) => resource_version = rv,
-            // The Skyhook itself changed (its spec, a pause, a plugin's status patch): the
-            // whole plan may be stale.
-            Err(e) if is_conflict(&e) => {
-                info!(skyhook = %w.name, "the Skyhook changed since this pass read it; planning again");
-                return Ok(Executed {
-                    written: Written::Conflict,
-                    stored: None,
-                });
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let Some(resource_version) = w.write_metadata(&plan).await? else {
+        return Ok(Executed {
+            written: Written::Conflict,
+            stored: None,
+        });
+    };
     if plan.delete_owned {
         w.delete_owned().await?;
     }
@@ -246,6 +233,24 @@ impl Writer<'_> {
         let body = Patch::Apply(with_kind(cm, "v1", "ConfigMap"));
         self.cms.patch(&cm.name_any(), &apply, &body).await?;
         Ok(())
+    }
+
+    /// The finalizer and version annotation, if the plan changes them. Returns the Skyhook's
+    /// resourceVersion after them, or `None` when the Skyhook changed since the pass read it
+    /// (its spec, a pause, a plugin's status patch): then the whole plan may be stale.
+    async fn write_metadata(&self, plan: &Plan) -> Result<Option<Option<String>>, Error> {
+        if !plan.add_finalizer && plan.version_annotation.is_none() {
+            return Ok(Some(self.sk.resource_version()));
+        }
+        let version = plan.version_annotation.as_deref();
+        match self.patch_metadata(plan.add_finalizer, version).await {
+            Ok(rv) => Ok(Some(rv)),
+            Err(e) if is_conflict(&e) => {
+                info!(skyhook = %self.name, "the Skyhook changed since this pass read it; planning again");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Node patches. Nodes leaving work are stored before nodes starting it (see

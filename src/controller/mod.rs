@@ -102,28 +102,49 @@ pub struct Ctx {
     /// Jobs handed to the API server by earlier passes and not yet in the Job cache.
     pub creating: Creating,
     pub passes: Passes,
+    /// When the operator started (the caches' deadline counts from here).
+    pub started: Instant,
 }
 
 impl Ctx {
+    /// Resolves once every cache holds its first list.
+    async fn caches_filled(&self) {
+        let _ = self.nodes.wait_until_ready().await;
+        self.jobs.wait_until_ready().await;
+        self.pods.wait_until_ready().await;
+        let _ = self.policies.wait_until_ready().await;
+        let _ = self.configmaps.wait_until_ready().await;
+    }
+
+    /// For the readiness probe: waits for the caches, at most [`CACHE_WAIT`].
     async fn wait_ready(&self) -> Result<(), Error> {
         if self.ready.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let limit = Duration::from_secs(60);
-        let all = async {
-            let _ = self.nodes.wait_until_ready().await;
-            let _ = self.jobs.wait_until_ready().await;
-            let _ = self.pods.wait_until_ready().await;
-            let _ = self.policies.wait_until_ready().await;
-            let _ = self.configmaps.wait_until_ready().await;
-        };
-        tokio::time::timeout(limit, all)
+        tokio::time::timeout(CACHE_WAIT, self.caches_filled())
             .await
-            .map_err(|_| Error::NotReady(limit))?;
+            .map_err(|_| Error::NotReady(CACHE_WAIT))?;
         self.ready.store(true, Ordering::Relaxed);
         Ok(())
     }
+
+    /// For a pass: whether the caches are filled, without waiting. A pass never waits for them
+    /// itself: it would hold the controller's one worker while the caches it waits for are
+    /// filled by the same controller's streams, and passes now start at the first event.
+    fn caches_ready(&self) -> Result<bool, Error> {
+        if self.ready.load(Ordering::Relaxed) || self.caches_filled().now_or_never().is_some() {
+            self.ready.store(true, Ordering::Relaxed);
+            return Ok(true);
+        }
+        if self.started.elapsed() > CACHE_WAIT {
+            return Err(Error::NotReady(CACHE_WAIT));
+        }
+        Ok(false)
+    }
 }
+
+/// How long the caches may take to fill before the operator says so.
+const CACHE_WAIT: Duration = Duration::from_secs(60);
 
 fn owner_of<K: Resource>(o: &K) -> Option<ObjectRef<Skyhook>> {
     o.meta()
@@ -316,6 +337,7 @@ fn new_ctx(
         metrics: Metrics::default(),
         creating,
         passes: Passes::default(),
+        started: Instant::now(),
     })
 }
 
@@ -374,7 +396,9 @@ fn error_policy(sk: Arc<Skyhook>, err: &Error, _ctx: Arc<Ctx>) -> Action {
 }
 
 async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    ctx.wait_ready().await?;
+    if !ctx.caches_ready()? {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     let name = sk.name_any();
     ctx.passes.wait(&name).await;
     let started = Instant::now();
@@ -397,23 +421,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<(Action, Option<Skyho
     let name = sk.name_any();
     let nodes = ctx.nodes.state();
     if sk.meta().deletion_timestamp.is_some() {
-        ctx.metrics.forget(&name);
-        ctx.passes.forget(&name);
-        let plan = plan::plan_delete(sk, &nodes);
-        let done = exec::execute(
-            &ctx.client,
-            &ctx.events,
-            &ctx.config.namespace,
-            sk,
-            plan,
-            |_| {},
-        )
-        .await?;
-        let action = match done.written {
-            exec::Written::All => Action::await_change(),
-            exec::Written::Conflict => Action::requeue(CONFLICT_REQUEUE),
-        };
-        return Ok((action, None));
+        return deletion_pass(sk, ctx, &nodes).await.map(|a| (a, None));
     }
     let mut normalized = Skyhook::clone(sk);
     crd::normalize(&mut normalized);
@@ -476,6 +484,21 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<(Action, Option<Skyho
         }
     };
     Ok((action, done.stored))
+}
+
+/// A pass of a deleted Skyhook: its marks come off the nodes, its Jobs and ConfigMaps go, and
+/// the finalizer last.
+async fn deletion_pass(sk: &Skyhook, ctx: &Ctx, nodes: &[Arc<Node>]) -> Result<Action, Error> {
+    let name = sk.name_any();
+    ctx.metrics.forget(&name);
+    ctx.passes.forget(&name);
+    let plan = plan::plan_delete(sk, nodes);
+    let ns = &ctx.config.namespace;
+    let done = exec::execute(&ctx.client, &ctx.events, ns, sk, plan, |_| {}).await?;
+    Ok(match done.written {
+        exec::Written::All => Action::await_change(),
+        exec::Written::Conflict => Action::requeue(CONFLICT_REQUEUE),
+    })
 }
 
 /// The next pass after a write met a 409 (an object changed after the pass read it). Not the
