@@ -120,42 +120,26 @@ mod tests {
         sk
     }
 
+    /// The resourceVersion of the copy a pass plans from, when the cache holds `cached`.
+    fn planned_from(passes: &Passes, cached: &str) -> String {
+        let sk = passes.newest(Arc::new(sk(cached)));
+        sk.resource_version().unwrap_or_default()
+    }
+
     #[test]
     fn the_stored_copy_is_used_until_the_cache_catches_up() {
         let passes = Passes::default();
-        let cached = Arc::new(sk("10"));
-        assert_eq!(
-            passes.newest(cached.clone()).resource_version().unwrap(),
-            "10"
-        );
+        assert_eq!(planned_from(&passes, "10"), "10");
         passes.ended("sk", Instant::now(), Some(sk("12")));
         // The watch still shows 10: plan from what the status replace returned.
-        assert_eq!(passes.newest(cached).resource_version().unwrap(), "12");
+        assert_eq!(planned_from(&passes, "10"), "12");
         // It shows 13 (someone edited the spec since): the cache is newer.
-        assert_eq!(
-            passes
-                .newest(Arc::new(sk("13")))
-                .resource_version()
-                .unwrap(),
-            "13"
-        );
+        assert_eq!(planned_from(&passes, "13"), "13");
         // ... and the stored copy is dropped for good.
-        assert_eq!(
-            passes
-                .newest(Arc::new(sk("11")))
-                .resource_version()
-                .unwrap(),
-            "11"
-        );
+        assert_eq!(planned_from(&passes, "11"), "11");
         // A version that is not a number is never taken as newer.
         passes.ended("sk", Instant::now(), Some(sk("x")));
-        assert_eq!(
-            passes
-                .newest(Arc::new(sk("11")))
-                .resource_version()
-                .unwrap(),
-            "11"
-        );
+        assert_eq!(planned_from(&passes, "11"), "11");
     }
 
     #[test]
