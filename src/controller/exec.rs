@@ -7,12 +7,12 @@
 //! 3. ConfigMaps (server-side apply): package and node metadata ConfigMaps, before the Jobs
 //!    that mount them;
 //! 4. node patches (merge): node state, status, labels, `spec.unschedulable`, `spec.taints`. The
-//!    outcomes read from finished Jobs are durable here, before step 6 marks those Jobs recorded,
-//!    and a cordon is persisted before any Job of an interrupt package exists. Nodes that start
+//!    outcomes read from finished Jobs are durable here (with the `folded_<sh>` record that says
+//!    which Jobs they came from), and a cordon is persisted before any Job of an interrupt package exists. Nodes that start
 //!    work are written after the others, so the stored state never exceeds the budget. Each
 //!    patch is guarded by the resourceVersion it was computed from (see "Conflicts" below);
 //! 5. node conditions (strategic merge);
-//! 6. Job operations: `Record`, `Fail`, `Delete`, and deleting the Go operator's pods (their
+//! 6. Job operations: `Counted`, `Fail`, `Delete`, and deleting the Go operator's pods (their
 //!    outcome, if any, was stored in step 4);
 //! 7. Jobs: handed to `create` (the controller's background queue, `creating.rs`), which creates
 //!    them after the pass (409 means an earlier pass created it: adopt it). A node state that
@@ -324,17 +324,12 @@ impl Writer<'_> {
         {
             let res = match op {
                 JobOp::Counted { job } => {
-                    let patch = json!({"metadata": {"annotations": {schema::COUNTED_ANNOTATION: schema::TRUE_VALUE}}});
-                    self.jobs
-                        .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map(|_| ())
-                }
-                JobOp::Record { job, ttl } => {
-                    let mut patch = json!({"metadata": {"annotations": {schema::RECORDED_ANNOTATION: schema::TRUE_VALUE}}});
-                    if let Some(ttl) = ttl {
-                        patch["spec"] = json!({"ttlSecondsAfterFinished": ttl});
-                    }
+                    // Created with the TTL of a successful Job: a failed one stays for `kubectl
+                    // logs` until the planner prunes it.
+                    let patch = json!({
+                        "metadata": {"annotations": {schema::COUNTED_ANNOTATION: schema::TRUE_VALUE}},
+                        "spec": {"ttlSecondsAfterFinished": null},
+                    });
                     self.jobs
                         .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
                         .await

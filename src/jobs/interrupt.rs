@@ -40,7 +40,7 @@ pub struct InterruptJob<'a> {
 /// the host root mounted, fixed 500m/64Mi resources. No metadata volume (the reference's is
 /// never mounted), no grace period, no package resources.
 ///
-/// Like [`super::stage_job`], created without `ttlSecondsAfterFinished`.
+/// Like [`super::stage_job`], with a successful Job's TTL.
 pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
     let ids = SkyhookIds::of(req.skyhook);
     let owner = req.owner;
@@ -211,7 +211,7 @@ mod tests {
         assert_eq!(decoded, br#"{"type":"node_restart"}"#);
         let js = job.spec.as_ref().unwrap();
         assert_eq!(js.backoff_limit, Some(0));
-        assert_eq!(js.ttl_seconds_after_finished, None);
+        assert_eq!(js.ttl_seconds_after_finished, Some(86_400));
         assert_eq!(js.pod_failure_policy.as_ref().unwrap().rules.len(), 2);
     }
 }

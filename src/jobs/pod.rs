@@ -124,13 +124,18 @@ pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
 }
 
 /// One pod, no retries in place, failed on the first non-zero exit, bounded by the stage
-/// deadline. No `ttlSecondsAfterFinished`: the operator sets it only on success, so failed Jobs
-/// are kept for inspection (and pruned by the planner).
+/// deadline. The TTL of a successful Job is set at creation: the node records which Jobs it
+/// has folded, so a Job needs no write once it is done. The operator removes it from a failed
+/// Job when it counts the failure, so failed Jobs are kept for inspection (and pruned by the
+/// planner).
 fn job_spec(template: PodTemplateSpec, cfg: &Config) -> JobSpec {
     let deadline = i64::try_from(cfg.stage_deadline.as_secs())
         .unwrap_or(i64::MAX)
         .max(1);
     JobSpec {
+        ttl_seconds_after_finished: Some(
+            i32::try_from(cfg.completed_job_ttl.as_secs()).unwrap_or(i32::MAX),
+        ),
         parallelism: Some(1),
         completions: Some(1),
         backoff_limit: Some(0),

@@ -47,8 +47,6 @@ pub struct StageJob<'a> {
 /// Builds the Job that runs one stage of a package on a node (§4.2 as a Job, see the module
 /// docs for the deviation: the check container is the main container, there is no `pause`).
 ///
-/// The Job is created without `ttlSecondsAfterFinished`: the operator sets it when it records a
-/// successful Job, so failed Jobs (and their pods' logs) stay until the planner prunes them.
 /// An `attempt` above [`schema::MAX_JOB_ATTEMPT`] yields a Job without a name, which the API
 /// server rejects; the planner never asks for one.
 pub fn stage_job(req: &StageJob, cfg: &Config) -> Job {
@@ -293,6 +291,7 @@ mod tests {
                 "completions": 1,
                 "backoffLimit": 0,
                 "activeDeadlineSeconds": 3600,
+                "ttlSecondsAfterFinished": 86400,
                 "podReplacementPolicy": "Failed",
                 "podFailurePolicy": {"rules": [
                     {"action": "Ignore",
@@ -366,9 +365,9 @@ mod tests {
             "{}",
             serde_json::to_string_pretty(&actual).unwrap()
         );
-        // No TTL at creation (set on success only), no manual selector.
+        // A successful Job's TTL at creation (COMPLETED_JOB_TTL), no manual selector.
         let spec = job.spec.as_ref().unwrap();
-        assert_eq!(spec.ttl_seconds_after_finished, None);
+        assert_eq!(spec.ttl_seconds_after_finished, Some(86_400));
         assert_eq!(spec.manual_selector, None);
     }
 

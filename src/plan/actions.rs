@@ -60,11 +60,6 @@ impl NodePatch {
 /// Operations on existing Jobs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobOp {
-    /// Folded into the node state; `ttl` lets the TTL controller collect a successful Job.
-    Record {
-        job: String,
-        ttl: Option<u64>,
-    },
     /// End a Job whose pod can never start, recording why.
     Fail {
         job: String,
@@ -74,7 +69,8 @@ pub enum JobOp {
     Delete {
         job: String,
     },
-    /// This failed attempt is counted in the node's `restarts`.
+    /// This failed attempt is counted in the node's `restarts`; it is kept (no TTL) until the
+    /// planner prunes it.
     Counted {
         job: String,
     },

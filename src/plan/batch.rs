@@ -362,6 +362,7 @@ mod tests {
                 name: "n".into(),
                 prior: NodeState::default(),
                 applied: BTreeMap::new(),
+                folded: Default::default(),
                 host: Host::default(),
                 holds_cordon,
                 block,

@@ -157,6 +157,7 @@ mod tests {
             name: "n".into(),
             prior,
             applied,
+            folded: Default::default(),
             host: Host::default(),
             holds_cordon: false,
             block: None,

@@ -25,6 +25,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
         schema::cordon_annotation(&name),
         schema::node_version_annotation(&name),
         schema::applied_annotation(&name),
+        schema::folded_annotation(&name),
     ];
     let condition_prefix = schema::node_condition_prefix(&name);
     for n in nodes {
@@ -107,6 +108,7 @@ mod tests {
             schema::cordon_annotation("sh"),
             schema::node_version_annotation("sh"),
             schema::applied_annotation("sh"),
+            schema::folded_annotation("sh"),
         ];
         let all_ours: serde_json::Map<String, Value> =
             ours.iter().map(|k| (k.clone(), json!("x"))).collect();

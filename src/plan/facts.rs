@@ -10,7 +10,7 @@ use super::Inputs;
 use super::select::{self, Block, annotation};
 use super::stage::Host;
 use crate::crd::Skyhook;
-use crate::schema::{self, NodeState};
+use crate::schema::{self, Folded, NodeState};
 
 /// The Skyhook's switches for this pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub struct NodeFacts<'a> {
     pub prior: NodeState,
     /// `<pkg>|<ver>` → spec hash the node completed.
     pub applied: BTreeMap<String, String>,
+    /// Which Job attempts the node state already holds.
+    pub folded: Folded,
     pub host: Host<'a>,
     /// The node carries this Skyhook's cordon mark (so the cordon is ours to lift).
     pub holds_cordon: bool,
@@ -95,6 +97,12 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
             Err(why) => (NodeState::default(), BTreeMap::new(), Some(why)),
         }
     };
+    // Kept through a reboot's fresh start: it judges the Jobs that are still there.
+    let (folded, unreadable) = match stored_json(node, &name, &schema::folded_annotation(&skyhook))
+    {
+        Ok(folded) => (folded, unreadable),
+        Err(why) => (Folded::new(), unreadable.or(Some(why))),
+    };
     NodeFacts {
         host: Host {
             cordoned: node
@@ -116,6 +124,7 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
         name,
         prior,
         applied,
+        folded,
         boot_id,
         rebooted,
         unreadable,
@@ -136,12 +145,20 @@ fn stored_progress(
             schema::node_state_unreadable_message(node_name, &state_key, &e.to_string(), raw)
         })?,
     };
-    let applied_key = schema::applied_annotation(skyhook);
-    let applied = match annotation(node, &applied_key) {
-        None => BTreeMap::new(),
-        Some(raw) => serde_json::from_str(raw).map_err(|e| {
-            schema::node_state_unreadable_message(node_name, &applied_key, &e.to_string(), raw)
-        })?,
-    };
+    let applied = stored_json(node, node_name, &schema::applied_annotation(skyhook))?;
     Ok((state, applied))
+}
+
+/// One of our JSON annotations (its default when absent), or why it cannot be read.
+fn stored_json<T: serde::de::DeserializeOwned + Default>(
+    node: &Node,
+    node_name: &str,
+    key: &str,
+) -> Result<T, String> {
+    match annotation(node, key) {
+        None => Ok(T::default()),
+        Some(raw) => serde_json::from_str(raw).map_err(|e| {
+            schema::node_state_unreadable_message(node_name, key, &e.to_string(), raw)
+        }),
+    }
 }

@@ -287,6 +287,7 @@ mod tests {
                     spec: &spec,
                     state: state.clone(),
                     applied: applied.clone(),
+                    folded: Default::default(),
                     host: Default::default(),
                     jobs: &[],
                     may_start: true,

@@ -69,14 +69,6 @@ pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) 
             NodeAction::Counted { job } => {
                 push_op(plan, &f.name, JobOp::Counted { job: job.clone() })
             }
-            NodeAction::Record { job, succeeded } => push_op(
-                plan,
-                &f.name,
-                JobOp::Record {
-                    job: job.clone(),
-                    ttl: succeeded.then_some(cfg.completed_job_ttl.as_secs()),
-                },
-            ),
             NodeAction::FailNow {
                 job,
                 reason,

@@ -83,6 +83,13 @@ pub fn node_patch(
             .annotations
             .insert(schema::applied_annotation(&name), value);
     }
+    if o.folded != f.folded {
+        let value =
+            (!o.folded.is_empty()).then(|| serde_json::to_string(&o.folded).unwrap_or_default());
+        patch
+            .annotations
+            .insert(schema::folded_annotation(&name), value);
+    }
     patch
 }
 
@@ -257,6 +264,7 @@ mod tests {
             name: node.name_any(),
             prior: NodeState::default(),
             applied: BTreeMap::new(),
+            folded: Default::default(),
             host: Host::default(),
             holds_cordon: false,
             block: None,
@@ -1076,6 +1084,7 @@ mod tests {
             f.applied = before;
             let o = NodeOutcome {
                 applied: after,
+                folded: Default::default(),
                 ..NodeOutcome::default()
             };
             let p = node_patch(&m, &f, &o, Status::Waiting, false);

@@ -194,6 +194,7 @@ impl Pass<'_> {
             spec: self.spec,
             state: f.prior.clone(),
             applied: f.applied.clone(),
+            folded: f.folded.clone(),
             host: f.host,
             jobs: self.by_node.get(f.name.as_str()).map_or(&[], Vec::as_slice),
             may_start,

@@ -499,7 +499,7 @@ fn an_invalid_skyhook_only_writes_its_status() {
     let recorded = plan
         .job_ops
         .iter()
-        .any(|(_, op)| matches!(op, JobOp::Record { .. } | JobOp::Counted { .. }));
+        .any(|(_, op)| matches!(op, JobOp::Counted { .. }));
     assert!(!recorded, "an outcome marked recorded without a node write");
     assert!(plan.create_jobs.is_empty() && plan.node_patches.is_empty());
     assert!(plan.configmaps.is_empty() && plan.node_conditions.is_empty());
@@ -615,7 +615,7 @@ fn drain_cordons_then_evicts_then_runs() {
 }
 
 #[test]
-fn finished_jobs_are_recorded_and_the_node_moves_on() {
+fn finished_jobs_are_folded_and_the_node_moves_on() {
     let at = now();
     let failed = Outcome::Failed {
         at,
@@ -629,7 +629,7 @@ fn finished_jobs_are_recorded_and_the_node_moves_on() {
             Outcome::Complete { at },
             (Stage::Config, State::InProgress),
             1,
-            1,
+            0,
         ),
         (
             "failure waits out the backoff, its Job marked counted",
@@ -660,6 +660,15 @@ fn finished_jobs_are_recorded_and_the_node_moves_on() {
         let plan = w.plan();
         assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
         assert_eq!(plan.job_ops.len(), *ops, "{case}: Job operations");
+        let folded = plan.node_patches.iter().find_map(|p| {
+            p.annotations
+                .get(&schema::folded_annotation("sh"))
+                .cloned()
+                .flatten()
+        });
+        let want = matches!(outcome, Outcome::Complete { .. })
+            .then(|| format!(r#"{{"{PLAIN}|1.0.0|apply":0}}"#));
+        assert_eq!(folded, want, "{case}: folded with the state, no Job write");
         let st = written_state(&plan, "n1")
             .or_else(|| {
                 let raw = go_state(PLAIN, "apply", "in_progress");
@@ -1424,7 +1433,12 @@ fn a_node_patch_that_conflicts_takes_its_nodes_work_and_the_status_with_it() {
             ("n2".to_string(), "apply".to_string())
         ]
     );
-    assert_eq!(plan.job_ops.len(), 1, "n1's apply Job is recorded");
+    let n1_folds = |plan: &Plan| {
+        plan.node_patches
+            .iter()
+            .any(|p| p.node == "n1" && p.annotations.contains_key(&schema::folded_annotation("sh")))
+    };
+    assert!(n1_folds(&plan), "n1's apply Job is folded in its patch");
     assert!(plan.status.is_some());
     assert!(
         plan.events.iter().any(|e| e.reports == Reports::Status),
@@ -1437,7 +1451,6 @@ fn a_node_patch_that_conflicts_takes_its_nodes_work_and_the_status_with_it() {
         created(&plan),
         vec![("n2".to_string(), "apply".to_string())]
     );
-    assert!(plan.job_ops.is_empty(), "n1's Job is not marked recorded");
     assert!(plan.node_conditions.iter().all(|(n, _, _)| n != "n1"));
     assert_eq!(about(&plan, "n1"), 0, "{:?}", plan.events);
     assert!(about(&plan, "n2") > 0, "n2's Events stay");

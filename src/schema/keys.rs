@@ -59,6 +59,13 @@ pub fn applied_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/applied_{skyhook}")
 }
 
+/// Annotation `folded_<skyhook>`: per package version and stage, the newest Job attempt whose
+/// outcome the node state holds (`{"<pkg>|<ver>|<stage>":<attempt>}`, see [`super::folded`]). New
+/// in this implementation; the reference operator ignores it.
+pub fn folded_annotation(skyhook: &str) -> String {
+    format!("{PREFIX}/folded_{skyhook}")
+}
+
 /// Node annotation recording that the operator auto-tainted a new node. Keyed by the **taint
 /// key**, not the Skyhook name.
 pub fn auto_taint_annotation(taint_key: &str) -> String {
@@ -200,8 +207,8 @@ pub const LEGACY_POLICY_NAME: &str = "legacy";
 
 // ---- Job bookkeeping (new in this implementation; Jobs replace the reference's bare pods) ----
 
-/// Set on a Job once its outcome is folded into the node state, so a later re-run of the same
-/// stage (e.g. `package rerun`) is never mistaken for the old run.
+/// Set on a Job by earlier versions of this operator once its outcome was folded into the node
+/// state; still honoured. Folding is now recorded on the node ([`folded_annotation`]).
 pub const RECORDED_ANNOTATION: &str = "skyhook.nvidia.com/recorded";
 /// Job annotation: this failed attempt is already counted in the node state's `restarts`.
 pub const COUNTED_ANNOTATION: &str = "skyhook.nvidia.com/counted";

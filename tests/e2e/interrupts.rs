@@ -422,9 +422,13 @@ async fn two_skyhooks_never_interrupt_one_node_at_once() {
         .expect("json");
         assert_eq!(annotation["skyhook"], json!(sk));
         assert_eq!(annotation["name"], json!("kernel"));
+        let attempt: u32 = j.annotations()[schema::ATTEMPT_ANNOTATION]
+            .parse()
+            .expect("attempt");
+        let folded = env.folded(&node, sk).await;
         assert!(
-            j.annotations().contains_key(schema::RECORDED_ANNOTATION),
-            "{} not recorded",
+            schema::is_folded(&folded, "kernel", "1.0.0", Stage::Interrupt, attempt),
+            "{} not in the node's folded record {folded:?}",
             j.name_any()
         );
         assert!(finished(j));

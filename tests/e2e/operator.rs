@@ -90,6 +90,15 @@ impl Env {
         Some((raw, parsed))
     }
 
+    /// The node's `folded_<sk>` record: which Job attempts its state holds.
+    pub(crate) async fn folded(&self, node: &str, sk: &str) -> schema::Folded {
+        let n = self.node_api.get(node).await.expect("node");
+        n.annotations()
+            .get(&schema::folded_annotation(sk))
+            .map(|raw| serde_json::from_str(raw).expect("folded record"))
+            .unwrap_or_default()
+    }
+
     pub(crate) async fn wait_status(
         &self,
         sk: &str,
@@ -480,6 +489,53 @@ async fn failing_package_errors_then_recovers() {
         s.get("broken", "1.0.0").and_then(|e| e.state),
         Some(State::Complete)
     );
+    // Failed attempts were counted and lost their TTL (kept for `kubectl logs` until pruned);
+    // the successful one was never written to after its creation: the node's record says it
+    // was folded, and it keeps the TTL it was created with.
+    let folded = env.folded(&node, &name).await;
+    for j in env.jobs_of(&name).await {
+        let spec = j.spec.as_ref().expect("spec");
+        let failed = j
+            .status
+            .as_ref()
+            .and_then(|s| s.failed)
+            .is_some_and(|f| f > 0);
+        let apply = label(&j, schema::STAGE_LABEL) == "apply";
+        let attempt: u32 = j.annotations()[schema::ATTEMPT_ANNOTATION]
+            .parse()
+            .expect("attempt");
+        if failed {
+            assert!(
+                j.annotations().contains_key(schema::COUNTED_ANNOTATION),
+                "{}",
+                j.name_any()
+            );
+            assert_eq!(spec.ttl_seconds_after_finished, None, "{}", j.name_any());
+        } else {
+            assert_eq!(
+                j.metadata.generation,
+                Some(1),
+                "{} written after creation",
+                j.name_any()
+            );
+            assert_eq!(
+                spec.ttl_seconds_after_finished,
+                Some(86_400),
+                "{}",
+                j.name_any()
+            );
+            assert!(!j.annotations().contains_key(schema::RECORDED_ANNOTATION));
+        }
+        if apply {
+            assert!(
+                folded
+                    .get("broken|1.0.0|apply")
+                    .is_some_and(|&a| attempt <= a),
+                "{} not in the node's folded record {folded:?}",
+                j.name_any()
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -380,6 +380,7 @@ fn go_pods_are_awaited_recorded_and_cleared() {
             spec: &sv,
             state,
             applied: BTreeMap::new(),
+            folded: Default::default(),
             host: Host {
                 go_pods: &pods,
                 ..Host::default()
@@ -426,6 +427,7 @@ fn go_pods_are_awaited_recorded_and_cleared() {
         spec: &sv,
         state,
         applied: BTreeMap::new(),
+        folded: Default::default(),
         host: Host {
             go_pods: &pods,
             ..Host::default()
@@ -452,6 +454,7 @@ fn after_a_go_failure_our_attempt_keeps_the_count() {
         spec: &sv,
         state,
         applied: BTreeMap::new(),
+        folded: Default::default(),
         host: Host::default(),
         jobs: &[],
         may_start: true,
@@ -479,6 +482,7 @@ fn a_go_pod_holds_interrupts_and_a_go_interrupt_holds_everything() {
             spec: &sv,
             state,
             applied: BTreeMap::new(),
+            folded: Default::default(),
             // Cordoned and drained already.
             host: Host {
                 cordoned: true,

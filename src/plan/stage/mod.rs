@@ -18,8 +18,8 @@ use super::drain::{self, PodInfo, Readiness};
 use super::interrupt::{self, Turn};
 use super::spec::SpecView;
 use crate::crd::Package;
-use crate::jobs::{GoPod, JobView, Outcome};
-use crate::schema::{self, Interrupt, NodeState, Stage, State};
+use crate::jobs::{GoPod, JobView};
+use crate::schema::{self, Folded, Interrupt, NodeState, Stage, State};
 
 /// Retry timing after a failed stage.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +57,8 @@ pub struct StepInput<'a> {
     pub state: NodeState,
     /// `<pkg>|<ver>` → spec hash of what the node completed.
     pub applied: BTreeMap<String, String>,
+    /// Which Job attempts the stored state already holds.
+    pub folded: Folded,
     pub host: Host<'a>,
     /// This Skyhook's Jobs on the node.
     pub jobs: &'a [&'a JobView],
@@ -89,8 +91,6 @@ pub enum NodeAction {
         /// For the interrupt stage: the node's merged interrupt (§3.9.4).
         interrupt: Option<Interrupt>,
     },
-    /// Mark a Job recorded and, when it succeeded, let the TTL controller collect it.
-    Record { job: String, succeeded: bool },
     /// Mark a failed Job counted in `restarts` (after the node state says so).
     Counted { job: String },
     /// Fail a Job now (its pod can never start), naming why.
@@ -133,6 +133,8 @@ pub struct NodeOutcome {
     pub state: NodeState,
     /// `<pkg>|<ver>` → spec hash of what the node completed.
     pub applied: BTreeMap<String, String>,
+    /// Which Job attempts `state` holds; stored with it.
+    pub folded: Folded,
     pub actions: Vec<NodeAction>,
     pub notes: Vec<NodeNote>,
     /// The earliest moment a retry becomes due.
@@ -161,6 +163,7 @@ pub fn step(input: StepInput) -> NodeOutcome {
         spec,
         mut state,
         mut applied,
+        folded,
         host,
         jobs,
         may_start,
@@ -168,14 +171,28 @@ pub fn step(input: StepInput) -> NodeOutcome {
         failed_jobs_kept,
         now,
     } = input;
-    let mut out = NodeOutcome::default();
+    let mut out = NodeOutcome {
+        folded,
+        ..NodeOutcome::default()
+    };
     observe::migrate_legacy(spec, &mut state);
+    // Jobs whose outcome the stored state holds are seen as recorded (earlier versions of the
+    // operator marked the Job itself).
+    let known: Vec<JobView> = jobs
+        .iter()
+        .filter(|j| !j.recorded && covered(&out.folded, j))
+        .map(|j| JobView {
+            recorded: true,
+            ..(*j).clone()
+        })
+        .collect();
+    let known = overlay(jobs, &known);
     // Jobs the stored state no longer asks for are deleted, and seen as being deleted for the
     // rest of the step: nothing adopts them, and their stage starts again once they are gone.
-    // Finished ones nobody folded are recorded, and seen as recorded: their stage starts anew.
+    // Finished ones nobody folded are set aside as folded: their stage starts anew.
     let mut unwanted: Vec<JobView> = Vec::new();
     if may_start {
-        for j in invalidate::orphaned(&state, host.node_version, jobs) {
+        for j in invalidate::orphaned(&state, host.node_version, &known) {
             out.actions.push(NodeAction::Delete {
                 job: j.name.clone(),
             });
@@ -184,21 +201,15 @@ pub fn step(input: StepInput) -> NodeOutcome {
                 ..j.clone()
             });
         }
-        for j in invalidate::set_aside(&state, host.node_version, jobs) {
-            out.actions.push(NodeAction::Record {
-                job: j.name.clone(),
-                succeeded: matches!(j.outcome, Outcome::Complete { .. }),
-            });
+        for j in invalidate::set_aside(&state, host.node_version, &known) {
+            schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
             unwanted.push(JobView {
                 recorded: true,
                 ..j.clone()
             });
         }
     }
-    let marked: Vec<&JobView> = jobs
-        .iter()
-        .map(|j| unwanted.iter().find(|o| o.name == j.name).unwrap_or(j))
-        .collect();
+    let marked = overlay(&known, &unwanted);
     let jobs = marked.as_slice();
     observe::observe(spec, &mut state, &mut applied, jobs, &mut out);
     observe::prune_failed(jobs, failed_jobs_kept, &mut out);
@@ -224,9 +235,25 @@ pub fn step(input: StepInput) -> NodeOutcome {
         };
         run_work(&m, host, &held, &mut state, &mut out);
     }
+    // An entry with no Job left judges nothing (and the next attempt numbers from 0 again).
+    out.folded.retain(|k, _| {
+        jobs.iter()
+            .any(|j| *k == schema::folded_key(&j.package, &j.version, j.stage))
+    });
     out.state = state;
     out.applied = applied;
     out
+}
+
+fn covered(folded: &Folded, j: &JobView) -> bool {
+    schema::is_folded(folded, &j.package, &j.version, j.stage, j.attempt)
+}
+
+/// `jobs`, with the views in `over` in place of the Jobs of the same name.
+fn overlay<'j>(jobs: &[&'j JobView], over: &'j [JobView]) -> Vec<&'j JobView> {
+    jobs.iter()
+        .map(|j| over.iter().find(|o| o.name == j.name).unwrap_or(j))
+        .collect()
 }
 
 /// Complete packages with no record (state written by the Go operator, or before this

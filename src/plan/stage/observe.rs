@@ -134,7 +134,7 @@ fn failed_note(e: &PackageStatus, reason: &str, message: String, restarts: i32) 
 }
 
 /// A stage of `e` succeeded in Job `done`: move the package on, record what the node now has,
-/// and mark every attempt of the stage recorded (only the successful one gets a TTL).
+/// and mark every attempt of the stage folded.
 fn completed(
     spec: &SpecView,
     state: &mut NodeState,
@@ -153,10 +153,7 @@ fn completed(
         stage: e.stage,
     });
     for j in run {
-        out.actions.push(NodeAction::Record {
-            job: j.name.clone(),
-            succeeded: j.name == done.name,
-        });
+        schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
     }
 }
 

@@ -63,6 +63,11 @@ pub(super) fn start(
         .iter()
         .filter(|j| j.package == p.name && j.version == p.version && j.stage == stage)
         .map(|j| j.attempt + 1)
+        .chain(
+            out.folded
+                .get(&schema::folded_key(&p.name, &p.version, stage))
+                .map(|a| a + 1),
+        )
         .max()
         .unwrap_or(0);
     if attempt > schema::MAX_JOB_ATTEMPT {

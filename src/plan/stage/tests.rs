@@ -1,7 +1,7 @@
 use super::*;
 use crate::jobs::Outcome;
 use crate::plan::spec::spec_hash;
-use crate::schema::PackageStatus;
+use crate::schema::{PackageStatus, folded_key};
 use serde_json::json;
 
 fn package(name: &str, version: &str, extra: serde_json::Value) -> Package {
@@ -47,6 +47,7 @@ fn step(
         spec,
         state,
         applied,
+        folded: Default::default(),
         host,
         jobs,
         may_start,
@@ -170,10 +171,16 @@ fn fresh_install_starts_roots_only_then_follows_dependencies() {
         t(6),
     );
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
-    assert!(o.actions.contains(&NodeAction::Record {
-        job: done.name.clone(),
-        succeeded: true
-    }));
+    assert_eq!(
+        o.folded,
+        Folded::from([("alpha|1.0.0|apply".to_string(), 0)]),
+        "the completed Job is folded (and the running one's entry never written)"
+    );
+    assert!(
+        o.actions
+            .iter()
+            .all(|a| !matches!(a, NodeAction::Delete { .. }))
+    );
     assert!(o.active);
 
     // alpha complete at config: bravo starts, and alpha's spec is recorded as applied.
@@ -1135,15 +1142,116 @@ fn finished_jobs_the_state_no_longer_asks_for_are_set_aside() {
             3,
             t(1),
         );
-        let recorded = o.actions.iter().any(|a| {
-            matches!(a, NodeAction::Record { job, succeeded } if *job == done.name
-                && *succeeded == matches!(done.outcome, Outcome::Complete { .. }))
-        });
+        let recorded = o.folded.get(&folded_key(&p.name, &p.version, stage)) == Some(&0);
         assert_eq!(recorded, want_recorded, "{case}: recorded");
         let got: Vec<(Stage, u32)> = runs(&o).into_iter().map(|(_, s, a)| (s, a)).collect();
         assert_eq!(got, started, "{case}: started");
         if !started.is_empty() {
             assert_eq!(state_of(&o, &p).2, 0, "{case}: restarts");
         }
+    }
+}
+
+#[test]
+fn folded_attempts_are_never_folded_again() {
+    // The node's `folded` record says which attempts its state holds: a later run of the same
+    // stage must not take an old attempt's outcome for its own.
+    let p = package("alpha", "1.0.0", json!({}));
+    let none = BTreeMap::new();
+    let pk = spec(std::slice::from_ref(&p));
+    let sv = view(&pk, &none);
+    let in_progress = |stage: Stage| {
+        let mut st = NodeState::default();
+        st.upsert(entry(&p, stage, State::InProgress));
+        st
+    };
+    let complete = Outcome::Complete { at: t(0) };
+    let apply = |attempt: u32, outcome: Outcome| job(&p, Stage::Apply, attempt, outcome);
+    let key = folded_key(&p.name, &p.version, Stage::Apply);
+    // (case, stored state, Jobs, folded before, (stage, state) after, started, folded after)
+    type Case<'a> = (
+        &'a str,
+        NodeState,
+        Vec<JobView>,
+        Option<u32>,
+        (Stage, Option<State>),
+        Vec<(Stage, u32)>,
+        Option<u32>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "not folded yet: folded now, the package moves on",
+            in_progress(Stage::Apply),
+            vec![apply(0, complete.clone())],
+            None,
+            (Stage::Config, Some(State::InProgress)),
+            vec![(Stage::Config, 0)],
+            Some(0),
+        ),
+        (
+            "a rerun of apply: the folded Job is the old run's, a new attempt starts",
+            in_progress(Stage::Apply),
+            vec![apply(0, complete.clone())],
+            Some(0),
+            (Stage::Apply, Some(State::InProgress)),
+            vec![(Stage::Apply, 1)],
+            Some(0),
+        ),
+        (
+            "the new run's attempt completed: folded, the old one stays folded",
+            in_progress(Stage::Apply),
+            vec![apply(0, complete.clone()), apply(1, complete.clone())],
+            Some(0),
+            (Stage::Config, Some(State::InProgress)),
+            vec![(Stage::Config, 0)],
+            Some(1),
+        ),
+        (
+            "the new run's attempt still running: adopted, nothing folded",
+            in_progress(Stage::Apply),
+            vec![apply(0, complete.clone()), apply(1, Outcome::Running)],
+            Some(0),
+            (Stage::Apply, Some(State::InProgress)),
+            vec![],
+            Some(0),
+        ),
+        (
+            "every Job of the stage gone (TTL): the entry goes too",
+            in_progress(Stage::Config),
+            vec![job(&p, Stage::Config, 0, Outcome::Running)],
+            Some(4),
+            (Stage::Config, Some(State::InProgress)),
+            vec![],
+            None,
+        ),
+        (
+            "an entry whose Jobs are gone still numbers a new attempt after it",
+            in_progress(Stage::Apply),
+            vec![],
+            Some(4),
+            (Stage::Apply, Some(State::InProgress)),
+            vec![(Stage::Apply, 5)],
+            None,
+        ),
+    ];
+    for (case, state, jobs, before, (stage, st), started, after) in cases {
+        let refs: Vec<&JobView> = jobs.iter().collect();
+        let o = super::step(StepInput {
+            spec: &sv,
+            state,
+            applied: BTreeMap::new(),
+            folded: before.map(|a| (key.clone(), a)).into_iter().collect(),
+            host: Host::default(),
+            jobs: &refs,
+            may_start: true,
+            retry: RETRY,
+            failed_jobs_kept: 3,
+            now: t(1),
+        });
+        let got = state_of(&o, &p);
+        assert_eq!((got.0, got.1), (stage, st), "{case}: state");
+        let runs: Vec<(Stage, u32)> = runs(&o).into_iter().map(|(_, s, a)| (s, a)).collect();
+        assert_eq!(runs, started, "{case}: started");
+        assert_eq!(o.folded.get(&key).copied(), after, "{case}: folded");
     }
 }
