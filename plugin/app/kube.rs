@@ -11,6 +11,7 @@ use kube::{Client, Config};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
+use skyhook::schema;
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
 
 use crate::app::error::{CliError, is_not_found, one_line};
@@ -25,8 +26,38 @@ pub struct NodeMeta {
     pub name: String,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    #[serde(default)]
+    /// The node-state annotations (`nodeState_<sh>`) only: nothing else of a node's annotations
+    /// is read, and at a thousand nodes the others (our own bookkeeping among them) would be
+    /// most of what a list keeps.
+    #[serde(default, deserialize_with = "node_states")]
     pub annotations: BTreeMap<String, String>,
+}
+
+fn node_states<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct States;
+    impl<'de> serde::de::Visitor<'de> for States {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of annotations")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(k) = m.next_key::<String>()? {
+                if schema::skyhook_of_node_state_annotation(&k).is_some() {
+                    kept.insert(k, m.next_value::<String>()?);
+                } else {
+                    m.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(kept)
+        }
+    }
+    d.deserialize_any(States)
 }
 
 /// One page of a metadata-only node list, parsed straight into [`NodeMeta`]: the managedFields
@@ -434,6 +465,36 @@ mod tests {
         serde_json::to_value(&config.auth_info).unwrap()["token"]
             .as_str()
             .map(str::to_string)
+    }
+
+    #[test]
+    fn node_pages_keep_names_labels_and_node_states_only() {
+        let page: NodePage = serde_json::from_value(json!({
+            "metadata": {"continue": "abc"},
+            "items": [
+                {"metadata": {
+                    "name": "n1",
+                    "labels": {"a": "1"},
+                    "annotations": {
+                        "skyhook.nvidia.com/nodeState_sh": "{}",
+                        "skyhook.nvidia.com/applied_sh": "{\"p|1\":\"x\"}",
+                        "kwok.x-k8s.io/node": "fake",
+                    },
+                    "managedFields": [{"manager": "kwok", "fieldsV1": {"f:metadata": {}}}],
+                }},
+                {"metadata": {"name": "n2", "annotations": null}},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(page.metadata.continue_.as_deref(), Some("abc"));
+        let nodes: Vec<NodeMeta> = page.items.into_iter().map(|i| i.metadata).collect();
+        assert_eq!(nodes[0].name, "n1");
+        assert_eq!(nodes[0].labels, BTreeMap::from([("a".into(), "1".into())]));
+        assert_eq!(
+            nodes[0].annotations,
+            BTreeMap::from([("skyhook.nvidia.com/nodeState_sh".into(), "{}".into())])
+        );
+        assert_eq!(nodes[1], NodeMeta { name: "n2".into(), ..NodeMeta::default() });
     }
 
     #[test]

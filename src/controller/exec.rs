@@ -477,8 +477,12 @@ impl Writer<'_> {
         resource_version: Option<String>,
     ) -> Result<Skyhook, Error> {
         // A full replace (guarded by resourceVersion) drops map keys a merge patch would keep.
-        let mut obj = self.sk.clone();
-        obj.status = Some(status);
+        // Not a clone of the whole object: its old status is as large as the new one.
+        let mut obj = Skyhook {
+            metadata: self.sk.metadata.clone(),
+            spec: self.sk.spec.clone(),
+            status: Some(status),
+        };
         obj.metadata.managed_fields = None;
         obj.metadata.resource_version = resource_version;
         let mut stored = self

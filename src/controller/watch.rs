@@ -203,7 +203,10 @@ pub(super) fn skyhook_watch(
     impl futures::Stream<Item = Result<Skyhook, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
+    // A status replace's managedFields name every field of every node's state: at a thousand
+    // nodes they outweigh the status itself once parsed.
     let stream = paced(watcher(Api::all(client.clone()), config))
+        .modify(prune_meta)
         .reflect(writer)
         .applied_objects();
     (store, stream)
