@@ -11,8 +11,8 @@ use kube::{Client, Config};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
-use skyhook::schema;
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
+use skyhook::schema;
 
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
@@ -45,7 +45,10 @@ fn node_states<'de, D: serde::Deserializer<'de>>(
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
             Ok(BTreeMap::new())
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut kept = BTreeMap::new();
             while let Some(k) = m.next_key::<String>()? {
                 if schema::skyhook_of_node_state_annotation(&k).is_some() {
@@ -494,7 +497,13 @@ mod tests {
             nodes[0].annotations,
             BTreeMap::from([("skyhook.nvidia.com/nodeState_sh".into(), "{}".into())])
         );
-        assert_eq!(nodes[1], NodeMeta { name: "n2".into(), ..NodeMeta::default() });
+        assert_eq!(
+            nodes[1],
+            NodeMeta {
+                name: "n2".into(),
+                ..NodeMeta::default()
+            }
+        );
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
     let skyhooks: Vec<Arc<Skyhook>> = world.skyhooks;
     let plan = plan::plan(&Inputs {
         skyhook: &sk,
+        status: sk.status.as_ref(),
         skyhooks: &skyhooks,
         policies: &world.policies,
         nodes: &world.nodes,

@@ -43,6 +43,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, stream};
@@ -76,10 +77,11 @@ pub enum Written {
     Conflict,
 }
 
-/// What a pass wrote: whether all of it, and the Skyhook as its status replace stored it.
+/// What a pass wrote: whether all of it, and the Skyhook as its status replace stored it (with
+/// how long that replace took).
 pub struct Executed {
     pub written: Written,
-    pub stored: Option<Skyhook>,
+    pub stored: Option<(Skyhook, Duration)>,
 }
 
 pub async fn execute(
@@ -143,7 +145,9 @@ pub async fn execute(
         .map(|e| retried(move || w.evict(e).boxed()).boxed())
         .collect())
     .await?;
+    let status_started = Instant::now();
     let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
+    let stored = stored.map(|sk| (sk, status_started.elapsed()));
     if status_written == Written::Conflict {
         written = Written::Conflict;
     }

@@ -418,14 +418,21 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 
 /// One pass: the action for the controller, and the Skyhook as the pass's status replace
 /// stored it.
-async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<(Action, Option<Skyhook>), Error> {
+async fn pass(
+    sk: &Arc<Skyhook>,
+    ctx: &Arc<Ctx>,
+) -> Result<(Action, Option<(Skyhook, Duration)>), Error> {
     let started = Instant::now();
     let name = sk.name_any();
     let nodes = ctx.nodes.state();
     if sk.meta().deletion_timestamp.is_some() {
         return deletion_pass(sk, ctx, &nodes).await.map(|a| (a, None));
     }
-    let mut normalized = Skyhook::clone(sk);
+    let mut normalized = Skyhook {
+        metadata: sk.metadata.clone(),
+        spec: sk.spec.clone(),
+        status: None,
+    };
     crd::normalize(&mut normalized);
     let skyhooks = ctx.skyhooks.state();
     let policies = ctx.policies.state();
@@ -440,8 +447,9 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<(Action, Option<Skyho
     let pods_on_nodes = drain_view(ctx, &normalized, &nodes).await?;
     let busy_nodes = busy_elsewhere(ctx, &name);
     let go_pods = go_pods(ctx, &name);
-    let plan = plan::plan(&Inputs {
+    let mut plan = plan::plan(&Inputs {
         skyhook: &normalized,
+        status: sk.status.as_ref(),
         skyhooks: &skyhooks,
         policies: &policies,
         nodes: &nodes,
@@ -456,11 +464,19 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<(Action, Option<Skyho
         now: jiff::Timestamp::now(),
         create_room: plan::launch::MAX_JOB_CREATES_PER_PASS.saturating_sub(ctx.creating.len()),
     });
-    let requeue = plan.requeue_after;
     if let Some(status) = plan.status.as_ref().or(sk.status.as_ref()) {
         ctx.metrics
             .observe(&normalized, status, &plan.policy_label, &plan.compartments);
     }
+    if plan.status.is_some()
+        && let Some(hold) = ctx.passes.status_hold(&name)
+    {
+        // Written by the first pass after the hold, which this requeue makes sure of; like a
+        // status write that met a 409, its Events wait for it.
+        plan.drop_status();
+        plan.requeue_after = Some(plan.requeue_after.map_or(hold, |r| r.min(hold)));
+    }
+    let requeue = plan.requeue_after;
     let planned = Instant::now();
     let (creates, patches) = (plan.create_jobs.len(), plan.node_patches.len());
     let create = |jobs| Creating::start(ctx, sk, jobs);

@@ -24,11 +24,20 @@ pub const GATHER: Duration = Duration::from_millis(500);
 pub const MIN_GAP: Duration = Duration::from_millis(300);
 /// ... and at most this far, however long the last pass took.
 pub const MAX_GAP: Duration = Duration::from_secs(2);
+/// A status replace that took longer than this holds the next one back (see
+/// [`Passes::status_hold`]); a small Skyhook's status is written by every pass that changes it.
+pub const SLOW_STATUS: Duration = Duration::from_millis(250);
+/// The next status replace waits this many times as long as the last one took ...
+pub const STATUS_HOLD_FACTOR: u32 = 4;
+/// ... and at most this long.
+pub const MAX_STATUS_HOLD: Duration = Duration::from_secs(10);
 
 struct Last {
     ended: Instant,
     took: Duration,
     stored: Option<Arc<Skyhook>>,
+    /// When the last status replace ended, and how long it took.
+    status: Option<(Instant, Duration)>,
 }
 
 #[derive(Default)]
@@ -69,25 +78,48 @@ impl Passes {
     }
 
     /// A pass of `skyhook` that started at `started` ended; `stored` is the Skyhook its status
-    /// replace returned, if it made one.
-    pub fn ended(&self, skyhook: &str, started: Instant, stored: Option<Skyhook>) {
+    /// replace returned, if it made one, and how long that replace took.
+    pub fn ended(&self, skyhook: &str, started: Instant, stored: Option<(Skyhook, Duration)>) {
         let now = Instant::now();
         let mut passes = self.lock();
         let last = passes.entry(skyhook.to_string()).or_insert(Last {
             ended: now,
             took: Duration::ZERO,
             stored: None,
+            status: None,
         });
         last.ended = now;
         last.took = now - started;
-        if let Some(stored) = stored {
+        if let Some((stored, took)) = stored {
             last.stored = Some(Arc::new(stored));
+            last.status = Some((now, took));
         }
+    }
+
+    /// How long a status replace of `skyhook` should still wait, if at all. The status holds
+    /// every node's state (about 1 MiB at a thousand nodes × four packages): the API server
+    /// validates and stores all of it on every replace, a second or more each under load, and
+    /// that work competes with the Job controller the rollout waits for. A slow replace
+    /// therefore holds the next back for [`STATUS_HOLD_FACTOR`] times as long (at most
+    /// [`MAX_STATUS_HOLD`]); node state, Jobs and node patches never wait for it.
+    pub fn status_hold(&self, skyhook: &str) -> Option<Duration> {
+        let (at, took) = self.lock().get(skyhook)?.status?;
+        hold_left(at, took, Instant::now())
     }
 
     pub fn forget(&self, skyhook: &str) {
         self.lock().remove(skyhook);
     }
+}
+
+fn hold_left(at: Instant, took: Duration, now: Instant) -> Option<Duration> {
+    if took < SLOW_STATUS {
+        return None;
+    }
+    let until = at + (took * STATUS_HOLD_FACTOR).min(MAX_STATUS_HOLD);
+    until
+        .checked_duration_since(now)
+        .filter(|left| !left.is_zero())
 }
 
 fn gap(took: Duration) -> Duration {
@@ -130,7 +162,7 @@ mod tests {
     fn the_stored_copy_is_used_until_the_cache_catches_up() {
         let passes = Passes::default();
         assert_eq!(planned_from(&passes, "10"), "10");
-        passes.ended("sk", Instant::now(), Some(sk("12")));
+        passes.ended("sk", Instant::now(), Some((sk("12"), Duration::ZERO)));
         // The watch still shows 10: plan from what the status replace returned.
         assert_eq!(planned_from(&passes, "10"), "12");
         // It shows 13 (someone edited the spec since): the cache is newer.
@@ -138,8 +170,25 @@ mod tests {
         // ... and the stored copy is dropped for good.
         assert_eq!(planned_from(&passes, "11"), "11");
         // A version that is not a number is never taken as newer.
-        passes.ended("sk", Instant::now(), Some(sk("x")));
+        passes.ended("sk", Instant::now(), Some((sk("x"), Duration::ZERO)));
         assert_eq!(planned_from(&passes, "11"), "11");
+    }
+
+    #[test]
+    fn slow_status_writes_hold_the_next_back_within_bounds() {
+        let at = Instant::now();
+        let ms = Duration::from_millis;
+        // (case, last replace took, time since it ended, hold left)
+        let cases = [
+            ("fast: never held", ms(200), ms(0), None),
+            ("slow: 4 times as long", ms(500), ms(0), Some(ms(2000))),
+            ("slow, partly waited", ms(500), ms(1500), Some(ms(500))),
+            ("slow, waited out", ms(500), ms(2000), None),
+            ("very slow: capped", ms(5000), ms(1000), Some(ms(9000))),
+        ];
+        for (case, took, since, want) in cases {
+            assert_eq!(hold_left(at, took, at + since), want, "{case}");
+        }
     }
 
     #[test]

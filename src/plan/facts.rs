@@ -84,7 +84,7 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
         .and_then(|st| st.node_info.as_ref())
         .map(|i| i.boot_id.clone())
         .filter(|b| !b.is_empty());
-    let prior_boot = sk.status.as_ref().and_then(|s| s.node_boot_ids.get(&name));
+    let prior_boot = inp.status.and_then(|s| s.node_boot_ids.get(&name));
     let rebooted = inp.config.reapply_on_reboot
         && boot_id
             .as_ref()

@@ -45,7 +45,7 @@ pub use delete::plan_delete;
 pub use drain::PodInfo;
 pub use select::{targeted, tolerates_cordon};
 
-use crate::crd::{DeploymentPolicy, Skyhook};
+use crate::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
 use crate::jobs::{GoPod, JobView};
 use crate::schema::{self, NodeState, State, Status};
 use crate::settings::Config;
@@ -60,8 +60,11 @@ use stage::{NodeAction, NodeNote, NodeOutcome, RetryPolicy, StepInput};
 
 /// Everything the planner reads.
 pub struct Inputs<'a> {
-    /// The Skyhook being reconciled, normalised.
+    /// The Skyhook being reconciled, normalised (its `status` is not read: see `status`).
     pub skyhook: &'a Skyhook,
+    /// Its status as stored. Apart from the Skyhook: a normalised copy of the whole object
+    /// would copy every node's state on every pass (megabytes at a thousand nodes).
+    pub status: Option<&'a SkyhookStatus>,
     pub skyhooks: &'a [Arc<Skyhook>],
     pub policies: &'a [Arc<DeploymentPolicy>],
     pub nodes: &'a [Arc<Node>],
@@ -115,14 +118,15 @@ struct Tally {
 pub fn plan(inp: &Inputs) -> Plan {
     let sk = inp.skyhook;
     let cfg = inp.config;
-    let prior = sk.status.clone().unwrap_or_default();
+    let no_status = SkyhookStatus::default();
+    let prior = inp.status.unwrap_or(&no_status);
     let tolerations = select::job_tolerations(sk, &cfg.runtime_required_taint);
     // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
     // no budget slot; the status and an Event name them.
     let (facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) = facts::gather(inp, &tolerations)
         .into_iter()
         .partition(|f| f.unreadable.is_none());
-    let updates = config::config_updates(sk, inp.configmaps, &prior, &facts);
+    let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates);
     let pass = Pass {
         inp,
@@ -138,8 +142,8 @@ pub fn plan(inp: &Inputs) -> Plan {
             operator_version: inp.operator_version,
         },
     };
-    let reset = pass.policy.resets_on_completion(sk) && versions_changed(sk, &prior);
-    let (allowed, compartments) = pass.batch(&facts, &unreadable, &prior, reset);
+    let reset = pass.policy.resets_on_completion(sk) && versions_changed(sk, prior);
+    let (allowed, compartments) = pass.batch(&facts, &unreadable, prior, reset);
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
@@ -148,7 +152,7 @@ pub fn plan(inp: &Inputs) -> Plan {
     let mut tally = Tally::default();
     for f in &unreadable {
         let why = f.unreadable.clone().unwrap_or_default();
-        if !status::already_unreadable(&prior, &why) {
+        if !status::already_unreadable(prior, &why) {
             let note = Note::node(&f.name, schema::NODE_STATE_UNREADABLE_REASON, why.clone());
             plan.events.push(note.warning());
         }
@@ -169,7 +173,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         .map(|c| compartments::plan_of(c, &allowed))
         .collect();
     pass.finish_status(
-        &prior,
+        prior,
         updates.clone(),
         &facts,
         compartments,

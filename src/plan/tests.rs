@@ -131,6 +131,7 @@ impl World {
         skyhooks.push(Arc::new(self.sk.clone()));
         plan(&Inputs {
             skyhook: &self.sk,
+            status: self.sk.status.as_ref(),
             skyhooks: &skyhooks,
             policies: &self.policies,
             nodes: &self.nodes,
