@@ -468,14 +468,7 @@ async fn pass(
         ctx.metrics
             .observe(&normalized, status, &plan.policy_label, &plan.compartments);
     }
-    if plan.status.is_some()
-        && let Some(hold) = ctx.passes.status_hold(&name)
-    {
-        // Written by the first pass after the hold, which this requeue makes sure of; like a
-        // status write that met a 409, its Events wait for it.
-        plan.drop_status();
-        plan.requeue_after = Some(plan.requeue_after.map_or(hold, |r| r.min(hold)));
-    }
+    hold_status(ctx, &name, &mut plan);
     let requeue = plan.requeue_after;
     let planned = Instant::now();
     let (creates, patches) = (plan.create_jobs.len(), plan.node_patches.len());
@@ -502,6 +495,18 @@ async fn pass(
         }
     };
     Ok((action, done.stored))
+}
+
+/// A status held back after a slow one ([`Passes::status_hold`]) is written by the first pass
+/// after the hold, which the requeue makes sure of; like a status write that met a 409, its
+/// Events wait for it.
+fn hold_status(ctx: &Ctx, name: &str, plan: &mut plan::Plan) {
+    if plan.status.is_some()
+        && let Some(hold) = ctx.passes.status_hold(name)
+    {
+        plan.drop_status();
+        plan.requeue_after = Some(plan.requeue_after.map_or(hold, |r| r.min(hold)));
+    }
 }
 
 /// A pass of a deleted Skyhook: its marks come off the nodes, its Jobs and ConfigMaps go, and

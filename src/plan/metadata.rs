@@ -1,6 +1,7 @@
 //! Node metadata (§2.1–§2.4, §3.17): the one place that decides the annotations, labels,
 //! cordon, taints and conditions this Skyhook writes on a node.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -76,21 +77,32 @@ pub fn node_patch(
             .insert(schema::cordon_annotation(&name), None);
     }
     runtime_required(m, f.node, settled, &mut patch);
-    if o.applied != f.applied {
-        let value =
-            (!o.applied.is_empty()).then(|| serde_json::to_string(&o.applied).unwrap_or_default());
-        patch
-            .annotations
-            .insert(schema::applied_annotation(&name), value);
-    }
-    if o.folded != f.folded {
-        let value =
-            (!o.folded.is_empty()).then(|| serde_json::to_string(&o.folded).unwrap_or_default());
-        patch
-            .annotations
-            .insert(schema::folded_annotation(&name), value);
-    }
+    bookkeeping(
+        &mut patch,
+        schema::applied_annotation(&name),
+        &f.applied,
+        &o.applied,
+    );
+    bookkeeping(
+        &mut patch,
+        schema::folded_annotation(&name),
+        &f.folded,
+        &o.folded,
+    );
     patch
+}
+
+/// One of our JSON map annotations, written when it changed and removed once empty.
+fn bookkeeping<V: PartialEq + serde::Serialize>(
+    patch: &mut NodePatch,
+    key: String,
+    before: &BTreeMap<String, V>,
+    after: &BTreeMap<String, V>,
+) {
+    if after != before {
+        let value = (!after.is_empty()).then(|| serde_json::to_string(after).unwrap_or_default());
+        patch.annotations.insert(key, value);
+    }
 }
 
 /// Annotation and label writes that bring `node` to `state` and `status`.

@@ -6,14 +6,45 @@
 //! set aside, recorded without touching the state, so that the stage runs again as a new
 //! attempt instead of waiting for ever on an outcome nothing will fold.
 
+use super::{NodeAction, NodeOutcome};
 use crate::jobs::JobView;
-use crate::schema::{NodeState, Stage};
+use crate::schema::{self, NodeState, Stage};
+
+/// Deletes the running Jobs the stored state no longer asks for and sets aside (records as
+/// folded) the finished ones nobody folded. Returns them as the rest of the step must see
+/// them: being deleted (nothing adopts them; their stage starts again once they are gone), or
+/// folded (their stage starts anew).
+pub(super) fn invalidate(
+    state: &NodeState,
+    node_version: Option<u64>,
+    jobs: &[&JobView],
+    out: &mut NodeOutcome,
+) -> Vec<JobView> {
+    let mut seen = Vec::new();
+    for j in orphaned(state, node_version, jobs) {
+        out.actions.push(NodeAction::Delete {
+            job: j.name.clone(),
+        });
+        seen.push(JobView {
+            deleting: true,
+            ..j.clone()
+        });
+    }
+    for j in set_aside(state, node_version, jobs) {
+        schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
+        seen.push(JobView {
+            recorded: true,
+            ..j.clone()
+        });
+    }
+    seen
+}
 
 /// The running Jobs to delete. A Job is judged only against a node copy at least as new as the
 /// one its stage was stored in ([`crate::schema::NODE_VERSION_ANNOTATION`]): an older copy is a
 /// cache that has not yet seen the Job's own node write, not a reset. Uninstalls always run to
 /// the end, as in the reference.
-pub(super) fn orphaned<'j>(
+fn orphaned<'j>(
     state: &NodeState,
     node_version: Option<u64>,
     jobs: &[&'j JobView],
@@ -25,7 +56,7 @@ pub(super) fn orphaned<'j>(
 
 /// The finished Jobs to set aside: not yet recorded, of a stage the state no longer asks for,
 /// judged as [`orphaned`] judges running ones.
-pub(super) fn set_aside<'j>(
+fn set_aside<'j>(
     state: &NodeState,
     node_version: Option<u64>,
     jobs: &[&'j JobView],

@@ -187,28 +187,11 @@ pub fn step(input: StepInput) -> NodeOutcome {
         })
         .collect();
     let known = overlay(jobs, &known);
-    // Jobs the stored state no longer asks for are deleted, and seen as being deleted for the
-    // rest of the step: nothing adopts them, and their stage starts again once they are gone.
-    // Finished ones nobody folded are set aside as folded: their stage starts anew.
-    let mut unwanted: Vec<JobView> = Vec::new();
-    if may_start {
-        for j in invalidate::orphaned(&state, host.node_version, &known) {
-            out.actions.push(NodeAction::Delete {
-                job: j.name.clone(),
-            });
-            unwanted.push(JobView {
-                deleting: true,
-                ..j.clone()
-            });
-        }
-        for j in invalidate::set_aside(&state, host.node_version, &known) {
-            schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
-            unwanted.push(JobView {
-                recorded: true,
-                ..j.clone()
-            });
-        }
-    }
+    let unwanted = if may_start {
+        invalidate::invalidate(&state, host.node_version, &known, &mut out)
+    } else {
+        Vec::new()
+    };
     let marked = overlay(&known, &unwanted);
     let jobs = marked.as_slice();
     observe::observe(spec, &mut state, &mut applied, jobs, &mut out);
