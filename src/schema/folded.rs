@@ -13,7 +13,11 @@ use super::Stage;
 pub type Folded = BTreeMap<String, u32>;
 
 pub fn folded_key(package: &str, version: &str, stage: Stage) -> String {
-    format!("{package}|{version}|{}", stage.as_str())
+    format!(
+        "{}|{}",
+        super::package_key(package, version),
+        stage.as_str()
+    )
 }
 
 /// Whether attempt `attempt` of (package, version, stage) is folded.
