@@ -73,6 +73,12 @@ def row(a):
     except (OSError, ValueError) as e:
         r["observed"] = {"error": str(e)}
     r["plugin"] = json.loads(a.plugin)
+    if a.ticks:
+        before, after = (dict(kv.split("=") for kv in t.split()) for t in a.ticks[:2])
+        hz = float(a.ticks[2])
+        r["cluster_cpu_s"] = {
+            k: round((float(after[k]) - float(before.get(k, 0))) / hz, 1) for k in after
+        }
     print(json.dumps(r, sort_keys=False))
 
 
@@ -103,6 +109,9 @@ def table(rows, last):
               f'{r["rollout_s"]:<9.1f} {fmt(ratio, "<7.2f")} {fmt(r["peak_mib"], "<9.1f")} '
               f'{fmt(r["cpu_s"], "<7.1f")} {r["writes_per_stage"]:<10.2f} {q(obs, "next_stage_delay_s"):<13} '
               f'{q(obs, "node_state_lag_s"):<13} {q(obs, "complete_nodes_lag_s"):<13}{status}')
+        if r.get("cluster_cpu_s"):
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in r["cluster_cpu_s"].items())
+            print(f"  cpu s during the rollout: {parts}")
         if r.get("plugin"):
             for p in r["plugin"]:
                 print(f'  plugin {p["tool"]:<9} node {p["command"]:<6} {p["seconds"]:.2f} s  {p["peak_mib"]:.1f} MiB')
@@ -164,6 +173,7 @@ def main():
     r.add_argument("--audit-lines", nargs=2, required=True)
     r.add_argument("--observed", required=True)
     r.add_argument("--plugin", default="null")
+    r.add_argument("--ticks", nargs=3, help="cluster_ticks before, after, and ticks per second")
     t = sub.add_parser("table")
     t.add_argument("--last", action="store_true")
     sub.add_parser("json")

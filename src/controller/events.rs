@@ -6,13 +6,16 @@
 //! under overload is acceptable (they are best effort in Kubernetes too); delaying node state
 //! is not. Dropped Events are counted and logged.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
+use kube::runtime::events::Event;
 use tokio::sync::mpsc;
 use tracing::warn;
+
+use super::recorder::Publisher;
 
 /// Events waiting to be published; beyond this a pass's Events are dropped.
 const QUEUE: usize = 20_000;
@@ -26,14 +29,15 @@ pub struct EventSink {
 
 impl EventSink {
     /// Starts the publishing task (needs a Tokio runtime).
-    pub fn start(recorder: Recorder) -> Self {
+    pub fn start(publisher: Publisher) -> Self {
+        let publisher = Arc::new(publisher);
         let (tx, mut rx) = mpsc::channel::<(Event, ObjectReference)>(QUEUE);
         let queued = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
         tokio::spawn(
             queued.for_each_concurrent(PARALLEL, move |(ev, reference)| {
-                let recorder = recorder.clone();
+                let publisher = publisher.clone();
                 async move {
-                    if let Err(e) = recorder.publish(&ev, &reference).await {
+                    if let Err(e) = publisher.publish(&ev, &reference).await {
                         warn!(error = %e, reason = %ev.reason, "could not publish an event");
                     }
                 }

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
 use super::Ctx;
+use super::recorder::Publisher;
 use crate::crd::DeploymentPolicy;
 use crate::plan::guard::{self, Guard};
 use crate::schema;
@@ -22,7 +23,7 @@ const PERIOD: Duration = Duration::from_secs(2);
 
 /// Runs until dropped. With a Skyhook selector, only the policies carrying the same labels are
 /// guarded (an operator owning a subset of Skyhooks cannot tell who else uses a policy).
-pub(super) async fn run(ctx: Arc<Ctx>, recorder: Recorder) {
+pub(super) async fn run(ctx: Arc<Ctx>, recorder: Publisher) {
     let selector = match ctx.config.skyhook_selector.as_deref() {
         None => None,
         Some(text) => match equality_selector(text) {
@@ -122,7 +123,7 @@ async fn set_finalizer(
     }
 }
 
-async fn publish(recorder: &Recorder, p: &DeploymentPolicy, users: &[String]) {
+async fn publish(recorder: &Publisher, p: &DeploymentPolicy, users: &[String]) {
     let ev = Event {
         type_: EventType::Warning,
         reason: schema::POLICY_IN_USE_REASON.to_string(),
@@ -135,13 +136,9 @@ async fn publish(recorder: &Recorder, p: &DeploymentPolicy, users: &[String]) {
     }
 }
 
-/// A Recorder of its own: the guard's Events are rare and must not queue behind a rollout's.
-pub(super) fn recorder(client: &Client) -> Recorder {
-    let reporter = kube::runtime::events::Reporter {
-        controller: schema::EVENT_COMPONENT.to_string(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    Recorder::new(client.clone(), reporter)
+/// A publisher of its own: the guard's Events are rare and must not queue behind a rollout's.
+pub(super) fn recorder(client: &Client) -> Publisher {
+    Publisher::new(client.clone(), super::recorder::reporter())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod exec;
 mod guard;
 pub mod leader;
 mod passes;
+mod recorder;
 mod records;
 mod retry;
 pub mod server;
@@ -30,7 +31,6 @@ use kube::api::Api;
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use leader::{Leadership, lead, supervise};
@@ -319,12 +319,11 @@ fn new_ctx(
     caches: Caches,
     creating: Creating,
 ) -> Arc<Ctx> {
-    let reporter = Reporter {
-        controller: schema::EVENT_COMPONENT.to_string(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     Arc::new(Ctx {
-        events: events::EventSink::start(Recorder::new(client.clone(), reporter)),
+        events: events::EventSink::start(recorder::Publisher::new(
+            client.clone(),
+            recorder::reporter(),
+        )),
         client,
         config,
         version,

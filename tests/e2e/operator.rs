@@ -143,6 +143,25 @@ impl Env {
     }
 }
 
+/// Waits up to 30 s for Events on `object`, one for each group of phrases saying all of them.
+async fn events_say(ctx: &TestCtx, object: &str, wanted: &[[&str; 2]]) {
+    let events: Api<Event> = Api::all(ctx.client.clone());
+    let lp = ListParams::default().fields(&format!("involvedObject.name={object}"));
+    ctx.wait_for(
+        &format!("Events on {object} saying {wanted:?}"),
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&lp).await.ok()?;
+            let texts: Vec<String> = list.items.into_iter().filter_map(|e| e.message).collect();
+            wanted
+                .iter()
+                .all(|w| texts.iter().any(|t| w.iter().all(|p| t.contains(p))))
+                .then_some(())
+        },
+    )
+    .await
+}
+
 pub(crate) fn label<'a>(j: &'a Job, k: &str) -> &'a str {
     j.labels().get(k).map(String::as_str).unwrap_or("")
 }
@@ -232,6 +251,24 @@ async fn rollout_three_packages_on_three_nodes() {
             Some(("False".into(), Some("Not Erroring".into())))
         );
     }
+
+    // Every start and completion is its own Event, saying what happened: Events of one object
+    // with one reason used to be one series that kept the first message and only counted up.
+    for node in &env.nodes {
+        let wanted = vec![
+            ["alpha:1.2.3", "stage [apply]"],
+            ["bravo:2.0.0", "stage [apply]"],
+            ["bravo:2.0.0", "stage [config]"],
+            ["bravo:2.0.0", "state complete on"],
+        ];
+        events_say(&env.ctx, node, &wanted).await;
+    }
+    let wanted = vec![
+        ["[alpha:1.2.3]", "stage [apply]"],
+        ["[bravo:2.0.0]", "stage [apply]"],
+        ["[charlie:1.0.0]", "stage [config]"],
+    ];
+    events_say(&env.ctx, &name, &wanted).await;
 
     // Exactly one Job per (package, stage, node), each labelled and owned by the Skyhook.
     let jobs = env.jobs_of(&name).await;
