@@ -40,8 +40,8 @@ use thiserror::Error;
 use tracing::{debug, error, info, warn};
 use views::{busy_elsewhere, go_pods, job_record, job_views};
 use watch::{
-    NoPause, labelled_events, node_watch, owned_watch, pod_triggers, policy_watch, prune_meta,
-    skyhook_watch, watch_config,
+    NoPause, labelled_events, node_watch, owned_watch, pod_events, pod_triggers, policy_watch,
+    prune_meta, skyhook_watch, watch_config,
 };
 
 use crate::crd::{self, DeploymentPolicy, Skyhook};
@@ -94,7 +94,10 @@ pub struct Ctx {
     pub skyhooks: Store<Skyhook>,
     pub nodes: Store<Node>,
     pub jobs: Records<JobView>,
+    /// Our Jobs' pods while Pending (stuck containers).
     pub pods: Records<PodView>,
+    /// The Go operator's pods.
+    pub go_pods: Records<PodView>,
     pub policies: Store<DeploymentPolicy>,
     pub configmaps: Store<ConfigMap>,
     pub ready: AtomicBool,
@@ -114,6 +117,7 @@ impl Ctx {
         let _ = self.nodes.wait_until_ready().await;
         self.jobs.wait_until_ready().await;
         self.pods.wait_until_ready().await;
+        self.go_pods.wait_until_ready().await;
         let _ = self.policies.wait_until_ready().await;
         let _ = self.configmaps.wait_until_ready().await;
     }
@@ -176,14 +180,10 @@ pub async fn run(
         job_record,
     );
     let job_stream = job_events.touched_objects();
-    let (pods, pod_events) = recorded(
-        labelled_events(
-            Api::<Pod>::namespaced(client.clone(), &ns),
-            schema::NAME_LABEL,
-        ),
-        PodView::from_pod,
-    );
-    let pod_stream = pod_triggers(pod_events);
+    let [pending, go] = pod_events(&Api::<Pod>::namespaced(client.clone(), &ns));
+    let (pods, pending) = recorded(pending, PodView::from_pod);
+    let (go_pods, go) = recorded(go, PodView::from_pod);
+    let pod_stream = futures::stream::select(pod_triggers(pending), pod_triggers(go));
     let (configmaps, cm_events) = owned_watch(
         Api::<ConfigMap>::namespaced(client.clone(), &ns),
         schema::NAME_LABEL,
@@ -205,6 +205,7 @@ pub async fn run(
         nodes,
         jobs,
         pods,
+        go_pods,
         policies,
         configmaps,
     };
@@ -308,6 +309,7 @@ struct Caches {
     nodes: Store<Node>,
     jobs: Records<JobView>,
     pods: Records<PodView>,
+    go_pods: Records<PodView>,
     policies: Store<DeploymentPolicy>,
     configmaps: Store<ConfigMap>,
 }
@@ -331,6 +333,7 @@ fn new_ctx(
         nodes: caches.nodes,
         jobs: caches.jobs,
         pods: caches.pods,
+        go_pods: caches.go_pods,
         policies: caches.policies,
         configmaps: caches.configmaps,
         ready: AtomicBool::new(false),

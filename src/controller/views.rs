@@ -58,7 +58,7 @@ pub(super) fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
             .map(|v| v.node),
     );
     busy.extend(
-        ctx.pods
+        ctx.go_pods
             .all()
             .iter()
             .filter(|p| p.skyhook != skyhook)
@@ -73,7 +73,7 @@ pub(super) fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
 /// namespace, by the reference's labels), by node.
 pub(super) fn go_pods(ctx: &Ctx, skyhook: &str) -> BTreeMap<String, Vec<GoPod>> {
     let mut by_node: BTreeMap<String, Vec<GoPod>> = BTreeMap::new();
-    let pods = ctx.pods.all();
+    let pods = ctx.go_pods.all();
     let ours = pods.iter().filter(|p| p.skyhook == skyhook);
     for p in ours.filter_map(|p| p.go.clone()) {
         by_node.entry(p.node.clone()).or_default().push(p);

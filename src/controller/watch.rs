@@ -16,6 +16,7 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
+use crate::schema;
 
 /// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
 /// conditions, boot id); images, volumes, addresses and capacities are most of a Node's bytes.
@@ -134,6 +135,35 @@ pub(super) fn node_watch(
         .applied_objects()
         .predicate_filter(node_fingerprint, PredicateConfig::default());
     (nodes, stream)
+}
+
+/// The two pod watches: our Jobs' pods while `Pending`, and the Go operator's pods.
+///
+/// A Job pod says something the Job does not (a stuck image or container) only while it is
+/// Pending; watching it past that streamed every pod update of a rollout to us, about a GiB of
+/// JSON encoded by the API server and decoded here at 1,000 nodes × 4 packages. A pod leaving
+/// Pending leaves the first watch (a delete), which drops its record. The Go operator's pods
+/// (no Job, hence no `job-name` label) are followed in every phase: the hand-over waits for
+/// them to be gone.
+pub(super) fn pod_events(
+    api: &Api<Pod>,
+) -> [impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + use<>; 2] {
+    let pending = watch_config()
+        .labels(&format!(
+            "{},{}",
+            schema::NAME_LABEL,
+            schema::JOB_NAME_LABEL
+        ))
+        .fields("status.phase=Pending");
+    let go = watch_config().labels(&format!(
+        "{},!{}",
+        schema::NAME_LABEL,
+        schema::JOB_NAME_LABEL
+    ));
+    [
+        paced(watcher(api.clone(), pending)),
+        paced(watcher(api.clone(), go)),
+    ]
 }
 
 /// Watches start from any cached version (`resourceVersion=0`): fine for reflector stores.

@@ -17,6 +17,13 @@ SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/16}
 KCM_QPS=${KCM_QPS:-200}
 KCM_BURST=${KCM_BURST:-400}
 KCM_JOB_SYNCS=${KCM_JOB_SYNCS:-5}
+# The log agent serves `kubectl logs` for fake pods. bench/run turns it off (KT_LOG_AGENT=0): it
+# runs kubectl and jq for every pod, more CPU at a thousand nodes than the operator under test.
+KT_LOG_AGENT=${KT_LOG_AGENT:-1}
+# kwok's log level (DEBUG, INFO, WARN, ERROR); bench/run keeps it to warnings.
+KWOK_LOG_LEVEL=${KWOK_LOG_LEVEL:-INFO}
+# true: the API server and controller manager serve /debug/pprof (for profiling a bench run).
+KT_PROFILING=${KT_PROFILING:-false}
 # An audit policy file: when set, the API server writes an audit log to $KT_DIR/logs/audit.log.
 KT_AUDIT_POLICY=${KT_AUDIT_POLICY:-}
 PKI=$KT_DIR/pki
@@ -61,6 +68,7 @@ kwok_command() {
     --tls-cert-file="$PKI/admin.crt"
     --tls-private-key-file="$PKI/admin.key"
     --node-lease-duration-seconds=40
+    --v="$KWOK_LOG_LEVEL"
     --cidr=10.244.0.0/16)
 }
 
