@@ -211,25 +211,37 @@ async fn strict_order() {
     let untaint = env.ctx.kubectl(&["taint", "node", &worker2, "test-block-"]);
     assert!(untaint.status.success(), "untaint worker2");
 
-    // Phase 5: the two nodes run different priorities at the same time.
+    // Phase 5: the two nodes run different priorities at the same time. Read from the nodes:
+    // b's Skyhook status may follow its node a few seconds later (status replaces are spaced
+    // when the API server is slow), by which time zzz may be done on worker2.
     env.ctx
         .wait_for(
             "phase 5: b runs on worker while zzz runs on worker2",
             Duration::from_secs(90),
             || async {
                 let w_zzz = node_status(&env, &worker, &zzz).await?;
+                let w_b = node_status(&env, &worker, &b).await?;
                 let w2_zzz = node_status(&env, &worker2, &zzz).await?;
                 let zzz_s = sk_status(&env, &zzz).await?;
-                let b_s = sk_status(&env, &b).await?;
                 let c_s = sk_status(&env, &c).await?;
                 let d_s = sk_status(&env, &d).await?;
                 (w_zzz == "complete"
                     && w2_zzz != "complete"
                     && (zzz_s == "in_progress" || zzz_s == "blocked")
-                    && b_s == "in_progress"
+                    && w_b == "in_progress"
                     && c_s == "waiting"
                     && d_s == "disabled")
                     .then_some(())
+            },
+        )
+        .await;
+    env.ctx
+        .wait_for(
+            "phase 5: b's status says it runs",
+            Duration::from_secs(30),
+            || async {
+                let b_s = sk_status(&env, &b).await?;
+                (b_s == "in_progress" || b_s == "complete").then_some(())
             },
         )
         .await;
