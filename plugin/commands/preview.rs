@@ -102,7 +102,7 @@ struct World {
     skyhooks: Vec<Arc<Skyhook>>,
     policies: Vec<Arc<DeploymentPolicy>>,
     nodes: Vec<Arc<Node>>,
-    jobs: Vec<JobView>,
+    jobs: Vec<Arc<JobView>>,
     configmaps: Vec<Arc<ConfigMap>>,
     busy: std::collections::BTreeSet<String>,
 }
@@ -152,7 +152,11 @@ impl World {
             skyhooks,
             policies: policies.items.into_iter().map(Arc::new).collect(),
             nodes: nodes.items.into_iter().map(Arc::new).collect(),
-            jobs: views.into_iter().filter(|v| v.skyhook == name).collect(),
+            jobs: views
+                .into_iter()
+                .filter(|v| v.skyhook == name)
+                .map(Arc::new)
+                .collect(),
             configmaps: configmaps.items.into_iter().map(Arc::new).collect(),
             busy,
         })

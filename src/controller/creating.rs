@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
+
+use super::lean;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -154,7 +156,7 @@ async fn create(
     skyhook: &k8s_openapi::api::core::v1::ObjectReference,
     job: &Job,
 ) -> Result<(), Error> {
-    match api.create(&PostParams::default(), job).await {
+    match lean::create_job(&ctx.client, &ctx.config.namespace, job).await {
         Ok(_) => {
             info!(job = %job.name_any(), "created Job");
             Ok(())

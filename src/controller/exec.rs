@@ -49,7 +49,9 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+
+use super::lean::{self, LeanNode};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -190,7 +192,8 @@ struct Writer<'a> {
     skyhooks: Api<Skyhook>,
     jobs: Api<Job>,
     cms: Api<ConfigMap>,
-    nodes: Api<Node>,
+    /// Node patches answer with the whole node; only its resourceVersion is read.
+    nodes: Api<LeanNode>,
     /// Nodes whose patch met a 409 in this pass.
     conflicts: Mutex<BTreeSet<String>>,
     /// The resourceVersion each node patch of this pass returned: the first node version that
@@ -489,12 +492,7 @@ impl Writer<'_> {
         };
         obj.metadata.managed_fields = None;
         obj.metadata.resource_version = resource_version;
-        let mut stored = self
-            .skyhooks
-            .replace_status(&self.name, &PostParams::default(), &obj)
-            .await?;
-        stored.metadata.managed_fields = None;
-        Ok(stored)
+        Ok(lean::replace_status(self.client, &obj).await?)
     }
 
     async fn remove_finalizer(&self) -> Result<Written, Error> {

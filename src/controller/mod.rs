@@ -9,6 +9,7 @@ mod events;
 pub mod exec;
 mod guard;
 pub mod leader;
+mod lean;
 mod passes;
 mod recorder;
 mod records;
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use creating::Creating;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::Api;
@@ -34,6 +35,7 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use leader::{Leadership, lead, supervise};
+use lean::{LeanJob, LeanPod};
 use passes::Passes;
 use records::{Records, recorded};
 use thiserror::Error;
@@ -176,11 +178,12 @@ pub async fn run(
 
     let (nodes, node_stream) = node_watch(&client);
     let (jobs, job_events) = recorded(
-        labelled_events(Api::<Job>::namespaced(client.clone(), &ns), &managed),
+        labelled_events(Api::<LeanJob>::namespaced(client.clone(), &ns), &managed)
+            .map_ok(lean::full::<LeanJob, Job>),
         job_record,
     );
     let job_stream = job_events.touched_objects();
-    let [pending, go] = pod_events(&Api::<Pod>::namespaced(client.clone(), &ns));
+    let [pending, go] = pod_events(&Api::<LeanPod>::namespaced(client.clone(), &ns));
     let (pods, pending) = recorded(pending, PodView::from_pod);
     let (go_pods, go) = recorded(go, PodView::from_pod);
     let pod_stream = futures::stream::select(pod_triggers(pending), pod_triggers(go));

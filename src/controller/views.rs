@@ -2,6 +2,7 @@
 //! created), the nodes other Skyhooks keep busy, and the Go operator's pods.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 
@@ -16,27 +17,33 @@ pub(super) fn job_record(job: &Job) -> Option<JobView> {
 
 /// This Skyhook's Jobs, each running one with its pod's stuck container (a wait the Job cannot
 /// see).
-pub(super) fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<JobView> {
+pub(super) fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<Arc<JobView>> {
     let pods = ctx.pods.all();
     let stuck: HashMap<&str, &(String, String, String)> = pods
         .iter()
         .filter_map(|p| Some((p.job.as_deref()?, p.stuck.as_ref()?)))
         .collect();
-    let mut views: Vec<JobView> = ctx
+    let mut views: Vec<Arc<JobView>> = ctx
         .jobs
         .all()
-        .iter()
+        .into_iter()
         .filter(|j| j.skyhook == skyhook)
-        .map(|j| {
-            let mut view = JobView::clone(j);
-            if !view.finished() {
-                view.stuck = stuck.get(view.name.as_str()).map(|s| (*s).clone());
-            }
-            view
+        .map(|j| match stuck.get(j.name.as_str()) {
+            // Only a running Job with a stuck pod is copied, to carry the pod's reason.
+            Some(s) if !j.finished() => Arc::new(JobView {
+                stuck: Some((*s).clone()),
+                ..JobView::clone(&j)
+            }),
+            _ => j,
         })
         .collect();
     let on_the_way = ctx.creating.unseen(|name| ctx.jobs.get(name).is_some());
-    views.extend(on_the_way.into_iter().filter(|v| v.skyhook == skyhook));
+    views.extend(
+        on_the_way
+            .into_iter()
+            .filter(|v| v.skyhook == skyhook)
+            .map(Arc::new),
+    );
     views
 }
 

@@ -6,7 +6,9 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, NodeSystemInfo, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::lean::{LeanNode, LeanPod, LeanSkyhook, full};
 use kube::Client;
 use kube::Resource;
 use kube::api::Api;
@@ -17,33 +19,6 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
 use crate::schema;
-
-/// Node objects keep what the planner reads (labels, annotations, taints, unschedulable,
-/// conditions, boot id); images, volumes, addresses and capacities are most of a Node's bytes.
-pub(super) fn prune_node(n: &mut Node) {
-    n.metadata.managed_fields = None;
-    if let Some(spec) = n.spec.as_mut() {
-        spec.pod_cidr = None;
-        spec.pod_cidrs = None;
-        spec.provider_id = None;
-    }
-    if let Some(s) = n.status.as_mut() {
-        s.images = None;
-        s.volumes_attached = None;
-        s.volumes_in_use = None;
-        s.config = None;
-        s.addresses = None;
-        s.allocatable = None;
-        s.capacity = None;
-        s.daemon_endpoints = None;
-        s.features = None;
-        s.runtime_handlers = None;
-        s.node_info = s.node_info.take().map(|i| NodeSystemInfo {
-            boot_id: i.boot_id,
-            ..NodeSystemInfo::default()
-        });
-    }
-}
 
 /// What of a node the planner reads, hashed: a kubelet or kwok heartbeat changes none of it, so
 /// it starts no pass (at a thousand nodes heartbeats alone would keep the queue full).
@@ -121,7 +96,7 @@ pub(super) fn prune_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Every node, pruned, with the events that change what the planner reads.
+/// Every node, lean, with the events that change what the planner reads.
 pub(super) fn node_watch(
     client: &Client,
 ) -> (
@@ -129,11 +104,14 @@ pub(super) fn node_watch(
     impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + use<>,
 ) {
     let (nodes, writer) = reflector::store();
-    let stream = paced(watcher(Api::<Node>::all(client.clone()), watch_config()))
-        .modify(prune_node)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(node_fingerprint, PredicateConfig::default());
+    let stream = paced(watcher(
+        Api::<LeanNode>::all(client.clone()),
+        watch_config(),
+    ))
+    .map_ok(full::<LeanNode, Node>)
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(node_fingerprint, PredicateConfig::default());
     (nodes, stream)
 }
 
@@ -146,7 +124,7 @@ pub(super) fn node_watch(
 /// (no Job, hence no `job-name` label) are followed in every phase: the hand-over waits for
 /// them to be gone.
 pub(super) fn pod_events(
-    api: &Api<Pod>,
+    api: &Api<LeanPod>,
 ) -> [impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + use<>; 2] {
     let pending = watch_config()
         .labels(&format!(
@@ -161,8 +139,8 @@ pub(super) fn pod_events(
         schema::JOB_NAME_LABEL
     ));
     [
-        paced(watcher(api.clone(), pending)),
-        paced(watcher(api.clone(), go)),
+        paced(watcher(api.clone(), pending)).map_ok(full::<LeanPod, Pod>),
+        paced(watcher(api.clone(), go)).map_ok(full::<LeanPod, Pod>),
     ]
 }
 
@@ -233,10 +211,8 @@ pub(super) fn skyhook_watch(
     impl futures::Stream<Item = Result<Skyhook, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    // A status replace's managedFields name every field of every node's state: at a thousand
-    // nodes they outweigh the status itself once parsed.
-    let stream = paced(watcher(Api::all(client.clone()), config))
-        .modify(prune_meta)
+    let stream = paced(watcher(Api::<LeanSkyhook>::all(client.clone()), config))
+        .map_ok(full::<LeanSkyhook, Skyhook>)
         .reflect(writer)
         .applied_objects();
     (store, stream)

@@ -19,9 +19,11 @@ pub struct Started {
     pub failures: Vec<String>,
 }
 
-/// Events of the machine's notes for one node. Starts of one stage and completions are one
-/// Event each for all the node's packages: at a thousand nodes, Events were half of the
-/// operator's requests. The Skyhook's side of the starts comes from [`skyhook_starts`].
+/// Events of the machine's notes for one node. What completed and what started in one pass is
+/// one Event (each part in the reference's words, joined by "; "): at a thousand nodes Events
+/// were half of the operator's requests, and a completion is most often followed by the next
+/// stage's start in the same pass. Failures are Warnings of their own. The Skyhook's side of
+/// the starts comes from [`skyhook_starts`].
 pub fn node_notes(skyhook: &str, node: &str, notes: &[NodeNote], tally: &mut Started) -> Vec<Note> {
     let mut out = Vec::new();
     let mut starts: Vec<(Stage, Vec<String>)> = Vec::new();
@@ -70,13 +72,15 @@ pub fn node_notes(skyhook: &str, node: &str, notes: &[NodeNote], tally: &mut Sta
             }
         }
     }
+    let mut said: Vec<String> = Vec::new();
     if !completed.is_empty() {
-        let msg = schema::node_packages_complete_message(&completed, skyhook);
-        out.push(Note::node(node, schema::APPLY_REASON, msg));
+        said.push(schema::node_packages_complete_message(&completed, skyhook));
     }
     for (stage, packages) in starts {
-        let msg = schema::node_apply_many_message(&packages, skyhook, stage);
-        out.push(Note::node(node, schema::APPLY_REASON, msg));
+        said.push(schema::node_apply_many_message(&packages, skyhook, stage));
+    }
+    if !said.is_empty() {
+        out.push(Note::node(node, schema::APPLY_REASON, said.join("; ")));
     }
     out
 }
@@ -191,7 +195,7 @@ mod tests {
                 vec![],
             ),
             (
-                "starts of one stage are one Event, per stage",
+                "starts of one pass are one Event, grouped by stage",
                 vec![
                     started(Stage::Apply),
                     NodeNote::Started {
@@ -201,17 +205,12 @@ mod tests {
                     },
                     started(Stage::Config),
                 ],
-                vec![
-                    node_note(
-                        schema::APPLY_REASON,
-                        "Applying packages [drv:1.2.3, fw:2.0] from [skyhook:sh] stage [apply]"
-                            .into(),
-                    ),
-                    node_note(
-                        schema::APPLY_REASON,
-                        "Applying package [drv:1.2.3] from [skyhook:sh] stage [config]".into(),
-                    ),
-                ],
+                vec![node_note(
+                    schema::APPLY_REASON,
+                    "Applying packages [drv:1.2.3, fw:2.0] from [skyhook:sh] stage [apply]; \
+                     Applying package [drv:1.2.3] from [skyhook:sh] stage [config]"
+                        .into(),
+                )],
                 vec![
                     ("drv", "1.2.3", "n1"),
                     ("fw", "2.0", "n1"),
@@ -231,6 +230,25 @@ mod tests {
                     "Package [drv:1.2.3] state complete on [skyhook:sh]".into(),
                 )],
                 vec![],
+                vec![],
+            ),
+            (
+                "a completion and the next stage's start are one Event",
+                vec![
+                    NodeNote::Completed {
+                        package: "drv".into(),
+                        version: "1.2.3".into(),
+                        stage: Stage::Apply,
+                    },
+                    started(Stage::Config),
+                ],
+                vec![node_note(
+                    schema::APPLY_REASON,
+                    "Package [drv:1.2.3] state complete on [skyhook:sh]; \
+                     Applying package [drv:1.2.3] from [skyhook:sh] stage [config]"
+                        .into(),
+                )],
+                vec![("drv", "1.2.3", "n1")],
                 vec![],
             ),
             (

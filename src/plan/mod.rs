@@ -69,7 +69,8 @@ pub struct Inputs<'a> {
     pub policies: &'a [Arc<DeploymentPolicy>],
     pub nodes: &'a [Arc<Node>],
     /// This Skyhook's Jobs.
-    pub jobs: &'a [JobView],
+    /// Shared with the Job cache: a pass copies none of them.
+    pub jobs: &'a [Arc<JobView>],
     /// This Skyhook's package ConfigMaps as they are in the cluster.
     pub configmaps: &'a [Arc<ConfigMap>],
     /// Pods on the nodes that are cordoned (listed on demand for the drain).
@@ -436,9 +437,9 @@ impl Pass<'_> {
     }
 }
 
-fn jobs_by_node(jobs: &[JobView]) -> BTreeMap<&str, Vec<&JobView>> {
+fn jobs_by_node(jobs: &[Arc<JobView>]) -> BTreeMap<&str, Vec<&JobView>> {
     let mut by_node: BTreeMap<&str, Vec<&JobView>> = BTreeMap::new();
-    for j in jobs {
+    for j in jobs.iter().map(|j| &**j) {
         by_node.entry(j.node.as_str()).or_default().push(j);
     }
     by_node

@@ -129,13 +129,14 @@ impl World {
         let cfg = config();
         let mut skyhooks = self.others.clone();
         skyhooks.push(Arc::new(self.sk.clone()));
+        let jobs: Vec<Arc<JobView>> = self.jobs.iter().cloned().map(Arc::new).collect();
         plan(&Inputs {
             skyhook: &self.sk,
             status: self.sk.status.as_ref(),
             skyhooks: &skyhooks,
             policies: &self.policies,
             nodes: &self.nodes,
-            jobs: &self.jobs,
+            jobs: &jobs,
             configmaps: &[],
             pods_on_nodes: &self.pods,
             busy_nodes: &self.busy,

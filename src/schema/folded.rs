@@ -20,6 +20,16 @@ pub fn folded_key(package: &str, version: &str, stage: Stage) -> String {
     )
 }
 
+/// `key == folded_key(package, version, stage)`, without building the key: a pass asks it for
+/// every Job of every node.
+pub fn is_folded_key(key: &str, package: &str, version: &str, stage: Stage) -> bool {
+    key.strip_prefix(package)
+        .and_then(|k| k.strip_prefix('|'))
+        .and_then(|k| k.strip_prefix(version))
+        .and_then(|k| k.strip_prefix('|'))
+        == Some(stage.as_str())
+}
+
 /// Whether attempt `attempt` of (package, version, stage) is folded.
 pub fn is_folded(
     folded: &Folded,
@@ -58,5 +68,19 @@ mod tests {
         assert!(!is_folded(&f, "p", "1", Stage::Config, 0), "another stage");
         assert!(!is_folded(&f, "p", "2", Stage::Apply, 0), "another version");
         assert_eq!(serde_json::to_string(&f).unwrap(), r#"{"p|1|apply":2}"#);
+        for (package, version, stage) in [
+            ("p", "1", Stage::Apply),
+            ("p", "1", Stage::Config),
+            ("p|1", "", Stage::Apply),
+            ("p", "11", Stage::Apply),
+            ("", "1", Stage::Apply),
+        ] {
+            let key = "p|1|apply";
+            assert_eq!(
+                is_folded_key(key, package, version, stage),
+                key == folded_key(package, version, stage),
+                "{package} {version} {stage:?}"
+            );
+        }
     }
 }

@@ -38,7 +38,7 @@ pub use digest::sha256_hex;
 pub use duration::{DurationError, MAX_GO_DURATION, parse_go_duration};
 pub use error::SchemaError;
 pub use events::*;
-pub use folded::{Folded, fold, folded_key, is_folded};
+pub use folded::{Folded, fold, folded_key, is_folded, is_folded_key};
 pub use glob::glob_match;
 pub use interrupt::{Interrupt, InterruptType, interrupt_arg, merge_interrupts};
 pub use keys::*;

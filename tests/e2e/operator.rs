@@ -252,8 +252,9 @@ async fn rollout_three_packages_on_three_nodes() {
         );
     }
 
-    // Every start and completion is its own Event, saying what happened: Events of one object
-    // with one reason used to be one series that kept the first message and only counted up.
+    // Every start and completion is told by an Event saying what happened (a pass's completions
+    // and starts on one node share one): Events of one object with one reason used to be one
+    // series that kept the first message and only counted up.
     for node in &env.nodes {
         let wanted = vec![
             ["alpha:1.2.3", "stage [apply]"],

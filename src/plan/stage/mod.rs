@@ -221,7 +221,7 @@ pub fn step(input: StepInput) -> NodeOutcome {
     // An entry with no Job left judges nothing (and the next attempt numbers from 0 again).
     out.folded.retain(|k, _| {
         jobs.iter()
-            .any(|j| *k == schema::folded_key(&j.package, &j.version, j.stage))
+            .any(|j| schema::is_folded_key(k, &j.package, &j.version, j.stage))
     });
     out.state = state;
     out.applied = applied;
