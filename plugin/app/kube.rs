@@ -16,6 +16,7 @@ use skyhook::schema;
 
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
+use crate::app::streamed;
 
 /// Nodes are listed in pages of this size (kubectl's default chunk size).
 const PAGE_SIZE: u32 = 500;
@@ -24,7 +25,10 @@ const PAGE_SIZE: u32 = 500;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct NodeMeta {
     pub name: String,
-    #[serde(default)]
+    /// Skyhook's own labels (`skyhook.nvidia.com/...`), unless listed with
+    /// [`Labels::All`]: only a compartment lookup reads the others, and they were a fifth of
+    /// what `node status` kept of a thousand nodes.
+    #[serde(default, deserialize_with = "skyhook_labels")]
     pub labels: BTreeMap<String, String>,
     /// The node-state annotations (`nodeState_<sh>`) only: nothing else of a node's annotations
     /// is read, and at a thousand nodes the others (our own bookkeeping among them) would be
@@ -33,48 +37,90 @@ pub struct NodeMeta {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// Which of a node's labels a listing keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Labels {
+    /// `skyhook.nvidia.com/...` only.
+    Skyhook,
+    /// Every label (DeploymentPolicy selectors can name any).
+    All,
+}
+
+/// [`NodeMeta`] with every label.
+#[derive(Deserialize)]
+struct AllLabelsMeta {
+    name: String,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "node_states")]
+    annotations: BTreeMap<String, String>,
+}
+
+impl From<AllLabelsMeta> for NodeMeta {
+    fn from(m: AllLabelsMeta) -> NodeMeta {
+        NodeMeta {
+            name: m.name,
+            labels: m.labels.unwrap_or_default(),
+            annotations: m.annotations,
+        }
+    }
+}
+
+fn is_skyhook_key(key: &str) -> bool {
+    key.strip_prefix(schema::PREFIX)
+        .is_some_and(|k| k.starts_with('/'))
+}
+
+fn skyhook_labels<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    d.deserialize_any(Kept(is_skyhook_key))
+}
+
 fn node_states<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, String>, D::Error> {
-    struct States;
-    impl<'de> serde::de::Visitor<'de> for States {
-        type Value = BTreeMap<String, String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a map of annotations")
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut m: A,
-        ) -> Result<Self::Value, A::Error> {
-            let mut kept = BTreeMap::new();
-            while let Some(k) = m.next_key::<String>()? {
-                if schema::skyhook_of_node_state_annotation(&k).is_some() {
-                    kept.insert(k, m.next_value::<String>()?);
-                } else {
-                    m.next_value::<serde::de::IgnoredAny>()?;
-                }
-            }
-            Ok(kept)
-        }
+    d.deserialize_any(Kept(|k| {
+        schema::skyhook_of_node_state_annotation(k).is_some()
+    }))
+}
+
+/// A string map of which only the keys `.0` accepts are built; the rest are skipped unparsed.
+struct Kept(fn(&str) -> bool);
+
+impl<'de> serde::de::Visitor<'de> for Kept {
+    type Value = BTreeMap<String, String>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map of strings")
     }
-    d.deserialize_any(States)
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(BTreeMap::new())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        let mut kept = BTreeMap::new();
+        while let Some(k) = m.next_key::<String>()? {
+            if (self.0)(&k) {
+                kept.insert(k, m.next_value::<String>()?);
+            } else {
+                m.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(kept)
+    }
 }
 
 /// One page of a metadata-only node list, parsed straight into [`NodeMeta`]: the managedFields
 /// every writer of a node adds (the larger part of its metadata on a busy node, and a tree of
 /// JSON values once parsed) are skipped, not kept.
 #[derive(Deserialize)]
-struct NodePage {
-    items: Vec<NodeItem>,
+struct NodePage<M> {
+    items: Vec<NodeItem<M>>,
     metadata: PageMeta,
 }
 
 #[derive(Deserialize)]
-struct NodeItem {
-    metadata: NodeMeta,
+struct NodeItem<M> {
+    metadata: M,
 }
 
 #[derive(Deserialize)]
@@ -152,18 +198,33 @@ impl Kube {
         CliError::from_kube(err, action, &self.server)
     }
 
-    /// Every node's metadata, sorted by name (one paged list call).
+    /// Every node's metadata with Skyhook's labels, sorted by name (one paged list call).
     pub async fn nodes(&self) -> Result<Vec<NodeMeta>, CliError> {
+        self.nodes_with(Labels::Skyhook).await
+    }
+
+    /// Every node's metadata, sorted by name, keeping `labels`.
+    pub async fn nodes_with(&self, labels: Labels) -> Result<Vec<NodeMeta>, CliError> {
+        match labels {
+            Labels::Skyhook => self.node_pages::<NodeMeta>().await,
+            Labels::All => self.node_pages::<AllLabelsMeta>().await,
+        }
+    }
+
+    async fn node_pages<M>(&self) -> Result<Vec<NodeMeta>, CliError>
+    where
+        M: serde::de::DeserializeOwned + Into<NodeMeta> + Send + 'static,
+    {
         let request = kube::core::Request::new("/api/v1/nodes");
         let mut nodes = Vec::new();
         let mut params = ListParams::default().limit(PAGE_SIZE);
         loop {
-            let page: NodePage = match request.list_metadata(&params) {
-                Ok(req) => self.client.request(req).await,
+            let page: NodePage<M> = match request.list_metadata(&params) {
+                Ok(req) => streamed::request(&self.client, req).await,
                 Err(e) => Err(kube::Error::BuildRequest(e)),
             }
             .map_err(|e| self.fail(e, "listing nodes"))?;
-            nodes.extend(page.items.into_iter().map(|n| n.metadata));
+            nodes.extend(page.items.into_iter().map(|n| n.metadata.into()));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
@@ -472,12 +533,13 @@ mod tests {
 
     #[test]
     fn node_pages_keep_names_labels_and_node_states_only() {
-        let page: NodePage = serde_json::from_value(json!({
+        let raw = json!({
             "metadata": {"continue": "abc"},
             "items": [
                 {"metadata": {
                     "name": "n1",
-                    "labels": {"a": "1"},
+                    "labels": {"a": "1", "skyhook.nvidia.com/status_sh": "complete",
+                        "skyhook.nvidia.com.evil/x": "y"},
                     "annotations": {
                         "skyhook.nvidia.com/nodeState_sh": "{}",
                         "skyhook.nvidia.com/applied_sh": "{\"p|1\":\"x\"}",
@@ -485,25 +547,34 @@ mod tests {
                     },
                     "managedFields": [{"manager": "kwok", "fieldsV1": {"f:metadata": {}}}],
                 }},
-                {"metadata": {"name": "n2", "annotations": null}},
+                {"metadata": {"name": "n2", "annotations": null, "labels": null}},
             ],
-        }))
-        .unwrap();
+        });
+        let page: NodePage<NodeMeta> = serde_json::from_value(raw.clone()).unwrap();
         assert_eq!(page.metadata.continue_.as_deref(), Some("abc"));
         let nodes: Vec<NodeMeta> = page.items.into_iter().map(|i| i.metadata).collect();
         assert_eq!(nodes[0].name, "n1");
-        assert_eq!(nodes[0].labels, BTreeMap::from([("a".into(), "1".into())]));
+        let status = (
+            "skyhook.nvidia.com/status_sh".to_string(),
+            "complete".to_string(),
+        );
+        assert_eq!(nodes[0].labels, BTreeMap::from([status.clone()]));
         assert_eq!(
             nodes[0].annotations,
             BTreeMap::from([("skyhook.nvidia.com/nodeState_sh".into(), "{}".into())])
         );
-        assert_eq!(
-            nodes[1],
-            NodeMeta {
-                name: "n2".into(),
-                ..NodeMeta::default()
-            }
-        );
+        let bare = NodeMeta {
+            name: "n2".into(),
+            ..NodeMeta::default()
+        };
+        assert_eq!(nodes[1], bare);
+
+        let page: NodePage<AllLabelsMeta> = serde_json::from_value(raw).unwrap();
+        let all: Vec<NodeMeta> = page.items.into_iter().map(|i| i.metadata.into()).collect();
+        assert_eq!(all[0].labels.len(), 3, "{:?}", all[0].labels);
+        assert_eq!(all[0].labels.get("a").map(String::as_str), Some("1"));
+        assert_eq!(all[0].annotations, nodes[0].annotations);
+        assert_eq!(all[1], bare);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod output;
 pub mod packages;
 pub mod prompt;
 pub mod sort;
+pub mod streamed;
 
 use error::CliError;
 use global::GlobalArgs;

@@ -16,7 +16,7 @@ use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State}
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
-use crate::app::kube::{Kube, NodeMeta};
+use crate::app::kube::{Kube, Labels, NodeMeta};
 use crate::app::nodes::{parse_state, select_nodes, skyhook_states};
 use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
 use crate::app::sort::sort_by_key;
@@ -238,12 +238,13 @@ impl From<&PackageStatus> for NodePackage {
 }
 
 /// Summaries for the selected nodes (all when `selected` is `None`), sorted by node then
-/// Skyhook; packages sorted by name (then version).
+/// Skyhook; with `packages`, each package too, sorted by name (then version).
 pub fn status_summaries(
     ctx: &Ctx,
     nodes: &[NodeMeta],
     selected: Option<&BTreeSet<String>>,
     skyhook: Option<&str>,
+    packages: bool,
 ) -> Vec<NodeSkyhookSummary> {
     let mut out = Vec::new();
     for node in nodes {
@@ -258,8 +259,10 @@ pub fn status_summaries(
                 continue;
             };
             let s = summarize(&state);
-            let mut packages: Vec<NodePackage> =
-                state.iter().map(|(_, p)| NodePackage::from(p)).collect();
+            let mut packages: Vec<NodePackage> = match packages {
+                true => state.iter().map(|(_, p)| NodePackage::from(p)).collect(),
+                false => Vec::new(),
+            };
             packages.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
             out.push(NodeSkyhookSummary {
                 node_name: node.name.clone(),
@@ -353,8 +356,20 @@ pub async fn status(
     for p in patterns {
         NodePattern::new(p)?;
     }
+    let by_compartment = ctx
+        .global
+        .sort_key
+        .as_ref()
+        .is_some_and(|k| k.0 == ["compartment"]);
+    let compartments = ctx.global.output == OutputFormat::Wide || by_compartment;
     let kube = ctx.kube().await?;
-    let nodes = kube.nodes().await?;
+    // Compartment selectors may name any label; otherwise Skyhook's own are enough.
+    let labels = if compartments {
+        Labels::All
+    } else {
+        Labels::Skyhook
+    };
+    let nodes = kube.nodes_with(labels).await?;
     let selected = if patterns.is_empty() {
         None
     } else {
@@ -363,13 +378,10 @@ pub async fn status(
             nodes.iter().map(|n| n.name.as_str()),
         )?)
     };
-    let mut summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook);
-    let by_compartment = ctx
-        .global
-        .sort_key
-        .as_ref()
-        .is_some_and(|k| k.0 == ["compartment"]);
-    if (ctx.global.output == OutputFormat::Wide || by_compartment) && !summaries.is_empty() {
+    // The plain table shows no package; a sort key may name one.
+    let packages = ctx.global.output != OutputFormat::Table || ctx.global.sort_key.is_some();
+    let mut summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook, packages);
+    if compartments && !summaries.is_empty() {
         add_compartments(ctx, &kube, &nodes, &mut summaries).await;
     }
     if let Some(key) = &ctx.global.sort_key {
@@ -640,7 +652,7 @@ mod tests {
 
     #[test]
     fn status_names_each_node_once() {
-        let all = status_summaries(&ctx(), &fixture(), None, None);
+        let all = status_summaries(&ctx(), &fixture(), None, None, true);
         let p = Painter::new(false);
         assert_eq!(
             render_status(&p, OutputFormat::Name, &all).unwrap(),
@@ -654,7 +666,7 @@ mod tests {
     #[test]
     fn status_table_wide_and_json() {
         let nodes = fixture();
-        let all = status_summaries(&ctx(), &nodes, None, None);
+        let all = status_summaries(&ctx(), &nodes, None, None, true);
         assert_eq!(
             all.iter()
                 .map(|s| (s.node_name.as_str(), s.skyhook_name.as_str()))
@@ -665,7 +677,7 @@ mod tests {
                 ("worker-2", "sh")
             ]
         );
-        let only_sh = status_summaries(&ctx(), &nodes, None, Some("sh"));
+        let only_sh = status_summaries(&ctx(), &nodes, None, Some("sh"), true);
         assert_eq!(only_sh.len(), 2);
         let p = Painter::new(false);
         insta::with_settings!({snapshot_path => "../../tests/snapshots", prepend_module_to_snapshot => false}, {
@@ -674,6 +686,13 @@ mod tests {
             insta::assert_snapshot!("node_status_json", render_status(&p, OutputFormat::Json, &only_sh).unwrap());
             insta::assert_snapshot!("node_status_yaml", render_status(&p, OutputFormat::Yaml, &only_sh).unwrap());
         });
+        // The plain table is the same without the packages (they are not read for it).
+        let bare = status_summaries(&ctx(), &nodes, None, None, false);
+        assert!(bare.iter().all(|s| s.packages.is_empty()));
+        assert_eq!(
+            render_status(&p, OutputFormat::Table, &bare).unwrap(),
+            render_status(&p, OutputFormat::Table, &all).unwrap()
+        );
         assert_eq!(
             render_status(&p, OutputFormat::Table, &[]).unwrap(),
             "No Skyhook activity found on specified nodes\n"
