@@ -15,3 +15,4 @@ pub mod metrics;
 pub mod plan;
 pub mod schema;
 pub mod settings;
+pub mod streamed;

@@ -13,10 +13,10 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
 use skyhook::schema;
+use skyhook::streamed;
 
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
-use crate::app::streamed;
 
 /// Nodes are listed in pages of this size (kubectl's default chunk size).
 const PAGE_SIZE: u32 = 500;

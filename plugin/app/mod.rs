@@ -13,7 +13,6 @@ pub mod output;
 pub mod packages;
 pub mod prompt;
 pub mod sort;
-pub mod streamed;
 
 use error::CliError;
 use global::GlobalArgs;

@@ -120,6 +120,9 @@ impl Creating {
             return;
         }
         ctx.creating.queue(&jobs);
+        // Held as the bytes to send: a Job object is several times the size of its JSON, and
+        // up to CREATE_ROOM of them wait here at a thousand nodes.
+        let jobs: Vec<Outgoing> = jobs.iter().filter_map(Outgoing::new).collect();
         let ctx = ctx.clone();
         let skyhook = ObjectRef::from(sk);
         let reference = sk.object_ref(&());
@@ -128,11 +131,10 @@ impl Creating {
             let (api, ctx_ref, reference) = (&api, &ctx, &reference);
             let failures: Vec<Error> = stream::iter(jobs)
                 .map(|job| async move {
-                    let name = job.name_any();
                     let sent = retried(|| Box::pin(create(api, ctx_ref, reference, &job))).await;
                     match sent {
-                        Ok(()) => ctx_ref.creating.created(&name),
-                        Err(_) => ctx_ref.creating.failed(&name),
+                        Ok(()) => ctx_ref.creating.created(&job.view.name),
+                        Err(_) => ctx_ref.creating.failed(&job.view.name),
                     }
                     sent.err()
                 })
@@ -150,15 +152,37 @@ impl Creating {
     }
 }
 
+/// A Job on its way: its body, and the view the planner sees of it.
+struct Outgoing {
+    body: Vec<u8>,
+    view: JobView,
+}
+
+impl Outgoing {
+    fn new(job: &Job) -> Option<Outgoing> {
+        let Some(view) = JobView::from_job(job, None) else {
+            warn!(job = %job.name_any(), "a planned Job without the stage labels; not created");
+            return None;
+        };
+        match serde_json::to_vec(job) {
+            Ok(body) => Some(Outgoing { body, view }),
+            Err(e) => {
+                warn!(job = %view.name, error = %e, "a Job could not be serialised");
+                None
+            }
+        }
+    }
+}
+
 async fn create(
     api: &Api<Job>,
     ctx: &Ctx,
     skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-    job: &Job,
+    job: &Outgoing,
 ) -> Result<(), Error> {
-    match lean::create_job(&ctx.client, &ctx.config.namespace, job).await {
+    match lean::create_job(&ctx.client, &ctx.config.namespace, job.body.clone()).await {
         Ok(_) => {
-            info!(job = %job.name_any(), "created Job");
+            info!(job = %job.view.name, "created Job");
             Ok(())
         }
         // A deterministic name already taken means an earlier pass created it: adopt it, but
@@ -174,14 +198,13 @@ async fn adopt(
     api: &Api<Job>,
     ctx: &Ctx,
     skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-    job: &Job,
+    job: &Outgoing,
 ) -> Result<(), Error> {
-    let name = job.name_any();
-    let existing = api.get(&name).await?;
-    let want = JobView::from_job(job, None);
+    let name = &job.view.name;
+    let existing = api.get(name).await?;
     let have = JobView::from_job(&existing, None);
-    if let (Some(w), Some(h)) = (&want, &have)
-        && same_work(w, h)
+    if let Some(h) = &have
+        && same_work(&job.view, h)
     {
         debug!(job = %name, "Job exists, adopting");
         return Ok(());

@@ -216,10 +216,13 @@ pub fn full<L: Into<K>, K>(event: watcher::Event<L>) -> watcher::Event<K> {
     }
 }
 
-/// Creates `job` in `namespace`. The answer (the whole Job back) is decoded lean: a creation
-/// reads nothing of it.
-pub async fn create_job(client: &Client, namespace: &str, job: &Job) -> Result<(), kube::Error> {
-    let body = serde_json::to_vec(job).map_err(kube::Error::SerdeError)?;
+/// Creates the Job serialised in `body` in `namespace`. The answer (the whole Job back) is
+/// decoded lean: a creation reads nothing of it.
+pub async fn create_job(
+    client: &Client,
+    namespace: &str,
+    body: Vec<u8>,
+) -> Result<(), kube::Error> {
     let req = Request::new(Job::url_path(&(), Some(namespace)))
         .create(&PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
@@ -233,7 +236,9 @@ pub async fn replace_status(client: &Client, sk: &Skyhook) -> Result<Skyhook, ku
     let req = Request::new(Skyhook::url_path(&(), None))
         .replace_subresource("status", &sk.name_any(), &PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
-    client.request::<LeanSkyhook>(req).await.map(Skyhook::from)
+    crate::streamed::request::<LeanSkyhook>(client, req)
+        .await
+        .map(Skyhook::from)
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! JSON answers decoded while they arrive. kube's `Client::request` collects the whole body
-//! (hyper's read buffers, then one contiguous copy) before parsing it: a page of 500 nodes'
-//! metadata held about 6 MiB at once, a third of `node status`'s peak at a thousand nodes. Here
-//! the body's chunks go to a blocking thread that parses them as they come, so only a few
-//! chunks and the parsed result are ever in memory.
+//! (hyper's read buffers, one contiguous copy, then a `String`) before parsing it: a page of
+//! 500 nodes' metadata held about 6 MiB at once, a third of the plugin's `node status` peak at
+//! a thousand nodes, and the operator's status replace answer (the Skyhook with every node's
+//! state) about four times its own size. Here the body's chunks go to a blocking thread that
+//! parses them as they come, so only a few chunks and the parsed result are ever in memory.
 
 use std::io::Read;
 
@@ -87,7 +88,7 @@ mod tests {
         let doc = br#"{"items":[{"name":"n\u00e9-1","n":12345},{"name":"b\"q","n":-7}],"x":null}"#;
         let whole: serde_json::Value = serde_json::from_slice(doc).unwrap();
         for size in [1, 2, 3, 7, doc.len()] {
-            let (tx, rx) = mpsc::channel(doc.len());
+            let (tx, rx) = mpsc::channel(doc.len() + 1);
             for piece in doc.chunks(size) {
                 tx.try_send(piece.to_vec()).unwrap();
             }
