@@ -290,7 +290,8 @@ const CRD_WAIT: Duration = Duration::from_secs(120);
 /// One Skyhook at a time, with no debounce: kube's debounce postpones a pass again with every
 /// event that arrives within it, and a rollout over a thousand nodes never pauses for 300 ms,
 /// so passes waited for a lull (10 s and more) while stages finished. Events that arrive during
-/// a pass make one pass after it; [`Passes`] spaces passes instead.
+/// a pass make one pass after it; [`Passes`] spaces passes instead, by requeueing, so that one
+/// Skyhook's wait never holds the others' passes back.
 fn queue_config() -> controller::Config {
     controller::Config::default().concurrency(1)
 }
@@ -407,7 +408,10 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let name = sk.name_any();
-    ctx.passes.wait(&name).await;
+    if let Some(left) = ctx.passes.wait_left(&name) {
+        return Ok(Action::requeue(left));
+    }
+    ctx.passes.starting(&name);
     let started = Instant::now();
     let sk = ctx.passes.newest(sk);
     let (action, stored) = match pass(&sk, &ctx).await {

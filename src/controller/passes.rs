@@ -41,24 +41,40 @@ struct Last {
 }
 
 #[derive(Default)]
-pub struct Passes(Mutex<HashMap<String, Last>>);
+pub struct Passes {
+    last: Mutex<HashMap<String, Last>>,
+    /// When each Skyhook's next pass was first asked for (since its last pass started).
+    asked: Mutex<HashMap<String, Instant>>,
+}
 
 impl Passes {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Last>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.last.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits [`GATHER`], and out the gap after `skyhook`'s last pass: as long as that pass
-    /// took, within [`MIN_GAP`]..[`MAX_GAP`]. A pass that writes for seconds on a busy API
-    /// server is followed by a pause as long, which halves the passes (and status writes) a
-    /// rollout makes while a finished stage still waits at most a couple of seconds.
-    pub async fn wait(&self, skyhook: &str) {
-        let gathered = Instant::now() + GATHER;
-        let until = self
-            .lock()
-            .get(skyhook)
-            .map_or(gathered, |l| gathered.max(l.ended + gap(l.took)));
-        tokio::time::sleep_until(until.into()).await;
+    fn asked(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
+        self.asked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How long a pass of `skyhook` asked for now must still wait, if at all: [`GATHER`] after
+    /// it was first asked for, and the gap after its last pass (as long as that pass took,
+    /// within [`MIN_GAP`]..[`MAX_GAP`]; a pass that writes for seconds on a busy API server is
+    /// followed by a pause as long, which halves the passes and status writes of a rollout
+    /// while a finished stage still waits at most a couple of seconds).
+    ///
+    /// The caller requeues for what is left rather than sleeping: passes run one at a time, and
+    /// a pass that slept its wait inside the controller's only worker held every other
+    /// Skyhook's passes back; with four Skyhooks busy, an unpaused one waited 12 s for its turn.
+    pub fn wait_left(&self, skyhook: &str) -> Option<Duration> {
+        let now = Instant::now();
+        let asked = *self.asked().entry(skyhook.to_string()).or_insert(now);
+        let last = self.lock().get(skyhook).map(|l| (l.ended, l.took));
+        wait_left(now, asked, last)
+    }
+
+    /// A pass of `skyhook` starts: what is asked from now on is asked of the next one.
+    pub fn starting(&self, skyhook: &str) {
+        self.asked().remove(skyhook);
     }
 
     /// The copy of `cached` to plan from: the one the last status replace returned when the
@@ -109,7 +125,17 @@ impl Passes {
 
     pub fn forget(&self, skyhook: &str) {
         self.lock().remove(skyhook);
+        self.asked().remove(skyhook);
     }
+}
+
+/// What is left at `now` of the wait of a pass first asked for at `asked`, after a last pass
+/// that ended at `.0` and took `.1`.
+fn wait_left(now: Instant, asked: Instant, last: Option<(Instant, Duration)>) -> Option<Duration> {
+    let gathered = asked + GATHER;
+    let due = last.map_or(gathered, |(ended, took)| gathered.max(ended + gap(took)));
+    due.checked_duration_since(now)
+        .filter(|left| !left.is_zero())
 }
 
 fn hold_left(at: Instant, took: Duration, now: Instant) -> Option<Duration> {
@@ -189,6 +215,71 @@ mod tests {
         for (case, took, since, want) in cases {
             assert_eq!(hold_left(at, took, at + since), want, "{case}");
         }
+    }
+
+    #[test]
+    fn a_pass_waits_to_gather_and_for_the_gap_after_the_last() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // (case, asked at, last pass (ended at, took), now, wait left)
+        let cases = [
+            ("first pass: gathers", ms(0), None, ms(0), Some(GATHER)),
+            (
+                "first pass: partly gathered",
+                ms(0),
+                None,
+                ms(200),
+                Some(ms(300)),
+            ),
+            ("first pass: gathered", ms(0), None, ms(500), None),
+            (
+                "asked again later: gathers from the first ask",
+                ms(0),
+                None,
+                ms(499),
+                Some(ms(1)),
+            ),
+            (
+                "short last pass: the gather decides",
+                ms(1000),
+                Some((ms(900), ms(10))),
+                ms(1000),
+                Some(GATHER),
+            ),
+            (
+                "long last pass: its gap decides",
+                ms(1000),
+                Some((ms(900), ms(1500))),
+                ms(1600),
+                Some(ms(800)),
+            ),
+            (
+                "very long last pass: gap capped",
+                ms(1000),
+                Some((ms(900), ms(9000))),
+                ms(1500),
+                Some(ms(1400)),
+            ),
+            ("due long ago", ms(0), Some((ms(0), ms(10))), ms(5000), None),
+        ];
+        for (case, asked, last, now, want) in cases {
+            let last = last.map(|(ended, took)| (t0 + ended, took));
+            assert_eq!(wait_left(t0 + now, t0 + asked, last), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn asking_again_does_not_restart_the_gather_until_a_pass_starts() {
+        let passes = Passes::default();
+        let first = passes.wait_left("sk").expect("gathers");
+        std::thread::sleep(Duration::from_millis(20));
+        let again = passes.wait_left("sk").expect("still gathering");
+        assert!(again < first, "{again:?} < {first:?}");
+        passes.starting("sk");
+        passes.ended("sk", Instant::now(), None);
+        assert!(passes.wait_left("sk").expect("next pass gathers") > again);
+        passes.forget("sk");
+        assert!(passes.asked().is_empty() && passes.lock().is_empty());
     }
 
     #[test]
