@@ -66,15 +66,10 @@ impl From<AllLabelsMeta> for NodeMeta {
     }
 }
 
-fn is_skyhook_key(key: &str) -> bool {
-    key.strip_prefix(schema::PREFIX)
-        .is_some_and(|k| k.starts_with('/'))
-}
-
 fn skyhook_labels<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, String>, D::Error> {
-    d.deserialize_any(Kept(is_skyhook_key))
+    d.deserialize_any(Kept(schema::is_skyhook_key))
 }
 
 fn node_states<'de, D: serde::Deserializer<'de>>(

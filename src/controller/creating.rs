@@ -104,13 +104,11 @@ impl Creating {
     }
 
     /// Notes `jobs` as on their way.
-    fn queue(&self, jobs: &[Job]) {
+    fn queue(&self, jobs: &[Outgoing]) {
         let mut queue = self.lock();
         for job in jobs {
-            if let Some(view) = JobView::from_job(job, None) {
-                let state = State::Sending;
-                queue.insert(job.name_any(), Entry { view, state });
-            }
+            let (view, state) = (job.view.clone(), State::Sending);
+            queue.insert(job.view.name.clone(), Entry { view, state });
         }
     }
 
@@ -119,10 +117,10 @@ impl Creating {
         if jobs.is_empty() {
             return;
         }
-        ctx.creating.queue(&jobs);
         // Held as the bytes to send: a Job object is several times the size of its JSON, and
-        // up to CREATE_ROOM of them wait here at a thousand nodes.
+        // up to 200 of them wait here at a thousand nodes.
         let jobs: Vec<Outgoing> = jobs.iter().filter_map(Outgoing::new).collect();
+        ctx.creating.queue(&jobs);
         let ctx = ctx.clone();
         let skyhook = ObjectRef::from(sk);
         let reference = sk.object_ref(&());
@@ -279,6 +277,15 @@ mod tests {
         .unwrap()
     }
 
+    /// A Job on its way, as `start` holds it: its body is the Job it was made from.
+    fn outgoing(name: &str, node: &str) -> Outgoing {
+        let j = job(name, node);
+        let out = Outgoing::new(&j).unwrap();
+        assert_eq!(serde_json::from_slice::<Job>(&out.body).unwrap(), j);
+        assert_eq!(out.view.name, name);
+        out
+    }
+
     fn names(views: Vec<JobView>) -> Vec<String> {
         let mut names: Vec<String> = views.into_iter().map(|v| v.name).collect();
         names.sort();
@@ -288,7 +295,11 @@ mod tests {
     #[test]
     fn a_job_on_its_way_counts_as_running_until_the_cache_holds_it() {
         let (creating, _again) = Creating::new();
-        creating.queue(&[job("a", "n1"), job("b", "n2"), job("c", "n3")]);
+        creating.queue(&[
+            outgoing("a", "n1"),
+            outgoing("b", "n2"),
+            outgoing("c", "n3"),
+        ]);
         assert_eq!(creating.len(), 3);
         let none = |_: &str| false;
         let views = creating.unseen(none);
@@ -312,7 +323,7 @@ mod tests {
     #[test]
     fn a_created_job_the_watch_never_shows_is_forgotten() {
         let (creating, _again) = Creating::new();
-        creating.queue(&[job("a", "n1")]);
+        creating.queue(&[outgoing("a", "n1")]);
         if let Some(e) = creating.lock().get_mut("a") {
             e.state = State::Created(Instant::now() - UNSEEN - Duration::from_secs(1));
         }
