@@ -44,7 +44,7 @@ pub fn summarize(state: &NodeState) -> Summary {
             _ => {}
         }
     }
-    let total = state.0.len();
+    let total = state.len();
     let status = if erroring {
         State::Erroring
     } else if total > 0 && complete == total {

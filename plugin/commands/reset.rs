@@ -36,7 +36,7 @@ fn targets<'a>(
         .filter_map(|node| {
             let raw = node.annotations.get(&key)?;
             let packages = match NodeState::parse(raw) {
-                Ok(state) => Some(state.0.len()),
+                Ok(state) => Some(state.len()),
                 Err(e) => {
                     ctx.warn(&format!(
                         "node {:?}: unreadable {key} annotation, resetting it: {e}",

@@ -383,13 +383,13 @@ impl Pass<'_> {
         tally: &mut Tally,
         plan: &mut Plan,
     ) {
-        let mut base = prior.clone();
+        let mut base = status::carried(prior);
         base.config_updates = updates;
         base.node_boot_ids = facts
             .iter()
             .filter_map(|f| Some((f.name.clone(), f.boot_id.clone()?)))
             .collect();
-        let desired = status::skyhook_status(&status::SkyhookFacts {
+        let desired = status::skyhook_status(status::SkyhookFacts {
             skyhook: self.inp.skyhook,
             prior: &base,
             node_states: std::mem::take(&mut tally.node_states),

@@ -97,11 +97,46 @@ fn set_condition(
     }
 }
 
-/// The whole desired `.status`.
-pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
+/// `prior` without the per-node maps every pass rebuilds (`nodeState`, `nodeStatus`). They are
+/// most of a large Skyhook's status (about 1 MiB at a thousand nodes): a pass that copied them
+/// only to replace them held two more copies of every node's state at its peak.
+pub fn carried(prior: &SkyhookStatus) -> SkyhookStatus {
+    let SkyhookStatus {
+        observed_generation,
+        status,
+        node_state: _,
+        node_status: _,
+        conditions,
+        node_boot_ids,
+        node_priority,
+        config_updates,
+        compartment_statuses,
+        nodes_in_progress,
+        complete_nodes,
+        package_list,
+    } = prior;
+    SkyhookStatus {
+        observed_generation: *observed_generation,
+        status: *status,
+        node_state: BTreeMap::new(),
+        node_status: BTreeMap::new(),
+        conditions: conditions.clone(),
+        node_boot_ids: node_boot_ids.clone(),
+        node_priority: node_priority.clone(),
+        config_updates: config_updates.clone(),
+        compartment_statuses: compartment_statuses.clone(),
+        nodes_in_progress: *nodes_in_progress,
+        complete_nodes: complete_nodes.clone(),
+        package_list: package_list.clone(),
+    }
+}
+
+/// The whole desired `.status`. The node states of `f` move into it.
+pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     let generation = f.skyhook.metadata.generation.unwrap_or(0);
-    let mut s = f.prior.clone();
-    progress(&mut s, f);
+    let mut s = carried(f.prior);
+    progress(&mut s, &mut f);
+    let f = &f;
     let status = aggregate(f);
     if status == Status::Complete && s.status != Some(Status::Complete) {
         s.observed_generation = generation;
@@ -121,7 +156,11 @@ pub fn skyhook_status(f: &SkyhookFacts) -> SkyhookStatus {
         );
     }
     s.status = Some(status);
-    work_conditions(&mut s.conditions, f, generation);
+    let erroring = s
+        .node_state
+        .values()
+        .any(|st| st.iter().any(|(_, e)| e.state == Some(State::Erroring)));
+    work_conditions(&mut s.conditions, f, erroring, generation);
     node_conditions(&mut s.conditions, f, generation);
     unreadable_condition(&mut s.conditions, f, generation);
     policy_condition(&mut s.conditions, f, generation);
@@ -202,15 +241,11 @@ pub fn newly_missing_policy(prior: &SkyhookStatus, desired: &SkyhookStatus) -> O
 }
 
 /// Per-node maps and counters.
-fn progress(s: &mut SkyhookStatus, f: &SkyhookFacts) {
+fn progress(s: &mut SkyhookStatus, f: &mut SkyhookFacts) {
     let targeted = f.node_statuses.len();
     let count = |want: Status| f.node_statuses.values().filter(|x| **x == want).count();
-    s.node_state = f
-        .node_states
-        .iter()
-        .filter(|(_, st)| !st.is_empty())
-        .map(|(n, st)| (n.clone(), st.clone()))
-        .collect();
+    s.node_state = std::mem::take(&mut f.node_states);
+    s.node_state.retain(|_, st| !st.is_empty());
     s.node_status = f.node_statuses.clone();
     s.node_boot_ids
         .retain(|n, _| f.node_statuses.contains_key(n));
@@ -230,7 +265,7 @@ fn progress(s: &mut SkyhookStatus, f: &SkyhookFacts) {
 }
 
 /// Conditions about the work itself: the last package started, validity, erroring packages.
-fn work_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+fn work_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, erroring: bool, generation: i64) {
     if let Some((pkg, ver, node)) = f.started.last() {
         set_condition(
             list,
@@ -258,10 +293,6 @@ fn work_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64)
         generation,
         f.now,
     );
-    let erroring = f
-        .node_states
-        .values()
-        .any(|st| st.iter().any(|(_, e)| e.state == Some(State::Erroring)));
     if let Some(latest) = f.failures.last() {
         set_condition(
             list,
@@ -652,7 +683,7 @@ mod tests {
         for &(name, list, packages, complete, in_progress, package_list) in cases {
             let sk = skyhook(packages);
             let prior = SkyhookStatus::default();
-            let s = skyhook_status(&facts(&sk, &prior, list));
+            let s = skyhook_status(facts(&sk, &prior, list));
             assert_eq!(s.complete_nodes, complete, "case: {name}");
             assert_eq!(s.nodes_in_progress, in_progress, "case: {name}");
             assert_eq!(s.package_list, package_list, "case: {name}");
@@ -686,7 +717,7 @@ mod tests {
             ("n0".to_string(), state.clone()),
             ("n1".to_string(), NodeState::default()),
         ]);
-        let s = skyhook_status(&f);
+        let s = skyhook_status(f);
         // (case, got, want)
         let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
             (
@@ -749,7 +780,7 @@ mod tests {
         f.blocked_nodes = owned(p.blocked);
         f.ignored_nodes = owned(p.ignored);
         f.now = now;
-        skyhook_status(&f)
+        skyhook_status(f)
     }
 
     #[test]

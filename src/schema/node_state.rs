@@ -79,55 +79,132 @@ fn empty_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<State>, D::Er
 
 /// All packages of one Skyhook on one node, keyed `<pkg>|<ver>` (sorted bytewise, as Go sorts
 /// map keys).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(transparent)]
-pub struct NodeState(pub BTreeMap<String, PackageStatus>);
+///
+/// A sorted list rather than a `BTreeMap`: a node carries a handful of packages, and a map's
+/// first leaf reserves room for eleven entries, so each state took three times the memory its
+/// entries need. The operator holds every node's state several times over at once (the node
+/// cache, the Skyhook status, the pass's result, the status written), which at a thousand
+/// nodes made this type one of its largest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeState(Vec<(String, PackageStatus)>);
 
 impl NodeState {
     /// Parses an annotation value. `null` (what Go writes for a nil map) is the empty state.
     pub fn parse(annotation: &str) -> Result<NodeState, SchemaError> {
-        let parsed: Option<BTreeMap<String, PackageStatus>> = serde_json::from_str(annotation)
-            .map_err(|source| SchemaError::Json {
-                what: "node state",
-                source,
-            })?;
-        Ok(NodeState(parsed.unwrap_or_default()))
+        serde_json::from_str(annotation).map_err(|source| SchemaError::Json {
+            what: "node state",
+            source,
+        })
     }
 
     /// The annotation value, byte-identical to the reference operator's.
     pub fn to_annotation(&self) -> String {
-        go_json::to_string_infallible(&self.0)
+        go_json::to_string_infallible(self)
+    }
+
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    /// The entry stored under `key` (`<pkg>|<ver>`, or a legacy bare name).
+    pub fn get_key(&self, key: &str) -> Option<&PackageStatus> {
+        self.find(key).ok().map(|i| &self.0[i].1)
     }
 
     /// The entry for an exact package version.
     pub fn get(&self, name: &str, version: &str) -> Option<&PackageStatus> {
-        self.0.get(&package_key(name, version))
+        self.get_key(&package_key(name, version))
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.find(key).is_ok()
     }
 
     /// Inserts or replaces the entry under its own `<pkg>|<ver>` key.
     pub fn upsert(&mut self, status: PackageStatus) -> Option<PackageStatus> {
-        self.0.insert(status.key(), status)
+        let key = status.key();
+        match self.find(&key) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, status)),
+            Err(i) => {
+                self.0.insert(i, (key, status));
+                None
+            }
+        }
+    }
+
+    /// Removes the entry stored under `key`.
+    pub fn remove_key(&mut self, key: &str) -> Option<PackageStatus> {
+        self.find(key).ok().map(|i| self.0.remove(i).1)
     }
 
     /// Removes the entry of an exact package version.
     pub fn remove(&mut self, name: &str, version: &str) -> Option<PackageStatus> {
-        self.0.remove(&package_key(name, version))
+        self.remove_key(&package_key(name, version))
     }
 
     /// Entries still stored under a legacy unversioned key, with that key.
     pub fn legacy_entries(&self) -> impl Iterator<Item = (&str, &PackageStatus)> {
-        self.0
-            .iter()
-            .filter(|(k, _)| is_legacy_key(k))
-            .map(|(k, v)| (k.as_str(), v))
+        self.iter().filter(|(k, _)| is_legacy_key(k))
     }
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Entries in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &PackageStatus)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+}
+
+impl FromIterator<(String, PackageStatus)> for NodeState {
+    /// Sorted by key; of two entries under one key the last wins, as in a map.
+    fn from_iter<I: IntoIterator<Item = (String, PackageStatus)>>(iter: I) -> Self {
+        let map: BTreeMap<String, PackageStatus> = iter.into_iter().collect();
+        NodeState(map.into_iter().collect())
+    }
+}
+
+impl Serialize for NodeState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeState {
+    /// A JSON object, or `null` (what Go writes for a nil map) for the empty state.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map: Option<BTreeMap<String, PackageStatus>> = Option::deserialize(d)?;
+        Ok(NodeState(map.unwrap_or_default().into_iter().collect()))
+    }
+}
+
+impl JsonSchema for NodeState {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        <BTreeMap<String, PackageStatus>>::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut schema = <BTreeMap<String, PackageStatus>>::json_schema(generator);
+        schema.insert(
+            "description".to_string(),
+            "All packages of one Skyhook on one node, keyed `<pkg>|<ver>` (sorted bytewise, as \
+             Go sorts\nmap keys)."
+                .into(),
+        );
+        schema
+    }
+
+    fn inline_schema() -> bool {
+        true
     }
 }
 
@@ -194,6 +271,36 @@ mod tests {
             )
         );
         assert_eq!(NodeState::default().to_annotation(), "{}");
+    }
+
+    #[test]
+    fn entries_stay_sorted_and_unique_like_a_map() {
+        let entry = |name: &str, restarts| PackageStatus {
+            name: name.into(),
+            version: "1".into(),
+            image: "img".into(),
+            container_sha: None,
+            stage: Stage::Apply,
+            state: None,
+            restarts,
+        };
+        let mut state = NodeState::default();
+        for name in ["m", "z", "a", "m"] {
+            state.upsert(entry(name, 0));
+        }
+        assert_eq!(state.keys().collect::<Vec<_>>(), ["a|1", "m|1", "z|1"]);
+        assert_eq!(state.upsert(entry("m", 2)).map(|e| e.restarts), Some(0));
+        assert_eq!(state.get("m", "1").map(|e| e.restarts), Some(2));
+        assert!(state.contains_key("z|1") && !state.contains_key("y|1"));
+        assert_eq!(state.remove_key("a|1").map(|e| e.name), Some("a".into()));
+        assert_eq!(state.remove("a", "1"), None);
+        assert_eq!(state.len(), 2);
+        // A JSON object naming one key twice keeps the last, as a map does.
+        let twice = r#"{"b|1":{"name":"b","version":"1","stage":"apply"},"a|1":{"name":"a","version":"1","stage":"apply"},"b|1":{"name":"b","version":"1","stage":"config"}}"#;
+        let parsed = NodeState::parse(twice).unwrap();
+        assert_eq!(parsed.keys().collect::<Vec<_>>(), ["a|1", "b|1"]);
+        assert_eq!(parsed.get("b", "1").map(|e| e.stage), Some(Stage::Config));
+        assert!(NodeState::parse("null").unwrap().is_empty());
     }
 
     #[test]

@@ -213,7 +213,7 @@ async fn rollout_three_packages_on_three_nodes() {
             state.to_annotation(),
             "node state of {node} is not in the Go encoding"
         );
-        assert_eq!(state.0.len(), 3);
+        assert_eq!(state.len(), 3);
         for (_, e) in state.iter() {
             assert_eq!(
                 (e.stage, e.state),
@@ -929,7 +929,7 @@ async fn version_bump_upgrades_within_the_budget() {
     let jobs = env.jobs_of(&name).await;
     for node in &env.nodes {
         let (_, s) = env.node_state(node, &name).await.expect("state");
-        assert_eq!(s.0.len(), 1, "old version left on {node}: {s:?}");
+        assert_eq!(s.len(), 1, "old version left on {node}: {s:?}");
         let e = s.get("tool", "1.1.0").expect("new version");
         assert_eq!((e.stage, e.state), (Stage::Config, Some(State::Complete)));
         let stages: Vec<&str> = jobs

@@ -248,7 +248,7 @@ fn adopt_unrecorded(spec: &SpecView, state: &NodeState, applied: &mut BTreeMap<S
             applied.insert(key, spec.hash_of(&p.name).to_string());
         }
     }
-    applied.retain(|k, _| state.0.contains_key(k));
+    applied.retain(|k, _| state.contains_key(k));
 }
 
 fn run_work(

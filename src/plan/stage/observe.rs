@@ -15,7 +15,7 @@ pub(super) fn migrate_legacy(spec: &SpecView, state: &mut NodeState) {
         .map(|(k, e)| (k.to_string(), e.clone()))
         .collect();
     for (key, mut entry) in legacy {
-        state.0.remove(&key);
+        state.remove_key(&key);
         if let Some(p) = spec
             .packages
             .get(&entry.name)

@@ -572,7 +572,7 @@ fn legacy_unversioned_entries_are_migrated() {
         3,
         t(0),
     );
-    assert_eq!(o.state.0.keys().collect::<Vec<_>>(), vec!["alpha|1.0.0"]);
+    assert_eq!(o.state.keys().collect::<Vec<_>>(), vec!["alpha|1.0.0"]);
     assert_eq!(
         o.state.get("alpha", "1.0.0").map(|e| e.image.as_str()),
         Some("ghcr.io/x/alpha")
