@@ -9,6 +9,7 @@
 
 pub mod controller;
 pub mod crd;
+pub mod interned;
 pub mod jobs;
 pub mod kubeconfig;
 pub mod metrics;

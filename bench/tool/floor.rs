@@ -142,10 +142,10 @@ impl Floor {
             match view.stage {
                 Stage::Apply => self.start(&view.package, Stage::Config, &view.node),
                 _ => {
-                    let left = active.entry(view.node.clone()).or_insert(1);
+                    let left = active.entry(view.node.to_string()).or_insert(1);
                     *left -= 1;
                     if *left == 0 {
-                        active.remove(&view.node);
+                        active.remove(view.node.as_str());
                         self.fill(&mut waiting, &mut active, budget);
                     }
                 }

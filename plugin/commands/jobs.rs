@@ -85,10 +85,10 @@ pub fn row(found: &Found, now: Timestamp) -> JobRow {
         .cloned()
         .unwrap_or_default();
     JobRow {
-        node_name: v.node.clone(),
-        skyhook_name: v.skyhook.clone(),
-        package: v.package.clone(),
-        version: v.version.clone(),
+        node_name: v.node.to_string(),
+        skyhook_name: v.skyhook.to_string(),
+        package: v.package.to_string(),
+        version: v.version.to_string(),
         stage: v.stage.as_str().to_string(),
         attempt: v.attempt,
         status: word.to_string(),

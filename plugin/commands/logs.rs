@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, LogParams};
+use skyhook::interned::Shared;
 use skyhook::jobs::{Outcome, STUCK_WAITING_REASONS};
 use skyhook::schema::{self, NodePattern, NodeState, Stage, State};
 
@@ -40,7 +41,7 @@ pub fn select(found: Vec<Found>, args: &LogsArgs, node: Option<&NodePattern>) ->
         })
         .collect();
     if !args.all_attempts {
-        let mut newest: HashMap<(String, String, String, Stage), u32> = HashMap::new();
+        let mut newest: HashMap<(Shared, Shared, Shared, Stage), u32> = HashMap::new();
         for f in &picked {
             let v = &f.view;
             let key = (
@@ -415,7 +416,7 @@ async fn follow(
     let ns = printer.ctx.global.namespace.clone();
     let pairs: BTreeSet<(String, String)> = first
         .iter()
-        .map(|f| (f.view.node.clone(), f.view.skyhook.clone()))
+        .map(|f| (f.view.node.to_string(), f.view.skyhook.to_string()))
         .collect();
     let (node, skyhook) = match (pairs.len(), pattern, &args.skyhook) {
         (1, _, _) => pairs.into_iter().next().unwrap_or_default(),

@@ -143,7 +143,7 @@ impl World {
         let busy = views
             .iter()
             .filter(|v| v.skyhook != name && !v.finished())
-            .map(|v| v.node.clone())
+            .map(|v| v.node.to_string())
             .collect();
         let mut skyhooks: Vec<Arc<Skyhook>> = skyhooks.items.into_iter().map(Arc::new).collect();
         skyhooks.retain(|s| s.name_any() != name);

@@ -31,7 +31,7 @@ pub(super) fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<Arc<JobView>> {
         .map(|j| match stuck.get(j.name.as_str()) {
             // Only a running Job with a stuck pod is copied, to carry the pod's reason.
             Some(s) if !j.finished() => Arc::new(JobView {
-                stuck: Some((*s).clone()),
+                stuck: Some(Box::new((*s).clone())),
                 ..JobView::clone(&j)
             }),
             _ => j,
@@ -55,14 +55,14 @@ pub(super) fn busy_elsewhere(ctx: &Ctx, skyhook: &str) -> BTreeSet<String> {
         .all()
         .iter()
         .filter(|j| j.skyhook != skyhook && !j.finished())
-        .map(|j| j.node.clone())
+        .map(|j| j.node.to_string())
         .collect();
     let on_the_way = ctx.creating.unseen(|name| ctx.jobs.get(name).is_some());
     busy.extend(
         on_the_way
             .into_iter()
             .filter(|v| v.skyhook != skyhook)
-            .map(|v| v.node),
+            .map(|v| v.node.to_string()),
     );
     busy.extend(
         ctx.go_pods

@@ -7,6 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::GoPod;
+use crate::interned::Shared;
 use crate::schema::{self, PackageAnnotation, Stage};
 
 /// Waiting reasons that never resolve on their own: the package is `erroring` as soon as one is
@@ -32,14 +33,16 @@ pub enum Outcome {
     },
 }
 
+/// Kept for every Job of ours until it is deleted (a day after it finished): the strings that
+/// many Jobs repeat are [`Shared`], and what only a stuck pod has is boxed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobView {
     pub name: String,
-    pub skyhook: String,
-    pub package: String,
-    pub version: String,
+    pub skyhook: Shared,
+    pub package: Shared,
+    pub version: Shared,
     pub stage: Stage,
-    pub node: String,
+    pub node: Shared,
     pub attempt: u32,
     pub outcome: Outcome,
     /// The operator has folded this Job's outcome into the node state.
@@ -47,13 +50,13 @@ pub struct JobView {
     /// This failed attempt is already counted in the node state's `restarts`.
     pub counted: bool,
     /// Hash of the inputs the Job was built from; a different current hash means it is stale.
-    pub spec_hash: String,
+    pub spec_hash: Shared,
     pub created: Option<Timestamp>,
     pub deleting: bool,
     /// [`schema::NODE_VERSION_ANNOTATION`], when it is a number.
     pub node_version: Option<u64>,
     /// A pod container stuck waiting: (container, reason, message).
-    pub stuck: Option<(String, String, String)>,
+    pub stuck: Option<Box<(String, String, String)>>,
 }
 
 impl JobView {
@@ -62,28 +65,29 @@ impl JobView {
         let meta = &job.metadata;
         let annotations = meta.annotations.as_ref()?;
         let pkg = PackageAnnotation::parse(annotations.get(schema::PACKAGE_ANNOTATION)?).ok()?;
-        let node = annotations.get(schema::NODE_ANNOTATION)?.clone();
+        let node = Shared::new(annotations.get(schema::NODE_ANNOTATION)?);
         let attempt = annotations.get(schema::ATTEMPT_ANNOTATION)?.parse().ok()?;
         let outcome = outcome(job, annotations);
         let stuck = match outcome {
-            Outcome::Running => pod.and_then(stuck_container),
+            Outcome::Running => pod.and_then(stuck_container).map(Box::new),
             _ => None,
         };
         Some(JobView {
             name: meta.name.clone()?,
-            skyhook: pkg.skyhook,
-            package: pkg.name,
-            version: pkg.version,
+            skyhook: pkg.skyhook.into(),
+            package: pkg.name.into(),
+            version: pkg.version.into(),
             stage: pkg.stage,
             node,
             attempt,
             outcome,
             recorded: annotations.contains_key(schema::RECORDED_ANNOTATION),
             counted: annotations.contains_key(schema::COUNTED_ANNOTATION),
-            spec_hash: annotations
-                .get(schema::SPEC_HASH_ANNOTATION)
-                .cloned()
-                .unwrap_or_default(),
+            spec_hash: Shared::new(
+                annotations
+                    .get(schema::SPEC_HASH_ANNOTATION)
+                    .map_or("", String::as_str),
+            ),
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             deleting: meta.deletion_timestamp.is_some(),
             node_version: annotations

@@ -89,7 +89,8 @@ fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) 
                 "image": format!("ghcr.io/x/{package}")}))
             .expect("package"),
             &[],
-        ),
+        )
+        .into(),
         created: None,
         deleting: false,
         node_version: None,

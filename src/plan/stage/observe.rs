@@ -81,7 +81,7 @@ pub(super) fn observe(
         // pass that sees it again, or a retry whose Job was never created, counts nothing.
         let counted = e.restarts.saturating_add(1);
         match &latest.outcome {
-            Outcome::Running => match &latest.stuck {
+            Outcome::Running => match latest.stuck.as_deref() {
                 Some((container, reason, message)) => {
                     out.actions.push(NodeAction::FailNow {
                         job: latest.name.clone(),
@@ -251,13 +251,13 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
 
 /// Keep only the newest `kept` failed, recorded-or-not Jobs per (package, version, stage).
 pub(super) fn prune_failed(jobs: &[&JobView], kept: usize, out: &mut NodeOutcome) {
-    let mut groups: BTreeMap<(String, String, &str), Vec<&JobView>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, &str, &str), Vec<&JobView>> = BTreeMap::new();
     for j in jobs
         .iter()
         .filter(|j| matches!(j.outcome, Outcome::Failed { .. }) && !j.deleting)
     {
         groups
-            .entry((j.package.clone(), j.version.clone(), j.stage.as_str()))
+            .entry((j.package.as_str(), j.version.as_str(), j.stage.as_str()))
             .or_default()
             .push(j);
     }

@@ -83,14 +83,14 @@ fn job(p: &Package, stage: Stage, attempt: u32, outcome: Outcome) -> JobView {
     JobView {
         name: format!("{}-{}-{attempt}", p.name, stage.as_str()),
         skyhook: "sk".into(),
-        package: p.name.clone(),
-        version: p.version.clone(),
+        package: p.name.as_str().into(),
+        version: p.version.as_str().into(),
         stage,
         node: "n1".into(),
         attempt,
         outcome,
         recorded: false,
-        spec_hash: applied_hash(p),
+        spec_hash: applied_hash(p).into(),
         created: None,
         deleting: false,
         node_version: None,
@@ -355,11 +355,11 @@ fn stuck_pods_fail_the_job_with_their_reason() {
     let mut st = NodeState::default();
     st.upsert(entry(&a, Stage::Apply, State::InProgress));
     let mut j = job(&a, Stage::Apply, 0, Outcome::Running);
-    j.stuck = Some((
+    j.stuck = Some(Box::new((
         "alpha-init".into(),
         "ImagePullBackOff".into(),
         "back-off".into(),
-    ));
+    )));
     let o = step(
         &sv,
         st,
