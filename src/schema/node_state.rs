@@ -106,14 +106,10 @@ impl NodeState {
         self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
     }
 
-    /// The entry stored under `key` (`<pkg>|<ver>`, or a legacy bare name).
-    pub fn get_key(&self, key: &str) -> Option<&PackageStatus> {
-        self.find(key).ok().map(|i| &self.0[i].1)
-    }
-
     /// The entry for an exact package version.
     pub fn get(&self, name: &str, version: &str) -> Option<&PackageStatus> {
-        self.get_key(&package_key(name, version))
+        let i = self.find(&package_key(name, version)).ok()?;
+        Some(&self.0[i].1)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
