@@ -477,7 +477,7 @@ async fn pass(
         ctx.metrics
             .observe(&normalized, status, &plan.policy_label, &plan.compartments);
     }
-    hold_status(ctx, &name, &mut plan);
+    hold_status(ctx, &name, sk.status.as_ref(), &mut plan);
     let requeue = plan.requeue_after;
     let planned = Instant::now();
     let (creates, patches) = (plan.create_jobs.len(), plan.node_patches.len());
@@ -508,11 +508,16 @@ async fn pass(
 
 /// A status held back after a slow one ([`Passes::status_hold`]) is written by the first pass
 /// after the hold, which the requeue makes sure of; like a status write that met a 409, its
-/// Events wait for it.
-fn hold_status(ctx: &Ctx, name: &str, plan: &mut plan::Plan) {
-    if plan.status.is_some()
-        && let Some(hold) = ctx.passes.status_hold(name)
-    {
+/// Events wait for it. Only progress waits: news about the Skyhook as a whole (its aggregate
+/// status, a condition, a generation observed) is written at once.
+fn hold_status(ctx: &Ctx, name: &str, stored: Option<&crd::SkyhookStatus>, plan: &mut plan::Plan) {
+    let Some(desired) = plan.status.as_ref() else {
+        return;
+    };
+    if stored.is_none_or(|s| plan::status::news(s, desired)) {
+        return;
+    }
+    if let Some(hold) = ctx.passes.status_hold(name) {
         plan.drop_status();
         plan.requeue_after = Some(plan.requeue_after.map_or(hold, |r| r.min(hold)));
     }

@@ -28,9 +28,9 @@ pub const MAX_GAP: Duration = Duration::from_secs(2);
 /// [`Passes::status_hold`]); a small Skyhook's status is written by every pass that changes it.
 pub const SLOW_STATUS: Duration = Duration::from_millis(250);
 /// The next status replace waits this many times as long as the last one took ...
-pub const STATUS_HOLD_FACTOR: u32 = 4;
+pub const STATUS_HOLD_FACTOR: u32 = 8;
 /// ... and at most this long.
-pub const MAX_STATUS_HOLD: Duration = Duration::from_secs(10);
+pub const MAX_STATUS_HOLD: Duration = Duration::from_secs(30);
 
 struct Last {
     ended: Instant,
@@ -207,10 +207,10 @@ mod tests {
         // (case, last replace took, time since it ended, hold left)
         let cases = [
             ("fast: never held", ms(200), ms(0), None),
-            ("slow: 4 times as long", ms(500), ms(0), Some(ms(2000))),
-            ("slow, partly waited", ms(500), ms(1500), Some(ms(500))),
-            ("slow, waited out", ms(500), ms(2000), None),
-            ("very slow: capped", ms(5000), ms(1000), Some(ms(9000))),
+            ("slow: 8 times as long", ms(500), ms(0), Some(ms(4000))),
+            ("slow, partly waited", ms(500), ms(3500), Some(ms(500))),
+            ("slow, waited out", ms(500), ms(4000), None),
+            ("very slow: capped", ms(5000), ms(1000), Some(ms(29000))),
         ];
         for (case, took, since, want) in cases {
             assert_eq!(hold_left(at, took, at + since), want, "{case}");

@@ -407,6 +407,24 @@ pub fn transition(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<(Sta
     }
 }
 
+/// `desired` says something new about the Skyhook as a whole, not only how far its nodes have
+/// got: its aggregate status, a condition appearing, going or flipping (or changing its
+/// reason), a new generation observed. Condition messages that count nodes are progress.
+pub fn news(prior: &SkyhookStatus, desired: &SkyhookStatus) -> bool {
+    fn marks(s: &SkyhookStatus) -> Vec<(&str, &str, &str)> {
+        let mut m: Vec<(&str, &str, &str)> = s
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+            .collect();
+        m.sort_unstable();
+        m
+    }
+    prior.status != desired.status
+        || prior.observed_generation != desired.observed_generation
+        || marks(prior) != marks(desired)
+}
+
 /// A node is newly held back (or held for a new reason): worth a Warning Event.
 pub fn newly_held(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
     let find = |s: &SkyhookStatus| {
@@ -1014,6 +1032,62 @@ mod tests {
                 want,
                 "case: {name}"
             );
+        }
+    }
+
+    #[test]
+    fn news_is_what_the_skyhook_as_a_whole_says_not_progress() {
+        use Status::*;
+        let base = || {
+            let mut s = with(Some(InProgress), vec![cond("A", "True", "1/10 nodes")]);
+            s.complete_nodes = "1/10".into();
+            s.observed_generation = 2;
+            s
+        };
+        let cases: [(&str, fn(&mut SkyhookStatus), bool); 8] = [
+            ("nothing changed", |_| {}, false),
+            (
+                "more nodes complete",
+                |s| s.complete_nodes = "5/10".into(),
+                false,
+            ),
+            (
+                "a node's state moved",
+                |s| {
+                    s.node_status.insert("n1".into(), Complete);
+                },
+                false,
+            ),
+            (
+                "a condition's message counts nodes",
+                |s| s.conditions[0].message = "4/10 nodes".into(),
+                false,
+            ),
+            (
+                "the aggregate status changed",
+                |s| s.status = Some(Complete),
+                true,
+            ),
+            (
+                "a condition flipped",
+                |s| s.conditions[0].status = "False".into(),
+                true,
+            ),
+            (
+                "a condition appeared",
+                |s| s.conditions.push(cond("B", "True", "")),
+                true,
+            ),
+            (
+                "a new generation observed",
+                |s| s.observed_generation = 3,
+                true,
+            ),
+        ];
+        for (case, change, want) in cases {
+            let mut desired = base();
+            change(&mut desired);
+            assert_eq!(news(&base(), &desired), want, "{case}");
         }
     }
 }
