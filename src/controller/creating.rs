@@ -19,9 +19,9 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 
 use super::lean;
+use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -30,7 +30,7 @@ use super::exec::PARALLEL_WRITES;
 use super::retry::retried;
 use super::{Ctx, Error};
 use crate::crd::Skyhook;
-use crate::jobs::JobView;
+use crate::jobs::{JobView, PlannedJob};
 use crate::schema;
 
 /// Jobs created but not yet seen by the watch are forgotten after this long: a Job deleted
@@ -104,7 +104,7 @@ impl Creating {
     }
 
     /// Notes `jobs` as on their way.
-    fn queue(&self, jobs: &[Outgoing]) {
+    fn queue(&self, jobs: &[PlannedJob]) {
         let mut queue = self.lock();
         for job in jobs {
             let (view, state) = (job.view.clone(), State::Sending);
@@ -113,13 +113,10 @@ impl Creating {
     }
 
     /// Creates `jobs` for `sk` in the background, [`PARALLEL_WRITES`] at a time.
-    pub fn start(ctx: &Arc<Ctx>, sk: &Skyhook, jobs: Vec<Job>) {
+    pub fn start(ctx: &Arc<Ctx>, sk: &Skyhook, jobs: Vec<PlannedJob>) {
         if jobs.is_empty() {
             return;
         }
-        // Held as the bytes to send: a Job object is several times the size of its JSON, and
-        // up to 200 of them wait here at a thousand nodes.
-        let jobs: Vec<Outgoing> = jobs.iter().filter_map(Outgoing::new).collect();
         ctx.creating.queue(&jobs);
         let ctx = ctx.clone();
         let skyhook = ObjectRef::from(sk);
@@ -150,35 +147,13 @@ impl Creating {
     }
 }
 
-/// A Job on its way: its body, and the view the planner sees of it.
-struct Outgoing {
-    body: Vec<u8>,
-    view: JobView,
-}
-
-impl Outgoing {
-    fn new(job: &Job) -> Option<Outgoing> {
-        let Some(view) = JobView::from_job(job, None) else {
-            warn!(job = %job.name_any(), "a planned Job without the stage labels; not created");
-            return None;
-        };
-        match serde_json::to_vec(job) {
-            Ok(body) => Some(Outgoing { body, view }),
-            Err(e) => {
-                warn!(job = %view.name, error = %e, "a Job could not be serialised");
-                None
-            }
-        }
-    }
-}
-
 async fn create(
     api: &Api<Job>,
     ctx: &Ctx,
     skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-    job: &Outgoing,
+    job: &PlannedJob,
 ) -> Result<(), Error> {
-    match lean::create_job(&ctx.client, &ctx.config.namespace, job.body.clone()).await {
+    match lean::create_job(&ctx.client, &ctx.config.namespace, job.body().to_vec()).await {
         Ok(_) => {
             info!(job = %job.view.name, "created Job");
             Ok(())
@@ -196,7 +171,7 @@ async fn adopt(
     api: &Api<Job>,
     ctx: &Ctx,
     skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-    job: &Outgoing,
+    job: &PlannedJob,
 ) -> Result<(), Error> {
     let name = &job.view.name;
     let existing = api.get(name).await?;
@@ -277,13 +252,8 @@ mod tests {
         .unwrap()
     }
 
-    /// A Job on its way, as `start` holds it: its body is the Job it was made from.
-    fn outgoing(name: &str, node: &str) -> Outgoing {
-        let j = job(name, node);
-        let out = Outgoing::new(&j).unwrap();
-        assert_eq!(serde_json::from_slice::<Job>(&out.body).unwrap(), j);
-        assert_eq!(out.view.name, name);
-        out
+    fn outgoing(name: &str, node: &str) -> PlannedJob {
+        PlannedJob::new(&job(name, node)).unwrap()
     }
 
     fn names(views: Vec<JobView>) -> Vec<String> {

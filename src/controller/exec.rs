@@ -64,7 +64,8 @@ use super::bodies::{
 use super::events::EventSink;
 use super::retry::retried;
 use crate::crd::{Skyhook, SkyhookStatus};
-use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target, job_node};
+use crate::jobs::PlannedJob;
+use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 
 const MANAGER: &str = "skyhook-operator";
@@ -92,7 +93,7 @@ pub async fn execute(
     namespace: &str,
     sk: &Skyhook,
     mut plan: Plan,
-    create: impl FnOnce(Vec<Job>),
+    create: impl FnOnce(Vec<PlannedJob>),
 ) -> Result<Executed, Error> {
     let w = Writer {
         client,
@@ -313,17 +314,19 @@ impl Writer<'_> {
 
     /// `job` with the resourceVersion its node's patch returned in this pass, when there was
     /// one: the first node version that stores its stage.
-    fn stamp(&self, job: &mut Job) {
-        let patched = job_node(job).and_then(|n| {
-            self.patched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .get(n)
-                .cloned()
-        });
-        if let Some(rv) = patched {
-            job.annotations_mut()
-                .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
+    fn stamp(&self, job: &mut PlannedJob) {
+        let patched = self
+            .patched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(job.node())
+            .cloned();
+        if let Some(rv) = patched
+            && let Err(e) = job.stamp_node_version(&rv)
+        {
+            // Left with the version the pass read: an older copy only makes a later pass wait
+            // for the watch a little longer before it judges the Job.
+            warn!(job = %job.name(), error = %e, "could not record the node version on a Job");
         }
     }
 
@@ -492,7 +495,7 @@ impl Writer<'_> {
         };
         obj.metadata.managed_fields = None;
         obj.metadata.resource_version = resource_version;
-        Ok(lean::replace_status(self.client, &obj).await?)
+        Ok(lean::replace_status(self.client, obj).await?)
     }
 
     async fn remove_finalizer(&self) -> Result<Written, Error> {

@@ -242,16 +242,31 @@ pub async fn create_job(
     client.request::<LeanJob>(req).await.map(drop)
 }
 
-/// Replaces the status of `sk` (guarded by its resourceVersion); the stored Skyhook comes back
-/// without managedFields.
-pub async fn replace_status(client: &Client, sk: &Skyhook) -> Result<Skyhook, kube::Error> {
-    let body = serde_json::to_vec(sk).map_err(kube::Error::SerdeError)?;
+/// Replaces the status of `sk` (guarded by its resourceVersion) and returns it as stored: the
+/// Skyhook sent, with the resourceVersion the answer carries. A guarded status replace stores
+/// the status as sent and keeps the metadata and spec the guard vouches for, so of the answer
+/// (every node's state again, and managedFields naming each of their fields) only that version
+/// is read; decoding all of it held a second copy of the largest object the operator keeps.
+pub async fn replace_status(client: &Client, mut sk: Skyhook) -> Result<Skyhook, kube::Error> {
+    let body = serde_json::to_vec(&sk).map_err(kube::Error::SerdeError)?;
     let req = Request::new(Skyhook::url_path(&(), None))
         .replace_subresource("status", &sk.name_any(), &PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
-    crate::streamed::request::<LeanSkyhook>(client, req)
-        .await
-        .map(Skyhook::from)
+    let stored = crate::streamed::request::<VersionOnly>(client, req).await?;
+    sk.metadata.resource_version = stored.metadata.resource_version;
+    Ok(sk)
+}
+
+/// An answer read for its resourceVersion; serde skips everything else without building it.
+#[derive(Deserialize)]
+struct VersionOnly {
+    metadata: VersionMeta,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VersionMeta {
+    resource_version: Option<String>,
 }
 
 #[cfg(test)]

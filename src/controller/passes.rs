@@ -4,7 +4,8 @@
 //! The Skyhook's own watch lags its status writes (the object holds every node's state, a few
 //! hundred KiB at a thousand nodes). A pass that started from the cached copy meanwhile planned
 //! from the status before last: its status replace met a 409, and it announced again what the
-//! last pass had announced. The copy the API server returned is as good as the watch's.
+//! last pass had announced. The copy the status replace stored (the Skyhook sent, with the
+//! resourceVersion of the answer) is as good as the watch's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

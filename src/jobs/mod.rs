@@ -15,6 +15,7 @@
 mod configmaps;
 pub mod go_pod;
 mod interrupt;
+mod planned;
 mod pod;
 mod stage;
 pub mod view;
@@ -22,6 +23,7 @@ pub mod view;
 pub use configmaps::{node_metadata_configmap, package_configmap, packages_json};
 pub use go_pod::{GoOutcome, GoPod};
 pub use interrupt::{InterruptJob, interrupt_job};
+pub use planned::PlannedJob;
 pub use stage::{StageJob, stage_job};
 pub use view::{JobView, Outcome, PodView, STUCK_WAITING_REASONS};
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
 use serde::{Deserialize, Serialize};
 
 use crate::crd::{BatchState, DeploymentBudget, SkyhookStatus};
+use crate::jobs::PlannedJob;
 use crate::schema;
 
 /// A metadata change of one node: `None` values remove the key.
@@ -192,7 +193,7 @@ pub struct Plan {
     pub version_annotation: Option<String>,
     pub remove_finalizer: bool,
     pub configmaps: Vec<ConfigMap>,
-    pub create_jobs: Vec<Job>,
+    pub create_jobs: Vec<PlannedJob>,
     /// Jobs due this pass but left to the next one ([`super::launch::MAX_JOB_CREATES_PER_PASS`]).
     pub deferred_jobs: usize,
     /// Each with the node whose work it is.
@@ -229,7 +230,7 @@ impl Plan {
         let kept = |node: &str| !nodes.contains(node);
         self.node_conditions.retain(|(n, _, _)| kept(n));
         self.job_ops.retain(|(n, _)| kept(n));
-        self.create_jobs.retain(|j| job_node(j).is_none_or(&kept));
+        self.create_jobs.retain(|j| kept(j.node()));
         self.evictions.retain(|e| kept(&e.node));
         self.events.retain(|e| match &e.reports {
             Reports::Node(n) => kept(n),
@@ -261,12 +262,26 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn job_on(node: &str) -> Job {
-        serde_json::from_value(json!({"metadata": {
+    fn job_on(node: &str) -> PlannedJob {
+        let pkg = schema::PackageAnnotation {
+            name: "pkg".into(),
+            version: "1.0.0".into(),
+            skyhook: "sk".into(),
+            stage: schema::Stage::Apply,
+            image: "img".into(),
+            container_sha: None,
+            invalid: false,
+        };
+        let job: Job = serde_json::from_value(json!({"metadata": {
             "name": format!("j-{node}"),
-            "annotations": {schema::NODE_ANNOTATION: node},
+            "annotations": {
+                schema::NODE_ANNOTATION: node,
+                schema::PACKAGE_ANNOTATION: pkg.to_annotation(),
+                schema::ATTEMPT_ANNOTATION: "0",
+            },
         }}))
-        .expect("job")
+        .expect("job");
+        PlannedJob::new(&job).expect("one of ours")
     }
 
     fn plan() -> Plan {
@@ -317,7 +332,7 @@ mod tests {
             p.drop_work_of(&dropped.iter().map(|n| n.to_string()).collect());
             let nodes: Vec<&str> = p.job_ops.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(&nodes, remain, "{case}: Job operations");
-            let nodes: Vec<&str> = p.create_jobs.iter().filter_map(job_node).collect();
+            let nodes: Vec<&str> = p.create_jobs.iter().map(PlannedJob::node).collect();
             assert_eq!(&nodes, remain, "{case}: Jobs");
             let nodes: Vec<&str> = p.evictions.iter().map(|e| e.node.as_str()).collect();
             assert_eq!(&nodes, remain, "{case}: evictions");

@@ -1,13 +1,14 @@
 //! The machine's actions as API objects: Jobs to create (with the node's metadata ConfigMap
 //! before the first of them) and operations on existing Jobs.
 
+use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 
 use super::facts::NodeFacts;
 use super::stage::{NodeAction, NodeOutcome};
 use super::{Inputs, JobOp, Note, Plan};
 use crate::crd::{Package, Skyhook};
-use crate::jobs;
+use crate::jobs::{self, PlannedJob};
 use crate::schema::{self, Interrupt, Stage};
 use crate::settings::Config;
 
@@ -55,16 +56,16 @@ pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) 
                     spec_hash,
                     interrupt: interrupt.as_ref(),
                 };
-                let before = plan.create_jobs.len();
-                run_job(sk, cfg, &f.name, &run, plan);
+                let Some(mut job) = run_job(sk, cfg, &f.name, &run, plan) else {
+                    continue;
+                };
                 // The node copy this pass read; exec replaces it with the version its node
                 // patch returns, when the patch stored this stage.
-                if let (Some(rv), Some(job)) =
-                    (f.node.resource_version(), plan.create_jobs.get_mut(before))
-                {
+                if let Some(rv) = f.node.resource_version() {
                     job.annotations_mut()
                         .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
                 }
+                plan.create_jobs.extend(PlannedJob::new(&job));
             }
             NodeAction::Counted { job } => {
                 push_op(plan, &f.name, JobOp::Counted { job: job.clone() })
@@ -106,7 +107,8 @@ struct Run<'a> {
     interrupt: Option<&'a Interrupt>,
 }
 
-fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) {
+/// The Job of one run (and, for an interrupt, its Event on the Skyhook).
+fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) -> Option<Job> {
     let package = run.package;
     if run.stage != Stage::Interrupt {
         let req = jobs::StageJob {
@@ -117,11 +119,10 @@ fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) {
             attempt: run.attempt,
             spec_hash: run.spec_hash,
         };
-        plan.create_jobs.push(jobs::stage_job(&req, cfg));
-        return;
+        return Some(jobs::stage_job(&req, cfg));
     }
     // The machine always passes the merged interrupt with an interrupt stage.
-    let Some(merged) = run.interrupt else { return };
+    let merged = run.interrupt?;
     let message =
         schema::skyhook_interrupt_message(node, &package.name, &package.version, &sk_name(sk));
     plan.events
@@ -134,7 +135,7 @@ fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) {
         attempt: run.attempt,
         spec_hash: run.spec_hash,
     };
-    plan.create_jobs.push(jobs::interrupt_job(&req, cfg));
+    Some(jobs::interrupt_job(&req, cfg))
 }
 
 fn sk_name(sk: &Skyhook) -> String {

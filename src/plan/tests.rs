@@ -156,6 +156,7 @@ fn created(plan: &Plan) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = plan
         .create_jobs
         .iter()
+        .map(|j| j.job().expect("a Job"))
         .map(|j| {
             let labels = j.metadata.labels.clone().unwrap_or_default();
             let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
@@ -839,6 +840,7 @@ fn unreadable_node_state_leaves_the_node_untouched_and_says_so() {
         let nodes_with_jobs: Vec<String> = plan
             .create_jobs
             .iter()
+            .map(|j| j.job().expect("a Job"))
             .filter_map(|j| j.metadata.labels.as_ref()?.get(schema::NODE_LABEL).cloned())
             .collect();
         assert_eq!(nodes_with_jobs, vec!["n2".to_string()], "case: {name}");
@@ -948,6 +950,7 @@ fn an_interrupt_never_starts_beside_another_stage_in_one_pass() {
     let stages: Vec<String> = plan
         .create_jobs
         .iter()
+        .map(|j| j.job().expect("a Job"))
         .filter_map(|j| {
             j.metadata
                 .labels
@@ -983,6 +986,7 @@ fn nothing_starts_beside_a_running_interrupt_in_later_passes() {
             "case: {case}: started {:?}",
             plan.create_jobs
                 .iter()
+                .map(|j| j.job().expect("a Job"))
                 .map(|j| j.metadata.name.clone())
                 .collect::<Vec<_>>()
         );
@@ -1009,6 +1013,7 @@ fn an_unreadable_node_still_at_work_holds_the_budget() {
         let nodes: BTreeSet<String> = plan
             .create_jobs
             .iter()
+            .map(|j| j.job().expect("a Job"))
             .filter_map(|j| j.metadata.labels.as_ref()?.get(schema::NODE_LABEL).cloned())
             .collect();
         assert_eq!(nodes.len(), starts, "case: {case}: {nodes:?}");
@@ -1375,6 +1380,7 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
         let alpha_config = plan
             .create_jobs
             .iter()
+            .map(|j| j.job().expect("a Job"))
             .filter(|j| {
                 let l = j.metadata.labels.clone().unwrap_or_default();
                 l.get(schema::PACKAGE_LABEL).map(String::as_str) == Some("alpha-1.0.0")
