@@ -118,12 +118,14 @@ pub async fn execute(
     if plan.delete_owned {
         w.delete_owned().await?;
     }
-    all(plan
-        .configmaps
+    // Dropped once written: a node's metadata ConfigMap repeats all its labels and annotations.
+    let configmaps = std::mem::take(&mut plan.configmaps);
+    all(configmaps
         .iter()
         .map(|cm| retried(move || w.apply_configmap(cm).boxed()).boxed())
         .collect())
     .await?;
+    drop(configmaps);
     let mut written = w.write_nodes(&mut plan).await?;
     all(plan
         .node_conditions
