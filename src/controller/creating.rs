@@ -229,31 +229,10 @@ fn same_work(a: &JobView, b: &JobView) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-    use crate::schema::{PackageAnnotation, Stage};
-
-    fn job(name: &str, node: &str) -> Job {
-        let pkg = PackageAnnotation {
-            name: "pkg".into(),
-            version: "1.0.0".into(),
-            skyhook: "sk".into(),
-            stage: Stage::Apply,
-            image: "img".into(),
-            container_sha: None,
-            invalid: false,
-        };
-        serde_json::from_value(json!({"metadata": {"name": name, "annotations": {
-            schema::PACKAGE_ANNOTATION: pkg.to_annotation(),
-            schema::NODE_ANNOTATION: node,
-            schema::ATTEMPT_ANNOTATION: "0",
-        }}}))
-        .unwrap()
-    }
 
     fn outgoing(name: &str, node: &str) -> PlannedJob {
-        PlannedJob::new(&job(name, node)).unwrap()
+        PlannedJob::new(&crate::jobs::minimal_job(name, node, serde_json::json!({}))).unwrap()
     }
 
     fn names(views: Vec<JobView>) -> Vec<String> {

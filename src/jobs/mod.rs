@@ -24,6 +24,8 @@ pub use configmaps::{node_metadata_configmap, package_configmap, packages_json};
 pub use go_pod::{GoOutcome, GoPod};
 pub use interrupt::{InterruptJob, interrupt_job};
 pub use planned::PlannedJob;
+#[cfg(test)]
+pub use planned::minimal_job;
 pub use stage::{StageJob, stage_job};
 pub use view::{JobView, Outcome, PodView, STUCK_WAITING_REASONS};
 

@@ -110,34 +110,42 @@ fn replace_once(body: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A Job with just what makes it one of ours (a stage of package `pkg` 1.0.0 of Skyhook `sk`,
+/// attempt 0) plus `annotations`: for the tests of whatever holds planned Jobs.
+#[cfg(test)]
+pub fn minimal_job(name: &str, node: &str, annotations: serde_json::Value) -> Job {
+    let pkg = schema::PackageAnnotation {
+        name: "pkg".into(),
+        version: "1.0.0".into(),
+        skyhook: "sk".into(),
+        stage: schema::Stage::Apply,
+        image: "img".into(),
+        container_sha: None,
+        invalid: false,
+    };
+    let mut a = serde_json::json!({
+        schema::PACKAGE_ANNOTATION: pkg.to_annotation(),
+        schema::NODE_ANNOTATION: node,
+        schema::ATTEMPT_ANNOTATION: "0",
+    });
+    if let (Some(a), Some(extra)) = (a.as_object_mut(), annotations.as_object()) {
+        a.extend(extra.clone());
+    }
+    serde_json::from_value(
+        serde_json::json!({"metadata": {"name": name, "annotations": a},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
+    )
+    .expect("job")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::schema::{PackageAnnotation, Stage};
 
     fn job(annotations: serde_json::Value) -> Job {
-        let pkg = PackageAnnotation {
-            name: "pkg".into(),
-            version: "1.0.0".into(),
-            skyhook: "sk".into(),
-            stage: Stage::Apply,
-            image: "img".into(),
-            container_sha: None,
-            invalid: false,
-        };
-        let mut a = json!({
-            schema::PACKAGE_ANNOTATION: pkg.to_annotation(),
-            schema::NODE_ANNOTATION: "n1",
-            schema::ATTEMPT_ANNOTATION: "0",
-        });
-        if let (Some(a), Some(extra)) = (a.as_object_mut(), annotations.as_object()) {
-            a.extend(extra.clone());
-        }
-        serde_json::from_value(json!({"metadata": {"name": "j", "annotations": a},
-            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}))
-        .expect("job")
+        minimal_job("j", "n1", annotations)
     }
 
     #[test]

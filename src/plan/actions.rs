@@ -263,24 +263,7 @@ mod tests {
     use serde_json::json;
 
     fn job_on(node: &str) -> PlannedJob {
-        let pkg = schema::PackageAnnotation {
-            name: "pkg".into(),
-            version: "1.0.0".into(),
-            skyhook: "sk".into(),
-            stage: schema::Stage::Apply,
-            image: "img".into(),
-            container_sha: None,
-            invalid: false,
-        };
-        let job: Job = serde_json::from_value(json!({"metadata": {
-            "name": format!("j-{node}"),
-            "annotations": {
-                schema::NODE_ANNOTATION: node,
-                schema::PACKAGE_ANNOTATION: pkg.to_annotation(),
-                schema::ATTEMPT_ANNOTATION: "0",
-            },
-        }}))
-        .expect("job");
+        let job = crate::jobs::minimal_job(&format!("j-{node}"), node, json!({}));
         PlannedJob::new(&job).expect("one of ours")
     }
 
