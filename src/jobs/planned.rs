@@ -45,7 +45,8 @@ impl PlannedJob {
     /// ([`schema::NODE_VERSION_ANNOTATION`]), in the body and the view.
     pub fn stamp_node_version(&mut self, version: &str) -> Result<(), serde_json::Error> {
         let key = schema::NODE_VERSION_ANNOTATION;
-        let old = self.job_annotation(key)?;
+        // The view read the annotation when the Job was built; as text it is the number's.
+        let old = self.view.node_version.map(|v| v.to_string());
         if old.as_deref() == Some(version) {
             return Ok(());
         }
@@ -56,7 +57,8 @@ impl PlannedJob {
         });
         self.body = match replaced {
             Some(body) => body,
-            // Not found exactly once as serialised: go through the object.
+            // Absent, not a number, or not found exactly once as serialised: go through the
+            // object.
             None => {
                 let mut job = self.job()?;
                 job.metadata
@@ -68,20 +70,6 @@ impl PlannedJob {
         };
         self.view.node_version = version.parse().ok();
         Ok(())
-    }
-
-    fn job_annotation(&self, key: &str) -> Result<Option<String>, serde_json::Error> {
-        #[derive(serde::Deserialize)]
-        struct Annotations {
-            metadata: Meta,
-        }
-        #[derive(serde::Deserialize)]
-        struct Meta {
-            #[serde(default)]
-            annotations: std::collections::BTreeMap<String, String>,
-        }
-        let mut a: Annotations = serde_json::from_slice(&self.body)?;
-        Ok(a.metadata.annotations.remove(key))
     }
 }
 
@@ -168,7 +156,8 @@ mod tests {
             ("replaced in place", Some("17"), "42"),
             ("same value", Some("42"), "42"),
             ("absent: added", None, "42"),
-            ("a value the other annotations repeat", Some("n1"), "43"),
+            ("not a number: through the object", Some("n1"), "43"),
+            ("not as a number prints it", Some("007"), "43"),
         ];
         for (case, before, version) in cases {
             let extra = before.map_or_else(|| json!({}), |b| json!({ key: b }));

@@ -65,6 +65,8 @@ pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) 
                     job.annotations_mut()
                         .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
                 }
+                // Always `Some` for the builders' Jobs (every plan test that counts the Jobs
+                // created goes through here).
                 plan.create_jobs.extend(PlannedJob::new(&job));
             }
             NodeAction::Counted { job } => {

@@ -300,6 +300,23 @@ async fn rollout_three_packages_on_three_nodes() {
         );
         let pod = spec.template.spec.as_ref().expect("pod spec");
         assert!(pod.host_pid == Some(true) && pod.host_network == Some(true));
+        // The node version that stored the stage, stamped into the planned Job's JSON after
+        // the node patch: a real version of that node, never newer than its current one.
+        let stamped: Option<u64> = j
+            .annotations()
+            .get(schema::NODE_VERSION_ANNOTATION)
+            .and_then(|v| v.parse().ok());
+        let node = env
+            .node_api
+            .get(label(j, schema::NODE_LABEL))
+            .await
+            .expect("node");
+        let current: Option<u64> = node.resource_version().and_then(|v| v.parse().ok());
+        assert!(
+            stamped.is_some_and(|s| current.is_some_and(|c| s > 0 && s <= c)),
+            "Job {}: node version {stamped:?}, node now at {current:?}",
+            j.name_any()
+        );
         *seen
             .entry((
                 label(j, schema::PACKAGE_LABEL).into(),
