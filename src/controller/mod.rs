@@ -2,6 +2,7 @@
 //! Skyhook, and a reconcile that snapshots the caches, asks the planner what to do and hands the
 //! plan to the executor.
 
+mod api_client;
 pub mod api_counter;
 mod bodies;
 mod creating;

@@ -9,7 +9,6 @@ use tracing::warn;
 use tracing_subscriber::EnvFilter;
 
 use super::Error;
-use super::api_counter::CountLayer;
 use crate::crd::Skyhook;
 use crate::settings::Config;
 
@@ -33,8 +32,7 @@ pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Res
     // failed reconciles itself, and a refused eviction must come back at once to be reported.
     let mut config = config;
     config.default_retry = false;
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(&CountLayer::global()).build())
+    Ok(super::api_client::build(config)?)
 }
 
 /// JSON or console logs at the configured level (`LOG_LEVEL` accepts a tracing filter too).

@@ -1,6 +1,7 @@
 //! The watch caches: what each reflector keeps of its objects (only what the planner reads)
 //! and which changes are worth a pass.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -10,11 +11,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::lean::{LeanNode, LeanPod, LeanSkyhook, full};
 use kube::Client;
-use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
@@ -77,29 +78,52 @@ pub(super) fn pod_fingerprint(p: &Pod) -> Option<u64> {
 const GONE: i64 = -1;
 
 /// Pod watch events as objects worth a pass: changes, and the removal of a Go operator's pod.
+///
+/// Each pod's last fingerprint is kept by name until its delete event, not for kube's
+/// predicate TTL: every Job pod passes through the pending watch and leaves it with a delete,
+/// so the table holds the pods pending now (a few hundred at most), where a TTL table grew to
+/// every pod of the last minutes and kept that capacity (0.8 MiB at a thousand nodes).
 pub(super) fn pod_triggers(
     events: impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send,
 ) -> impl futures::Stream<Item = Result<Pod, watcher::Error>> + Send {
-    events
-        .map_ok(|e| match e {
-            watcher::Event::Delete(mut p) if GoPod::from_pod(&p).is_some() => {
-                p.metadata.generation = Some(GONE);
-                watcher::Event::Apply(p)
-            }
-            e => e,
-        })
-        .applied_objects()
-        .predicate_filter(
-            pod_fingerprint,
-            PredicateConfig::default().ttl(POD_FINGERPRINT_TTL),
-        )
+    let mut last = Fingerprints::default();
+    events.try_filter_map(move |e| futures::future::ready(Ok(last.trigger(e))))
 }
 
-/// How long a pod's last fingerprint is remembered. Every Job pod passes through the pending
-/// watch once, so kube's default hour kept about 8,000 entries at the end of a thousand-node
-/// rollout, long after their pods had started. A pod still pending after this long whose next
-/// event changes nothing starts one pass more than it would have.
-const POD_FINGERPRINT_TTL: Duration = Duration::from_secs(120);
+/// The last fingerprint of each pod a watch reports, by name.
+#[derive(Default)]
+struct Fingerprints(HashMap<String, u64>);
+
+impl Fingerprints {
+    /// The pod to start a pass for, if `event` changed what a pass reads of it.
+    fn trigger(&mut self, event: watcher::Event<Pod>) -> Option<Pod> {
+        match event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                let fingerprint = pod_fingerprint(&p)?;
+                let before = self.0.insert(p.name_any(), fingerprint);
+                (before != Some(fingerprint)).then_some(p)
+            }
+            watcher::Event::Delete(mut p) => {
+                self.0.remove(&p.name_any());
+                if self.0.capacity() > 64 && self.0.len() < self.0.capacity() / 4 {
+                    self.0.shrink_to_fit();
+                }
+                // A Go operator's pod gone: the hand-over waits for it. Our Jobs' pods report
+                // through their Jobs.
+                GoPod::from_pod(&p).is_some().then(|| {
+                    p.metadata.generation = Some(GONE);
+                    p
+                })
+            }
+            // A relist reports every pod again; what it no longer holds is forgotten.
+            watcher::Event::Init => {
+                self.0 = HashMap::new();
+                None
+            }
+            watcher::Event::InitDone => None,
+        }
+    }
+}
 
 pub(super) fn prune_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
@@ -338,6 +362,85 @@ mod tests {
     use kube::core::Status;
 
     use super::*;
+
+    /// A pod of ours (`job`) or of the Go operator, with one container waiting for `reason`.
+    fn pod(name: &str, job: bool, reason: Option<&str>) -> Pod {
+        let annotation = r#"{"name":"p","version":"1","skyhook":"sh","stage":"apply","image":"i"}"#;
+        let mut labels = serde_json::json!({schema::NAME_LABEL: "sh"});
+        if job {
+            labels[schema::JOB_NAME_LABEL] = name.into();
+        }
+        let waiting = reason.map(|r| serde_json::json!({"waiting": {"reason": r}}));
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels,
+                         "annotations": {schema::PACKAGE_ANNOTATION: annotation}},
+            "spec": {"nodeName": "n1", "containers": []},
+            "status": {"phase": "Pending", "containerStatuses": [
+                {"name": "c", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": waiting}]},
+        }))
+        .expect("pod")
+    }
+
+    fn names(pods: &[Option<Pod>]) -> Vec<Option<String>> {
+        pods.iter()
+            .map(|p| p.as_ref().map(|p| p.name_any()))
+            .collect()
+    }
+
+    #[test]
+    fn pod_triggers_report_changes_and_forget_a_pod_at_its_delete() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let mut f = Fingerprints::default();
+        let seen: Vec<Option<Pod>> = [
+            Apply(pod("a", true, None)),
+            Apply(pod("a", true, None)),
+            Apply(pod("a", true, Some("ErrImagePull"))),
+            Delete(pod("a", true, None)),
+            Apply(pod("a", true, None)),
+        ]
+        .into_iter()
+        .map(|e| f.trigger(e))
+        .collect();
+        assert_eq!(
+            names(&seen),
+            [
+                Some("a".into()),
+                None,
+                Some("a".into()),
+                None,
+                Some("a".into())
+            ]
+        );
+
+        // A Go operator's pod gone starts a pass, marked as gone.
+        let gone = f
+            .trigger(Delete(pod("g", false, None)))
+            .expect("go pod delete");
+        assert_eq!(gone.metadata.generation, Some(GONE));
+        assert_eq!(f.0.len(), 1);
+
+        // A relist reports every pod again.
+        let relist: Vec<Option<Pod>> = [Init, InitApply(pod("a", true, None)), InitDone]
+            .into_iter()
+            .map(|e| f.trigger(e))
+            .collect();
+        assert_eq!(names(&relist), [None, Some("a".into()), None]);
+    }
+
+    #[test]
+    fn pod_triggers_give_back_the_table_of_a_finished_burst() {
+        let mut f = Fingerprints::default();
+        for i in 0..1000 {
+            f.trigger(watcher::Event::Apply(pod(&format!("p{i}"), true, None)));
+        }
+        let grown = f.0.capacity();
+        for i in 0..1000 {
+            f.trigger(watcher::Event::Delete(pod(&format!("p{i}"), true, None)));
+        }
+        assert!(f.0.is_empty());
+        assert!(f.0.capacity() < grown / 4, "{} of {grown}", f.0.capacity());
+    }
 
     fn expired_event() -> watcher::Error {
         let status = Status::failure("too old resource version: 274 (277)", "Expired");

@@ -124,9 +124,10 @@ pub fn plan(inp: &Inputs) -> Plan {
     let tolerations = select::job_tolerations(sk, &cfg.runtime_required_taint);
     // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
     // no budget slot; the status and an Event name them.
-    let (facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) = facts::gather(inp, &tolerations)
-        .into_iter()
-        .partition(|f| f.unreadable.is_none());
+    let (mut facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) =
+        facts::gather(inp, &tolerations)
+            .into_iter()
+            .partition(|f| f.unreadable.is_none());
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates);
     let pass = Pass {
@@ -160,9 +161,10 @@ pub fn plan(inp: &Inputs) -> Plan {
         tally.unreadable.push(why);
         tally.node_statuses.insert(f.name.clone(), Status::Blocked);
     }
-    for f in &facts {
+    for f in &mut facts {
         let may_start = pass.switches.can_run() && allowed.contains(&f.name) && f.eligible();
         pass.decide(f, may_start, &mut plan, &mut tally);
+        f.release_progress();
     }
     plan.events.extend(events::skyhook_starts(&tally.events));
     for f in facts.iter().filter(|f| f.rebooted) {
