@@ -1,7 +1,8 @@
 //! One shared copy of the strings that thousands of cached records repeat. Every Job of a
 //! rollout names its Skyhook, package, version, node and spec hash: at a thousand nodes × four
 //! packages that is eight thousand copies of a handful of values, kept as long as the Jobs are
-//! (a day after they finish).
+//! (a day after they finish). Every node's state names the same packages, versions and images,
+//! and the operator holds every node's state several times at once.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -119,6 +120,40 @@ impl PartialEq<Shared> for &str {
 impl PartialEq<Shared> for String {
     fn eq(&self, other: &Shared) -> bool {
         **self == *other.0
+    }
+}
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared::new("")
+    }
+}
+
+impl serde::Serialize for Shared {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Shared {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Shared, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(Shared::new(&s))
+    }
+}
+
+/// A string in every schema.
+impl schemars::JsonSchema for Shared {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        String::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        String::json_schema(generator)
+    }
+
+    fn inline_schema() -> bool {
+        true
     }
 }
 

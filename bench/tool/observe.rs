@@ -235,7 +235,7 @@ impl Seen {
         };
         let stages: PackageStages = state
             .iter()
-            .map(|(_, s)| (s.name.clone(), (s.stage, s.state)))
+            .map(|(_, s)| (s.name.to_string(), (s.stage, s.state)))
             .collect();
         let history = self.states.entry(node.name_any()).or_default();
         if history.last().map(|(_, s)| s) != Some(&stages) {

@@ -227,12 +227,12 @@ pub struct NodePackage {
 impl From<&PackageStatus> for NodePackage {
     fn from(p: &PackageStatus) -> NodePackage {
         NodePackage {
-            name: p.name.clone(),
-            version: p.version.clone(),
+            name: p.name.to_string(),
+            version: p.version.to_string(),
             stage: p.stage,
             state: p.state.map_or("", State::as_str),
             restarts: p.restarts,
-            image: p.image.clone(),
+            image: p.image.to_string(),
         }
     }
 }
@@ -506,7 +506,7 @@ mod tests {
         PackageStatus {
             name: name.into(),
             version: "1.0.0".into(),
-            image: format!("ghcr.io/x/{name}"),
+            image: format!("ghcr.io/x/{name}").into(),
             container_sha: None,
             stage: Stage::Config,
             state,

@@ -121,7 +121,7 @@ impl<'a> SpecView<'a> {
         let no_uninstall = state.iter().all(|(_, e)| e.stage != Stage::Uninstall);
         let no_strays = state.iter().all(|(_, e)| {
             self.packages
-                .get(&e.name)
+                .get(e.name.as_str())
                 .is_some_and(|p| p.version == e.version)
         });
         all_complete && no_uninstall && no_strays
@@ -189,9 +189,9 @@ mod tests {
 
     fn entry(p: &Package, version: &str, stage: Stage, state: State) -> PackageStatus {
         PackageStatus {
-            name: p.name.clone(),
+            name: p.name.as_str().into(),
             version: version.into(),
-            image: p.image.clone(),
+            image: p.image.as_str().into(),
             container_sha: None,
             stage,
             state: Some(state),

@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
 use super::{SchemaError, Stage, State, go_json};
+use crate::interned::Shared;
 
 /// The unique package key `<pkg>|<ver>`: node-state map key and dependency-graph vertex id.
 pub fn package_key(name: &str, version: &str) -> String {
@@ -29,11 +30,11 @@ pub fn is_legacy_key(key: &str) -> bool {
 /// Progress of one package version on one node. Field order is Go's marshal order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PackageStatus {
-    pub name: String,
-    pub version: String,
+    pub name: Shared,
+    pub version: Shared,
     /// Image without tag; `""` when the writer had none (pre-v0.5 state, hand-made pods).
     #[serde(default)]
-    pub image: String,
+    pub image: Shared,
     /// Digest actually deployed (`sha256:…`).
     #[serde(
         rename = "containerSHA",
@@ -84,9 +85,10 @@ fn empty_as_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<State>, D::Er
 /// first leaf reserves room for eleven entries, so each state took three times the memory its
 /// entries need. The operator holds every node's state several times over at once (the node
 /// cache, the Skyhook status, the pass's result, the status written), which at a thousand
-/// nodes made this type one of its largest.
+/// nodes made this type one of its largest. Keys, names, versions and images are the same on
+/// every node, so each is one shared copy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeState(Vec<(String, PackageStatus)>);
+pub struct NodeState(Vec<(Shared, PackageStatus)>);
 
 impl NodeState {
     /// Parses an annotation value. `null` (what Go writes for a nil map) is the empty state.
@@ -122,7 +124,7 @@ impl NodeState {
         match self.find(&key) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, status)),
             Err(i) => {
-                self.0.insert(i, (key, status));
+                self.0.insert(i, (Shared::new(&key), status));
                 None
             }
         }
@@ -165,7 +167,7 @@ impl FromIterator<(String, PackageStatus)> for NodeState {
     /// Sorted by key; of two entries under one key the last wins, as in a map.
     fn from_iter<I: IntoIterator<Item = (String, PackageStatus)>>(iter: I) -> Self {
         let map: BTreeMap<String, PackageStatus> = iter.into_iter().collect();
-        NodeState(map.into_iter().collect())
+        NodeState(map.into_iter().map(|(k, v)| (Shared::new(&k), v)).collect())
     }
 }
 
@@ -178,7 +180,7 @@ impl Serialize for NodeState {
 impl<'de> Deserialize<'de> for NodeState {
     /// A JSON object, or `null` (what Go writes for a nil map) for the empty state.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let map: Option<BTreeMap<String, PackageStatus>> = Option::deserialize(d)?;
+        let map: Option<BTreeMap<Shared, PackageStatus>> = Option::deserialize(d)?;
         Ok(NodeState(map.unwrap_or_default().into_iter().collect()))
     }
 }

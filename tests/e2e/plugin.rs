@@ -165,12 +165,12 @@ async fn plugin_inspects_and_controls_a_rollout() {
                 n.clone(),
                 name.clone(),
                 "__default__".to_string(),
-                e.name.clone(),
-                e.version.clone(),
+                e.name.to_string(),
+                e.version.to_string(),
                 e.stage.as_str().to_string(),
                 e.state.expect("state").as_str().to_string(),
                 e.restarts.to_string(),
-                e.image.clone(),
+                e.image.to_string(),
             ]);
         }
     }

@@ -79,10 +79,14 @@ pub(crate) fn next_stage(spec: &SpecView, state: &NodeState, p: &Package) -> Opt
 
 /// Uninstalls run with the old version's identity only (§3.6): no env, configMap or resources.
 pub(crate) fn uninstall_package(spec: &SpecView, e: &PackageStatus) -> Package {
-    let mut p = spec.packages.get(&e.name).cloned().unwrap_or_default();
-    p.name = e.name.clone();
-    p.version = e.version.clone();
-    p.image = e.image.clone();
+    let mut p = spec
+        .packages
+        .get(e.name.as_str())
+        .cloned()
+        .unwrap_or_default();
+    p.name = e.name.to_string();
+    p.version = e.version.to_string();
+    p.image = e.image.to_string();
     p.container_sha = None;
     p.env = Vec::new();
     p.config_map = BTreeMap::new();

@@ -33,9 +33,9 @@ const RETRY: RetryPolicy = RetryPolicy {
 
 fn entry(p: &Package, stage: Stage, state: State, restarts: i32) -> PackageStatus {
     PackageStatus {
-        name: p.name.clone(),
-        version: p.version.clone(),
-        image: p.image.clone(),
+        name: p.name.as_str().into(),
+        version: p.version.as_str().into(),
+        image: p.image.as_str().into(),
         container_sha: None,
         stage,
         state: Some(state),

@@ -18,10 +18,10 @@ pub(super) fn migrate_legacy(spec: &SpecView, state: &mut NodeState) {
         state.remove_key(&key);
         if let Some(p) = spec
             .packages
-            .get(&entry.name)
+            .get(entry.name.as_str())
             .filter(|p| p.version == entry.version)
         {
-            entry.image = p.image.clone();
+            entry.image = p.image.as_str().into();
             state.upsert(entry);
         }
     }
@@ -124,8 +124,8 @@ pub(super) fn observe(
 
 fn failed_note(e: &PackageStatus, reason: &str, message: String, restarts: i32) -> NodeNote {
     NodeNote::Failed {
-        package: e.name.clone(),
-        version: e.version.clone(),
+        package: e.name.to_string(),
+        version: e.version.to_string(),
         stage: e.stage,
         reason: reason.to_string(),
         message,
@@ -148,8 +148,8 @@ fn completed(
     let key = schema::package_key(&e.name, &e.version);
     record(applied, key, e.stage, &done.spec_hash);
     out.notes.push(NodeNote::Completed {
-        package: e.name.clone(),
-        version: e.version.clone(),
+        package: e.name.to_string(),
+        version: e.version.to_string(),
         stage: e.stage,
     });
     for j in run {
@@ -200,7 +200,7 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
                 .filter(|x| x.stage == Stage::Interrupt && x.state == Some(State::Skipped))
                 .filter(|x| {
                     spec.packages
-                        .get(&x.name)
+                        .get(x.name.as_str())
                         .is_some_and(|p| spec.has_interrupt(p))
                 })
                 .collect();
@@ -213,7 +213,7 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
             let others: Vec<String> = state
                 .iter()
                 .filter(|(_, x)| x.name == e.name && x.version != e.version)
-                .map(|(_, x)| x.version.clone())
+                .map(|(_, x)| x.version.to_string())
                 .collect();
             for v in others {
                 state.remove(&e.name, &v);
@@ -223,7 +223,7 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
         Stage::Uninstall => {
             if let Some(p) = spec
                 .packages
-                .get(&e.name)
+                .get(e.name.as_str())
                 .filter(|p| p.version != e.version)
             {
                 let mut next =
@@ -231,9 +231,9 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
                         .get(&p.name, &p.version)
                         .cloned()
                         .unwrap_or_else(|| PackageStatus {
-                            name: p.name.clone(),
-                            version: p.version.clone(),
-                            image: p.image.clone(),
+                            name: p.name.as_str().into(),
+                            version: p.version.as_str().into(),
+                            image: p.image.as_str().into(),
                             container_sha: p.container_sha.clone(),
                             stage: Stage::Uninstall,
                             state: None,

@@ -126,9 +126,9 @@ pub(super) fn mark(state: &mut NodeState, p: &Package, stage: Stage, s: State, r
         .get(&p.name, &p.version)
         .cloned()
         .unwrap_or_else(|| PackageStatus {
-            name: p.name.clone(),
-            version: p.version.clone(),
-            image: p.image.clone(),
+            name: p.name.as_str().into(),
+            version: p.version.as_str().into(),
+            image: p.image.as_str().into(),
             container_sha: None,
             stage,
             state: None,
@@ -138,7 +138,7 @@ pub(super) fn mark(state: &mut NodeState, p: &Package, stage: Stage, s: State, r
     e.state = Some(s);
     e.restarts = restarts;
     if stage != Stage::Uninstall {
-        e.image = p.image.clone();
+        e.image = p.image.as_str().into();
         e.container_sha = p.container_sha.clone();
     }
     state.upsert(e);

@@ -69,9 +69,9 @@ fn failed_apply(p: &Package, attempt: u32, at: Timestamp) -> JobView {
 
 fn entry(p: &Package, stage: Stage, state: State) -> PackageStatus {
     PackageStatus {
-        name: p.name.clone(),
-        version: p.version.clone(),
-        image: p.image.clone(),
+        name: p.name.as_str().into(),
+        version: p.version.as_str().into(),
+        image: p.image.as_str().into(),
         container_sha: None,
         stage,
         state: Some(state),

@@ -11,7 +11,7 @@ use crate::schema::{self, NodeState, PackageStatus, Stage, State};
 pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
     let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
     for e in entries {
-        match spec.packages.get(&e.name) {
+        match spec.packages.get(e.name.as_str()) {
             None if e.stage != Stage::Uninstall => {
                 let mut n = e.clone();
                 n.stage = Stage::Uninstall;
@@ -30,9 +30,9 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
                             .is_some_and(|x| x.stage != Stage::Uninstall);
                         if !already && e.stage != Stage::Uninstall {
                             state.upsert(PackageStatus {
-                                name: p.name.clone(),
-                                version: p.version.clone(),
-                                image: p.image.clone(),
+                                name: p.name.as_str().into(),
+                                version: p.version.as_str().into(),
+                                image: p.image.as_str().into(),
                                 container_sha: p.container_sha.clone(),
                                 stage: Stage::Upgrade,
                                 state: Some(State::InProgress),
@@ -48,9 +48,9 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
                         state.upsert(old);
                         if state.get(&p.name, &p.version).is_none() {
                             state.upsert(PackageStatus {
-                                name: p.name.clone(),
-                                version: p.version.clone(),
-                                image: p.image.clone(),
+                                name: p.name.as_str().into(),
+                                version: p.version.as_str().into(),
+                                image: p.image.as_str().into(),
                                 container_sha: p.container_sha.clone(),
                                 stage: Stage::Uninstall,
                                 state: Some(State::Skipped),
