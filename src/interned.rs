@@ -184,6 +184,15 @@ mod tests {
     }
 
     #[test]
+    fn deserialized_values_are_shared_and_serialise_as_strings() {
+        let a: Shared = serde_json::from_str(r#""interned-serde-1""#).unwrap();
+        // An escaped value is decoded into a buffer of its own first.
+        let b: Shared = serde_json::from_str(r#""interned-serde-\u0031""#).unwrap();
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+        assert_eq!(serde_json::to_string(&a).unwrap(), r#""interned-serde-1""#);
+    }
+
+    #[test]
     fn values_nobody_holds_are_swept() {
         // Other tests intern in parallel: only this test's own values are looked at.
         let kept = Shared::new("interned-sweep-kept");
