@@ -27,12 +27,17 @@ pub const MAX_READ_BUFFER: usize = 16 * 1024;
 /// during a rollout, so their bursts reuse the pool; between rollouts it empties.
 pub const POOL_IDLE: Duration = Duration::from_secs(30);
 
-/// A client for `config` with bounded connection buffers and request counting. A proxy is
-/// left to kube's own stack, which supports it or says which feature it lacks.
+/// A client for `config` with bounded connection buffers, counting its requests into
+/// `skyhook_api_requests_total`. A proxy is left to kube's own stack, which supports it or says
+/// which feature it lacks.
 pub fn build(config: Config) -> Result<Client, kube::Error> {
+    build_counted(config, CountLayer::global())
+}
+
+fn build_counted(config: Config, count: CountLayer) -> Result<Client, kube::Error> {
     if config.proxy_url.is_some() {
         let builder = ClientBuilder::try_from(config)?;
-        return Ok(builder.with_layer(&CountLayer::global()).build());
+        return Ok(builder.with_layer(&count).build());
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -47,11 +52,52 @@ pub fn build(config: Config) -> Result<Client, kube::Error> {
         .pool_idle_timeout(POOL_IDLE)
         .build(connector);
     let service = ServiceBuilder::new()
-        .layer(CountLayer::global())
+        .layer(count)
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(pool);
     Ok(ClientBuilder::new(service, config.default_namespace).build())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::routing::get;
+
+    use super::*;
+
+    /// A body many times the read buffer arrives whole, on a connection used again and again,
+    /// and every request is counted.
+    #[tokio::test]
+    async fn answers_larger_than_the_read_buffer_arrive_whole() {
+        let big = "x".repeat(64 * MAX_READ_BUFFER);
+        let body = big.clone();
+        let app = Router::new().route("/version", get(move || async move { body }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().unwrap();
+        // Counted apart from the operator's own series, which the metrics tests read.
+        let requests = crate::controller::api_counter::ApiRequests::default();
+        let count = CountLayer {
+            requests: requests.clone(),
+        };
+        let client = build_counted(Config::new(url), count).unwrap();
+        for _ in 0..3 {
+            let req = http::Request::get("/version").body(Vec::new()).unwrap();
+            assert_eq!(client.request_text(req).await.unwrap(), big);
+        }
+        let mut text = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("requests", "", requests);
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("requests_total{") && l.ends_with(" 3")),
+            "{text}"
+        );
+    }
 }
