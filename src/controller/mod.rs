@@ -196,11 +196,7 @@ pub async fn run(
     let cm_stream = cm_events.touched_objects();
     let (policies, policy_stream) = policy_watch(&client);
 
-    let sk_cfg = config
-        .skyhook_selector
-        .as_deref()
-        .map_or_else(watch_config, |sel| watch_config().labels(sel));
-    let (skyhooks, sk_stream) = skyhook_watch(&client, sk_cfg);
+    let (skyhooks, sk_stream) = skyhook_watch(&client, skyhook_watch_config(&config));
     // Each watch pauses on its own after an error (`watch::paced`); kube's default pause of all
     // triggers at once froze every cache for minutes after an API server restart.
     let controller = Controller::for_stream(sk_stream, skyhooks.clone()).trigger_backoff(NoPause);
@@ -245,6 +241,14 @@ pub async fn run(
     supervise(with_guard(reconciling, guard_ctx, &client), leadership).await?;
     info!("skyhook operator stopped");
     Ok(())
+}
+
+/// The Skyhooks this operator reconciles: all, or those `SKYHOOK_SELECTOR` selects.
+fn skyhook_watch_config(config: &Config) -> kube::runtime::watcher::Config {
+    config
+        .skyhook_selector
+        .as_deref()
+        .map_or_else(watch_config, |sel| watch_config().labels(sel))
 }
 
 /// Reconciling, with the DeploymentPolicy guard beside it until reconciling ends.

@@ -49,16 +49,7 @@ const PIECES: u64 = 9;
 
 /// Returns the exit code: 0, or 3 when some pieces failed but the archive was written.
 pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Result<u8, CliError> {
-    let chosen = match (&args.output_file, ctx.global.output_arg.as_deref()) {
-        (Some(file), _) => Some(file.to_string_lossy().into_owned()),
-        (None, Some(old)) => {
-            eprintln!(
-                "Warning: -o/--output naming the archive is deprecated (-o is the output format everywhere else); use --output-file {old}"
-            );
-            Some(old.to_string())
-        }
-        (None, None) => None,
-    };
+    let chosen = chosen_archive(args, ctx.global.output_arg.as_deref());
     let mut global = ctx.global.clone();
     if global.request_timeout.0.is_none() {
         global.request_timeout = Timeout(Some(DEFAULT_REQUEST_TIMEOUT));
@@ -128,6 +119,20 @@ pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Resu
         error_files.join(", ")
     )?;
     Ok(3)
+}
+
+/// The archive named by `--output-file`, or by the deprecated `-o` (with a warning).
+fn chosen_archive(args: &CollectArgs, output_arg: Option<&str>) -> Option<String> {
+    match (&args.output_file, output_arg) {
+        (Some(file), _) => Some(file.to_string_lossy().into_owned()),
+        (None, Some(old)) => {
+            eprintln!(
+                "Warning: -o/--output naming the archive is deprecated (-o is the output format everywhere else); use --output-file {old}"
+            );
+            Some(old.to_string())
+        }
+        (None, None) => None,
+    }
 }
 
 /// `-o`, else `skyhook-debug-<UTC timestamp>.tar.gz` in the current directory.
