@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 use serde::{Deserialize, Serialize};
 use skyhook::crd::{self, DeploymentBudget, DeploymentPolicy, Skyhook};
 use skyhook::jobs::JobView;
-use skyhook::plan::{self, CompartmentPlan, Inputs};
+use skyhook::plan::{self, CompartmentPlan, Inputs, NodeView};
 use skyhook::schema;
 use skyhook::settings::{Config, Settings};
 
@@ -101,7 +101,7 @@ fn defaults() -> Result<Config, CliError> {
 struct World {
     skyhooks: Vec<Arc<Skyhook>>,
     policies: Vec<Arc<DeploymentPolicy>>,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<Arc<NodeView>>,
     jobs: Vec<Arc<JobView>>,
     configmaps: Vec<Arc<ConfigMap>>,
     busy: std::collections::BTreeSet<String>,
@@ -151,7 +151,11 @@ impl World {
         Ok(World {
             skyhooks,
             policies: policies.items.into_iter().map(Arc::new).collect(),
-            nodes: nodes.items.into_iter().map(Arc::new).collect(),
+            nodes: nodes
+                .items
+                .into_iter()
+                .map(|n| Arc::new(n.into()))
+                .collect(),
             jobs: views
                 .into_iter()
                 .filter(|v| v.skyhook == name)

@@ -50,7 +50,7 @@ use watch::{
 use crate::crd::{self, DeploymentPolicy, Skyhook};
 use crate::jobs::{JobView, PodView};
 use crate::metrics::Metrics;
-use crate::plan::{self, Inputs};
+use crate::plan::{self, Inputs, NodeView};
 use crate::schema;
 use crate::settings::Config;
 
@@ -95,7 +95,7 @@ pub struct Ctx {
     pub version: String,
     pub events: events::EventSink,
     pub skyhooks: Store<Skyhook>,
-    pub nodes: Store<Node>,
+    pub nodes: Records<NodeView>,
     pub jobs: Records<JobView>,
     /// Our Jobs' pods while Pending (stuck containers).
     pub pods: Records<PodView>,
@@ -117,7 +117,7 @@ pub struct Ctx {
 impl Ctx {
     /// Resolves once every cache holds its first list.
     async fn caches_filled(&self) {
-        let _ = self.nodes.wait_until_ready().await;
+        self.nodes.wait_until_ready().await;
         self.jobs.wait_until_ready().await;
         self.pods.wait_until_ready().await;
         self.go_pods.wait_until_ready().await;
@@ -315,7 +315,7 @@ fn mark_ready_when_synced(ctx: &Arc<Ctx>) {
 /// The reflector stores a [`Ctx`] reads.
 struct Caches {
     skyhooks: Store<Skyhook>,
-    nodes: Store<Node>,
+    nodes: Records<NodeView>,
     jobs: Records<JobView>,
     pods: Records<PodView>,
     go_pods: Records<PodView>,
@@ -383,19 +383,16 @@ fn skyhooks_using(skyhooks: &Store<Skyhook>, policy: &DeploymentPolicy) -> Vec<O
 async fn drain_view(
     ctx: &Ctx,
     sk: &Skyhook,
-    nodes: &[Arc<Node>],
+    nodes: &[Arc<NodeView>],
 ) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
     let mut out = BTreeMap::new();
-    let cordoned = plan::targeted(sk, nodes).into_iter().filter(|n| {
-        n.spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    });
+    let cordoned = plan::targeted(sk, nodes)
+        .into_iter()
+        .filter(|n| n.unschedulable);
     let protected = plan::drain::protection(&sk.spec.pod_non_interrupt_labels);
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     for n in cordoned {
-        let node = n.name_any();
+        let node = n.name.clone();
         let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = pods.list(&lp).await?;
         out.insert(node, plan::drain::classify(&list.items, protected.as_ref()));
@@ -438,7 +435,7 @@ async fn pass(
 ) -> Result<(Action, Option<(Skyhook, Duration)>), Error> {
     let started = Instant::now();
     let name = sk.name_any();
-    let nodes = ctx.nodes.state();
+    let nodes = ctx.nodes.all();
     if sk.meta().deletion_timestamp.is_some() {
         return deletion_pass(sk, ctx, &nodes).await.map(|a| (a, None));
     }
@@ -530,7 +527,7 @@ fn hold_status(ctx: &Ctx, name: &str, stored: Option<&crd::SkyhookStatus>, plan:
 
 /// A pass of a deleted Skyhook: its marks come off the nodes, its Jobs and ConfigMaps go, and
 /// the finalizer last.
-async fn deletion_pass(sk: &Skyhook, ctx: &Ctx, nodes: &[Arc<Node>]) -> Result<Action, Error> {
+async fn deletion_pass(sk: &Skyhook, ctx: &Ctx, nodes: &[Arc<NodeView>]) -> Result<Action, Error> {
     let name = sk.name_any();
     ctx.metrics.forget(&name);
     ctx.passes.forget(&name);

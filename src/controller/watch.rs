@@ -17,8 +17,10 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use super::records::{Records, recorded};
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
+use crate::plan::NodeView;
 use crate::schema;
 
 /// What of a node the planner reads, hashed: a kubelet or kwok heartbeat changes none of it, so
@@ -129,22 +131,22 @@ pub(super) fn prune_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// Every node, lean, with the events that change what the planner reads.
+/// Every node as a [`NodeView`], with the events that change what the planner reads.
 pub(super) fn node_watch(
     client: &Client,
 ) -> (
-    Store<Node>,
+    Records<NodeView>,
     impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + use<>,
 ) {
-    let (nodes, writer) = reflector::store();
-    let stream = paced(watcher(
+    let events = paced(watcher(
         Api::<LeanNode>::all(client.clone()),
         watch_config(),
     ))
-    .map_ok(full::<LeanNode, Node>)
-    .reflect(writer)
-    .applied_objects()
-    .predicate_filter(node_fingerprint, PredicateConfig::default());
+    .map_ok(full::<LeanNode, Node>);
+    let (nodes, events) = recorded(events, |n: &Node| Some(NodeView::from(n.clone())));
+    let stream = events
+        .applied_objects()
+        .predicate_filter(node_fingerprint, PredicateConfig::default());
     (nodes, stream)
 }
 

@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod::{SkyhookIds, owner_reference, string_map};
 use crate::crd::{Package, Skyhook};
+use crate::plan::NodeView;
 use crate::schema;
 use crate::settings::Config;
 
@@ -42,20 +43,20 @@ pub fn package_configmap(skyhook: &Skyhook, package: &Package, cfg: &Config) -> 
 /// [`packages_json`]).
 pub fn node_metadata_configmap(
     skyhook: &Skyhook,
-    node: &Node,
+    node: &NodeView,
     packages_json: String,
     cfg: &Config,
 ) -> ConfigMap {
     let ids = SkyhookIds::of(skyhook);
-    let node_name = node.metadata.name.as_deref().unwrap_or_default();
+    let node_name = node.name.as_str();
     let data = BTreeMap::from([
         (
             schema::METADATA_ANNOTATIONS_KEY.to_owned(),
-            schema::string_map_json(node.metadata.annotations.iter().flatten()),
+            schema::string_map_json(&node.annotations),
         ),
         (
             schema::METADATA_LABELS_KEY.to_owned(),
-            schema::string_map_json(node.metadata.labels.iter().flatten()),
+            schema::string_map_json(&node.labels),
         ),
         (schema::METADATA_PACKAGES_KEY.to_owned(), packages_json),
     ]);
@@ -163,13 +164,10 @@ mod tests {
             )
         );
 
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some("kind-worker".into()),
-                labels: Some(string_map([("kubernetes.io/hostname", "kind-worker")])),
-                annotations: Some(string_map([("b", "<2>"), ("a", "1")])),
-                ..Default::default()
-            },
+        let node = NodeView {
+            name: "kind-worker".into(),
+            labels: string_map([("kubernetes.io/hostname", "kind-worker")]),
+            annotations: string_map([("b", "<2>"), ("a", "1")]),
             ..Default::default()
         };
         let cm = serde_json::to_value(node_metadata_configmap(&sk, &node, packages.clone(), &c))
@@ -198,11 +196,8 @@ mod tests {
         );
 
         // A node without labels or annotations still gets the three keys.
-        let bare = Node {
-            metadata: ObjectMeta {
-                name: Some("bare".into()),
-                ..Default::default()
-            },
+        let bare = NodeView {
+            name: "bare".into(),
             ..Default::default()
         };
         let cm = node_metadata_configmap(&sk, &bare, "{}".into(), &c);

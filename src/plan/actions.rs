@@ -42,10 +42,10 @@ impl NodePatch {
     }
 
     /// A patch of `node`, guarded by the resourceVersion of this copy of it.
-    pub fn of(node: &k8s_openapi::api::core::v1::Node) -> Self {
+    pub fn of(node: &super::NodeView) -> Self {
         NodePatch {
-            resource_version: node.metadata.resource_version.clone(),
-            ..NodePatch::new(node.metadata.name.as_deref().unwrap_or_default())
+            resource_version: node.resource_version.clone(),
+            ..NodePatch::new(&node.name)
         }
     }
 
@@ -333,7 +333,7 @@ mod tests {
         let node: k8s_openapi::api::core::v1::Node =
             serde_json::from_value(json!({"metadata": {"name": "n1", "resourceVersion": "7"}}))
                 .expect("node");
-        let p = NodePatch::of(&node);
+        let p = NodePatch::of(&node.into());
         assert_eq!(
             (p.node.as_str(), p.resource_version.as_deref()),
             ("n1", Some("7"))

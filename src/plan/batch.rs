@@ -99,7 +99,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::Node;
+    use crate::plan::NodeView;
 
     use crate::plan::select::Block;
     use crate::plan::stage::Host;
@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn seen_of_a_node() {
-        let node = Node::default();
+        let node = NodeView::default();
         let entry = |state: State| PackageStatus {
             name: "p".into(),
             version: "1.0.0".into(),

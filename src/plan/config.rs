@@ -94,7 +94,7 @@ pub fn package_configmaps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Node;
+    use crate::plan::NodeView;
     use serde_json::{Value, json};
 
     use crate::plan::stage::Host;
@@ -148,7 +148,7 @@ mod tests {
     }
 
     fn facts<'a>(
-        node: &'a Node,
+        node: &'a NodeView,
         applied: BTreeMap<String, String>,
         prior: NodeState,
     ) -> NodeFacts<'a> {
@@ -292,7 +292,7 @@ mod tests {
                 vec![("p", &["x"])],
             ),
         ];
-        let node = Node::default();
+        let node = NodeView::default();
         for (name, spec_cm, cluster, prior, nodes, want) in cases {
             let sk = skyhook(&[("p", "1.0.0", spec_cm)]);
             let cms: Vec<Arc<ConfigMap>> = cluster
@@ -330,7 +330,7 @@ mod tests {
             config_updates: updates(&[("p", &["a.conf"])]),
             ..SkyhookStatus::default()
         };
-        let node = Node::default();
+        let node = NodeView::default();
         let mut state = NodeState::default();
         state.upsert(entry("1.0.0", Stage::Config, State::Complete));
         let applied = BTreeMap::from([(
@@ -366,7 +366,7 @@ mod tests {
             config_updates: updates(&[("p", &["a.conf"])]),
             ..SkyhookStatus::default()
         };
-        let node = Node::default();
+        let node = NodeView::default();
         let mut state = NodeState::default();
         state.upsert(entry("1.0.0", Stage::Interrupt, State::InProgress));
         let applied = BTreeMap::from([(

@@ -3,16 +3,15 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::{NodePatch, Plan};
+use super::{NodePatch, NodeView, Plan};
 use crate::crd::Skyhook;
 use crate::schema;
 
 /// Deletion (§3.19, extended): remove every node key, label and condition this Skyhook wrote,
 /// lift cordons it holds, delete its Jobs and ConfigMaps, then release the finalizer.
-pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
+pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Plan {
     let name = sk.name_any();
     let mut plan = Plan {
         delete_owned: true,
@@ -31,34 +30,31 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<Node>]) -> Plan {
     for n in nodes {
         let mut patch = NodePatch::of(n);
         for k in &annotation_keys {
-            if n.annotations().contains_key(k) {
+            if n.annotations.contains_key(k) {
                 patch.annotations.insert(k.clone(), None);
             }
         }
-        if n.annotations()
+        if n.annotations
             .contains_key(&schema::cordon_annotation(&name))
         {
             patch.unschedulable = Some(false);
         }
         let label = schema::status_label(&name);
-        if n.labels().contains_key(&label) {
+        if n.labels.contains_key(&label) {
             patch.labels.insert(label, None);
         }
         if !patch.is_empty() {
             plan.node_patches.push(patch);
         }
         let conditions: Vec<String> = n
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
+            .conditions
             .iter()
             .filter(|c| c.type_.starts_with(&condition_prefix))
             .map(|c| c.type_.clone())
             .collect();
         if !conditions.is_empty() {
             plan.node_conditions
-                .push((n.name_any(), Vec::new(), conditions));
+                .push((n.name.clone(), Vec::new(), conditions));
         }
     }
     plan
@@ -85,19 +81,18 @@ mod tests {
         labels: Value,
         conditions: &[&str],
         unschedulable: bool,
-    ) -> Arc<Node> {
+    ) -> Arc<NodeView> {
         let conditions: Vec<Value> = conditions
             .iter()
             .map(|t| json!({"type": t, "status": "True"}))
             .collect();
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "n", "annotations": annotations, "labels": labels},
-                "spec": {"unschedulable": unschedulable},
-                "status": {"conditions": conditions},
-            }))
-            .expect("node"),
-        )
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "annotations": annotations, "labels": labels},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"conditions": conditions},
+        }))
+        .expect("node");
+        Arc::new(node.into())
     }
 
     #[test]
@@ -134,7 +129,7 @@ mod tests {
         // (case, node, annotation removals, label removals, unschedulable write, conditions removed)
         let cases: Vec<(
             &str,
-            Arc<Node>,
+            Arc<NodeView>,
             Vec<String>,
             Vec<String>,
             Option<bool>,

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
 use kube::ResourceExt;
 
-use super::Inputs;
-use super::select::{self, Block, annotation};
+use super::select::{self, Block};
 use super::stage::Host;
+use super::{Inputs, NodeView};
 use crate::crd::Skyhook;
 use crate::schema::{self, Folded, NodeState};
 
@@ -38,7 +38,7 @@ impl Switches {
 
 /// One targeted node, as read at the start of the pass.
 pub struct NodeFacts<'a> {
-    pub node: &'a Node,
+    pub node: &'a NodeView,
     pub name: String,
     /// The node state of this Skyhook (empty when the node rebooted and REAPPLY_ON_REBOOT is set).
     pub prior: NodeState,
@@ -83,16 +83,11 @@ pub fn gather<'a>(inp: &Inputs<'a>, tolerations: &[Toleration]) -> Vec<NodeFacts
         .collect()
 }
 
-fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> NodeFacts<'a> {
+fn read<'a>(inp: &Inputs<'a>, node: &'a NodeView, tolerations: &[Toleration]) -> NodeFacts<'a> {
     let sk = inp.skyhook;
     let skyhook = sk.name_any();
-    let name = node.name_any();
-    let boot_id = node
-        .status
-        .as_ref()
-        .and_then(|st| st.node_info.as_ref())
-        .map(|i| i.boot_id.clone())
-        .filter(|b| !b.is_empty());
+    let name = node.name.clone();
+    let boot_id = Some(node.boot_id.clone()).filter(|b| !b.is_empty());
     let prior_boot = inp.status.and_then(|s| s.node_boot_ids.get(&name));
     let rebooted = inp.config.reapply_on_reboot
         && boot_id
@@ -114,18 +109,14 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
     };
     NodeFacts {
         host: Host {
-            cordoned: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.unschedulable)
-                .unwrap_or(false),
+            cordoned: node.unschedulable,
             pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
             other_busy: inp.busy_nodes.contains(&name),
             go_pods: inp.go_pods.get(&name).map_or(&[], Vec::as_slice),
-            node_version: node.resource_version().and_then(|v| v.parse().ok()),
+            node_version: node.version_number(),
         },
         holds_cordon: node
-            .annotations()
+            .annotations
             .contains_key(&schema::cordon_annotation(&skyhook)),
         block: select::block(node, tolerations),
         gated: select::gated(sk, inp.skyhooks, node),
@@ -143,12 +134,12 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a Node, tolerations: &[Toleration]) -> Nod
 /// The node state and applied record of `skyhook` on `node` (empty when absent), or why one of
 /// them cannot be read: writing over a value we cannot read would erase progress.
 fn stored_progress(
-    node: &Node,
+    node: &NodeView,
     node_name: &str,
     skyhook: &str,
 ) -> Result<(NodeState, BTreeMap<String, String>), String> {
     let state_key = schema::node_state_annotation(skyhook);
-    let state = match annotation(node, &state_key) {
+    let state = match node.annotation(&state_key) {
         None => NodeState::default(),
         Some(raw) => NodeState::parse(raw).map_err(|e| {
             schema::node_state_unreadable_message(node_name, &state_key, &e.to_string(), raw)
@@ -160,11 +151,11 @@ fn stored_progress(
 
 /// One of our JSON annotations (its default when absent), or why it cannot be read.
 fn stored_json<T: serde::de::DeserializeOwned + Default>(
-    node: &Node,
+    node: &NodeView,
     node_name: &str,
     key: &str,
 ) -> Result<T, String> {
-    match annotation(node, key) {
+    match node.annotation(key) {
         None => Ok(T::default()),
         Some(raw) => serde_json::from_str(raw).map_err(|e| {
             schema::node_state_unreadable_message(node_name, key, &e.to_string(), raw)

@@ -61,9 +61,9 @@ pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) 
                 };
                 // The node copy this pass read; exec replaces it with the version its node
                 // patch returns, when the patch stored this stage.
-                if let Some(rv) = f.node.resource_version() {
+                if let Some(rv) = &f.node.resource_version {
                     job.annotations_mut()
-                        .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv);
+                        .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv.clone());
                 }
                 // Always `Some` for the builders' Jobs (every plan test that counts the Jobs
                 // created goes through here).

@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
+use k8s_openapi::api::core::v1::{NodeCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use super::NodePatch;
 use super::facts::{NodeFacts, Switches};
-use super::select::{annotation, selects};
+use super::select::selects;
 use super::stage::NodeOutcome;
+use super::{NodePatch, NodeView};
 use crate::crd::Skyhook;
 use crate::schema::{self, NodeState, State, Status, TaintSpec};
 
@@ -108,13 +108,13 @@ fn bookkeeping<V: PartialEq + serde::Serialize>(
 /// Annotation and label writes that bring `node` to `state` and `status`.
 pub fn progress(
     skyhook: &str,
-    node: &Node,
+    node: &NodeView,
     state: &NodeState,
     status: Status,
     operator_version: &str,
 ) -> NodePatch {
     let mut p = NodePatch::of(node);
-    let annotations = node.annotations();
+    let annotations = &node.annotations;
     let mut want = |key: String, value: Option<String>| {
         if annotations.get(&key) != value.as_ref() {
             p.annotations.insert(key, value);
@@ -141,7 +141,7 @@ pub fn progress(
         Some(operator_version.to_string()),
     );
     let label = schema::status_label(skyhook);
-    if node.labels().get(&label).map(String::as_str) != Some(status.as_str()) {
+    if node.label(&label) != Some(status.as_str()) {
         p.labels.insert(label, Some(status.as_str().to_string()));
     }
     p
@@ -149,19 +149,15 @@ pub fn progress(
 
 /// §3.17: with `runtimeRequired`, new nodes get the runtime-required taint (`autoTaintNewNodes`)
 /// and lose it once every runtime-required Skyhook that targets them is complete there.
-fn runtime_required(m: &MetaInput, node: &Node, settled: bool, patch: &mut NodePatch) {
+fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut NodePatch) {
     let sk = m.skyhook;
     if !sk.spec.runtime_required {
         return;
     }
     let taint = m.runtime_taint;
-    let taints: Vec<Taint> = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
+    let taints: Vec<Taint> = node.taints.clone();
     let tainted = taints.iter().any(|t| taint.matches(t));
-    let touched = node.annotations().keys().any(|k| schema::is_skyhook_key(k));
+    let touched = node.annotations.keys().any(|k| schema::is_skyhook_key(k));
     if !tainted && sk.spec.auto_taint_new_nodes && !touched {
         let mut next = taints;
         next.push(taint.to_taint());
@@ -179,8 +175,8 @@ fn runtime_required(m: &MetaInput, node: &Node, settled: bool, patch: &mut NodeP
     let others_done = m.skyhooks.iter().all(|o| {
         o.name_any() == me
             || !o.spec.runtime_required
-            || !selects(o, node)
-            || annotation(node, &schema::status_annotation(&o.name_any()))
+            || !selects(o, &node.labels)
+            || node.annotation(&schema::status_annotation(&o.name_any()))
                 == Some(Status::Complete.as_str())
     });
     if others_done {
@@ -191,7 +187,7 @@ fn runtime_required(m: &MetaInput, node: &Node, settled: bool, patch: &mut NodeP
 /// The two node conditions of §2.4, when they need writing.
 pub fn node_conditions(
     skyhook: &str,
-    node: &Node,
+    node: &NodeView,
     state: &NodeState,
     complete: bool,
     now: Timestamp,
@@ -221,11 +217,7 @@ pub fn node_conditions(
             schema::node_erroring_message(skyhook),
         ),
     ];
-    let existing = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default();
+    let existing = &node.conditions;
     let current = |t: &str| existing.iter().find(|c| c.type_ == t);
     let up_to_date = want.iter().all(|(t, s, r, _)| {
         current(t).is_some_and(|c| c.status == *s && c.reason.as_deref() == Some(*r))
@@ -266,14 +258,16 @@ mod tests {
 
     const OP: &str = "v1";
 
-    fn node(v: Value) -> Node {
-        serde_json::from_value(v).expect("node")
+    fn node(v: Value) -> NodeView {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(v)
+            .expect("node")
+            .into()
     }
 
-    fn facts(node: &Node) -> NodeFacts<'_> {
+    fn facts(node: &NodeView) -> NodeFacts<'_> {
         NodeFacts {
             node,
-            name: node.name_any(),
+            name: node.name.clone(),
             prior: NodeState::default(),
             applied: BTreeMap::new(),
             folded: Default::default(),

@@ -21,6 +21,7 @@ pub mod guard;
 pub mod interrupt;
 pub mod launch;
 pub mod metadata;
+pub mod node;
 pub mod select;
 pub mod spec;
 pub mod stage;
@@ -35,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
 pub use actions::{
@@ -43,6 +44,7 @@ pub use actions::{
 };
 pub use delete::plan_delete;
 pub use drain::PodInfo;
+pub use node::NodeView;
 pub use select::{targeted, tolerates_cordon};
 
 use crate::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
@@ -67,7 +69,7 @@ pub struct Inputs<'a> {
     pub status: Option<&'a SkyhookStatus>,
     pub skyhooks: &'a [Arc<Skyhook>],
     pub policies: &'a [Arc<DeploymentPolicy>],
-    pub nodes: &'a [Arc<Node>],
+    pub nodes: &'a [Arc<NodeView>],
     /// This Skyhook's Jobs.
     /// Shared with the Job cache: a pass copies none of them.
     pub jobs: &'a [Arc<JobView>],
@@ -252,7 +254,7 @@ impl Pass<'_> {
             .chain(unreadable)
             .map(|f| Member {
                 name: &f.name,
-                labels: f.node.labels(),
+                labels: &f.node.labels,
             })
             .collect();
         let mut compartments = compartments::build(self.inp.skyhook, self.policy, &members, prior);
@@ -285,11 +287,7 @@ impl Pass<'_> {
     /// fresh work. A node whose only work left is retrying what failed has finished its batch
     /// (§6.4 counts it as failed) and waits to be picked again.
     fn has_fresh_work(&self, f: &NodeFacts, o: &NodeOutcome, seen: &Seen) -> bool {
-        let stored = f
-            .node
-            .annotations()
-            .get(&schema::status_annotation(&self.name))
-            .map(String::as_str);
+        let stored = f.node.annotation(&schema::status_annotation(&self.name));
         let at_work = matches!(
             Status::from_annotation(stored),
             Status::InProgress | Status::Erroring

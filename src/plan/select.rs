@@ -1,12 +1,14 @@
 //! Node selection (§3.16, §3.14): which nodes a Skyhook targets, which of them it may not touch
 //! (ignored, or a taint it does not tolerate) and which wait for a Skyhook ordered before it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
+use super::NodeView;
 use crate::crd::Skyhook;
 use crate::schema::{self, Status, TaintSpec};
 
@@ -20,21 +22,19 @@ pub enum Block {
 }
 
 /// Whether `skyhook`'s `nodeSelectors` select `node` (an empty selector selects every node).
-pub fn selects(skyhook: &Skyhook, node: &Node) -> bool {
-    Selector::try_from(skyhook.spec.node_selectors.clone()).is_ok_and(|s| s.matches(node.labels()))
+pub fn selects(skyhook: &Skyhook, labels: &BTreeMap<String, String>) -> bool {
+    Selector::try_from(skyhook.spec.node_selectors.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// Targeted nodes, oldest first (§3.4), names breaking ties deterministically.
-pub fn targeted<'a>(skyhook: &Skyhook, nodes: &'a [Arc<Node>]) -> Vec<&'a Arc<Node>> {
+pub fn targeted<'a>(skyhook: &Skyhook, nodes: &'a [Arc<NodeView>]) -> Vec<&'a Arc<NodeView>> {
     let Ok(sel) = Selector::try_from(skyhook.spec.node_selectors.clone()) else {
         return Vec::new();
     };
-    let mut out: Vec<&Arc<Node>> = nodes.iter().filter(|n| sel.matches(n.labels())).collect();
-    out.sort_by_cached_key(|n| {
-        (
-            n.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            n.name_any(),
-        )
+    let mut out: Vec<&Arc<NodeView>> = nodes.iter().filter(|n| sel.matches(&n.labels)).collect();
+    out.sort_by(|a, b| {
+        let key = |n: &'a NodeView| (n.created.as_ref().map(|t| t.0), n.name.as_str());
+        key(a).cmp(&key(b))
     });
     out
 }
@@ -88,16 +88,12 @@ pub fn job_tolerations(sk: &Skyhook, runtime_taint: &TaintSpec) -> Vec<Toleratio
 }
 
 /// Why `node` cannot be worked on, if it cannot (§3.16).
-pub fn block(node: &Node, tolerations: &[Toleration]) -> Option<Block> {
-    if node.labels().get(schema::IGNORE_LABEL).map(String::as_str) == Some(schema::TRUE_VALUE) {
+pub fn block(node: &NodeView, tolerations: &[Toleration]) -> Option<Block> {
+    if node.label(schema::IGNORE_LABEL) == Some(schema::TRUE_VALUE) {
         return Some(Block::Ignored);
     }
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
-    let untolerated = taints
+    let untolerated = node
+        .taints
         .iter()
         .any(|taint| !tolerations.iter().any(|t| tolerates(t, taint)));
     untolerated.then_some(Block::Taint)
@@ -105,15 +101,15 @@ pub fn block(node: &Node, tolerations: &[Toleration]) -> Option<Block> {
 
 /// §3.14: every non-disabled Skyhook ordered before this one (priority, then name) that targets
 /// the node must be complete there first.
-pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &Node) -> bool {
+pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &NodeView) -> bool {
     let key = |s: &Skyhook| (s.spec.priority, s.name_any());
     let mine = key(sk);
     all.iter().any(|other| {
         other.name_any() != sk.name_any()
             && key(other) < mine
             && !flag(other, schema::DISABLE_ANNOTATION)
-            && selects(other, node)
-            && annotation(node, &schema::status_annotation(&other.name_any()))
+            && selects(other, &node.labels)
+            && node.annotation(&schema::status_annotation(&other.name_any()))
                 != Some(Status::Complete.as_str())
     })
 }
@@ -121,14 +117,6 @@ pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &Node) -> bool {
 /// An annotation `key` of the Skyhook set to `true` (pause, disable).
 pub fn flag(sk: &Skyhook, key: &str) -> bool {
     sk.annotations().get(key).map(String::as_str) == Some(schema::TRUE_VALUE)
-}
-
-pub(crate) fn annotation<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
-    node.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -144,8 +132,10 @@ mod tests {
         serde_json::from_value(v).expect("taint")
     }
 
-    fn node(v: Value) -> Node {
-        serde_json::from_value(v).expect("node")
+    fn node(v: Value) -> NodeView {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(v)
+            .expect("node")
+            .into()
     }
 
     fn skyhook(name: &str, spec: Value, annotations: Value) -> Skyhook {
@@ -714,13 +704,13 @@ mod tests {
             let sk = skyhook("sh", json!({"nodeSelectors": sel}), json!({}));
             let got: Vec<String> = targeted(&sk, &nodes)
                 .into_iter()
-                .map(|n| n.name_any())
+                .map(|n| n.name.clone())
                 .collect();
             assert_eq!(got, want, "case: {name}");
             let each: Vec<String> = nodes
                 .iter()
-                .filter(|n| selects(&sk, n))
-                .map(|n| n.name_any())
+                .filter(|n| selects(&sk, &n.labels))
+                .map(|n| n.name.clone())
                 .collect();
             let mut sorted = want.clone();
             sorted.sort();

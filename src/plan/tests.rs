@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::NodeView;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -54,7 +55,7 @@ fn one_package(interrupt: bool) -> Value {
     json!({"packages": {name: p}})
 }
 
-fn node(name: &str, age: i64, annotations: Value, labels: Value, cordoned: bool) -> Arc<Node> {
+fn node(name: &str, age: i64, annotations: Value, labels: Value, cordoned: bool) -> Arc<NodeView> {
     let mut n: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": annotations, "labels": labels},
         "spec": {"unschedulable": cordoned},
@@ -62,7 +63,7 @@ fn node(name: &str, age: i64, annotations: Value, labels: Value, cordoned: bool)
     .expect("node");
     let created = Timestamp::from_second(1_700_000_000 + age).expect("time");
     n.metadata.creation_timestamp = Some(Time(created));
-    Arc::new(n)
+    Arc::new(n.into())
 }
 
 /// The node-state annotation of one package as the Go operator writes it.
@@ -102,7 +103,7 @@ fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) 
 struct World {
     sk: Skyhook,
     others: Vec<Arc<Skyhook>>,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<Arc<NodeView>>,
     jobs: Vec<JobView>,
     pods: BTreeMap<String, Vec<PodInfo>>,
     busy: BTreeSet<String>,
@@ -112,7 +113,7 @@ struct World {
 }
 
 impl World {
-    fn new(sk: Skyhook, nodes: Vec<Arc<Node>>) -> Self {
+    fn new(sk: Skyhook, nodes: Vec<Arc<NodeView>>) -> Self {
         World {
             sk,
             others: Vec::new(),
@@ -412,7 +413,7 @@ fn switches_and_node_blocks_decide_what_starts() {
     for (case, annotations, labels, taints, jobs, status) in cases {
         let n = node("n1", 0, json!({}), labels.clone(), false);
         let mut n = (*n).clone();
-        n.spec.get_or_insert_default().taints = serde_json::from_value(taints.clone()).ok();
+        n.taints = serde_json::from_value(taints.clone()).unwrap_or_default();
         let w = World::new(
             skyhook(one_package(false), annotations.clone()),
             vec![Arc::new(n)],
@@ -448,7 +449,7 @@ fn budget_limits_the_nodes_that_start() {
     for (case, budget, count, busy, jobs) in cases {
         let mut spec = one_package(false);
         spec["interruptionBudget"] = budget.clone();
-        let nodes: Vec<Arc<Node>> = (0..*count)
+        let nodes: Vec<Arc<NodeView>> = (0..*count)
             .map(|i| node(&format!("n{i}"), i as i64, json!({}), json!({}), false))
             .collect();
         let mut w = World::new(skyhook(spec, json!({})), nodes);
@@ -708,10 +709,7 @@ fn an_unchanged_world_writes_nothing() {
         false,
     ))
     .clone();
-    node_after.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-        conditions: Some(first.node_conditions[0].1.clone()),
-        ..Default::default()
-    });
+    node_after.conditions = first.node_conditions[0].1.clone();
     let mut sk = w.sk.clone();
     sk.status = first.status.clone();
     let mut w2 = World::new(sk, vec![Arc::new(node_after)]);
@@ -1053,7 +1051,7 @@ fn packages_merged_into_a_starting_interrupt_are_skipped_in_the_same_pass() {
 #[test]
 fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
     let cap = launch::MAX_JOB_CREATES_PER_PASS;
-    let nodes: Vec<Arc<Node>> = (0..cap + 50)
+    let nodes: Vec<Arc<NodeView>> = (0..cap + 50)
         .map(|i| node(&format!("n{i:04}"), i as i64, json!({}), json!({}), false))
         .collect();
     let world = World::new(skyhook(one_package(false), json!({})), nodes);
@@ -1083,11 +1081,8 @@ fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
         .iter()
         .map(|n| {
             let mut n = (**n).clone();
-            let p = plan
-                .node_patches
-                .iter()
-                .find(|p| Some(&p.node) == n.metadata.name.as_ref());
-            let ann = n.metadata.annotations.get_or_insert_default();
+            let p = plan.node_patches.iter().find(|p| p.node == n.name);
+            let ann = &mut n.annotations;
             for (k, v) in p.map(|p| p.annotations.clone()).unwrap_or_default() {
                 if let Some(v) = v {
                     ann.insert(k, v);
@@ -1399,7 +1394,7 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
 fn a_node_patch_that_conflicts_takes_its_nodes_work_and_the_status_with_it() {
     let versioned = |name: &str, rv: &str, annotations: Value| {
         let mut n = (*node(name, 0, annotations, json!({}), false)).clone();
-        n.metadata.resource_version = Some(rv.to_string());
+        n.resource_version = Some(rv.to_string());
         Arc::new(n)
     };
     let n1 = versioned("n1", "41", go_state(PLAIN, "apply", "in_progress"));
