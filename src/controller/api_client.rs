@@ -3,7 +3,7 @@
 //!
 //! kube's default stack lets each pooled connection's read buffer grow to about 400 KiB, and
 //! a connection keeps what it grew to while idle. A pass writes 32 objects at a time beside 32
-//! Job creations, and any of those connections may carry a Skyhook status replace, whose answer
+//! Job creations, and any of those connections may carry a Skyhook status write, whose answer
 //! is the whole Skyhook (a megabyte at a thousand nodes): at a thousand nodes the pool's idle
 //! buffers were the largest item of the operator's heap (5 MiB over 43 connections). Bodies are
 //! streamed through the buffer, so a small one only means more reads of a large body.
@@ -26,6 +26,11 @@ pub const MAX_READ_BUFFER: usize = 16 * 1024;
 /// How long an idle connection stays in the pool. Passes follow each other within seconds
 /// during a rollout, so their bursts reuse the pool; between rollouts it empties.
 pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// Idle connections the pool keeps: one step of a pass's writes. A pass's writes beside the Job
+/// creations behind it open twice that, and each connection holds its buffers, TLS state and
+/// dispatch channel (~25 KiB) for as long as it stays in the pool.
+pub const POOL_MAX_IDLE: usize = super::exec::PARALLEL_WRITES;
 
 /// A client for `config` with bounded connection buffers, counting its requests into
 /// `skyhook_api_requests_total`. A proxy is left to kube's own stack, which supports it or says
@@ -50,6 +55,7 @@ fn build_counted(config: Config, count: CountLayer) -> Result<Client, kube::Erro
     let pool = Builder::new(TokioExecutor::new())
         .http1_max_buf_size(MAX_READ_BUFFER)
         .pool_idle_timeout(POOL_IDLE)
+        .pool_max_idle_per_host(POOL_MAX_IDLE)
         .build(connector);
     let service = ServiceBuilder::new()
         .layer(count)

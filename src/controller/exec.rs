@@ -63,6 +63,7 @@ use super::bodies::{
 };
 use super::events::EventSink;
 use super::retry::retried;
+use super::status_patch;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::PlannedJob;
 use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
@@ -80,7 +81,7 @@ pub enum Written {
     Conflict,
 }
 
-/// What a pass wrote: whether all of it, and the Skyhook as its status replace stored it (with
+/// What a pass wrote: whether all of it, and the Skyhook as its status write stored it (with
 /// how long that replace took).
 pub struct Executed {
     pub written: Written,
@@ -108,7 +109,7 @@ pub async fn execute(
         patched: Mutex::new(BTreeMap::new()),
     };
     let w = &w;
-    // The status replace below must carry the newest resourceVersion.
+    // The status write below must carry the newest resourceVersion.
     let Some(resource_version) = w.write_metadata(&plan).await? else {
         return Ok(Executed {
             written: Written::Conflict,
@@ -496,6 +497,24 @@ impl Writer<'_> {
             status: Some(status),
         };
         obj.metadata.managed_fields = None;
+        // Patched when the stored status is known (the common case): only what changed is sent.
+        if let (Some(before), Some(rv), Some(after)) =
+            (&self.sk.status, &resource_version, &obj.status)
+        {
+            let ops = status_patch::ops(before, after, rv).map_err(kube::Error::SerdeError)?;
+            match lean::patch_status(self.client, &self.name, &ops).await {
+                Ok(stored) => {
+                    obj.metadata.resource_version = stored;
+                    return Ok(obj);
+                }
+                // The stored status was not what this pass read it to be (a path to remove is
+                // missing): the replace below sends it whole.
+                Err(e) if is_status(&e, 422) => {
+                    warn!(skyhook = %self.name, error = %e, "status patch refused; replacing the status whole");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         obj.metadata.resource_version = resource_version;
         Ok(lean::replace_status(self.client, obj).await?)
     }

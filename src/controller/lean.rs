@@ -257,6 +257,24 @@ pub async fn replace_status(client: &Client, mut sk: Skyhook) -> Result<Skyhook,
     Ok(sk)
 }
 
+/// Patches the status of Skyhook `name` with `ops` (a JSON patch that also guards the
+/// resourceVersion: [`super::status_patch`]) and returns the resourceVersion the answer
+/// carries, read as for [`replace_status`].
+pub async fn patch_status(
+    client: &Client,
+    name: &str,
+    ops: &[serde_json::Value],
+) -> Result<Option<String>, kube::Error> {
+    let body = serde_json::to_vec(ops).map_err(kube::Error::SerdeError)?;
+    let url = format!("{}/{name}/status", Skyhook::url_path(&(), None));
+    let req = http::Request::patch(url)
+        .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+        .body(body)
+        .map_err(kube::Error::HttpError)?;
+    let stored = crate::streamed::request::<VersionOnly>(client, req).await?;
+    Ok(stored.metadata.resource_version)
+}
+
 /// An answer read for its resourceVersion; serde skips everything else without building it.
 #[derive(Deserialize)]
 struct VersionOnly {

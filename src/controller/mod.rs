@@ -9,6 +9,7 @@ mod creating;
 mod events;
 pub mod exec;
 mod guard;
+mod large_watch;
 pub mod leader;
 mod lean;
 mod passes;
@@ -17,6 +18,7 @@ mod records;
 mod retry;
 pub mod server;
 pub mod start;
+mod status_patch;
 mod views;
 mod watch;
 
@@ -44,7 +46,7 @@ use tracing::{debug, error, info, warn};
 use views::{busy_elsewhere, go_pods, job_record, job_views};
 use watch::{
     NoPause, labelled_events, node_watch, owned_watch, pod_events, pod_triggers, policy_watch,
-    prune_meta, skyhook_watch, watch_config,
+    prune_meta, skyhook_watch,
 };
 
 use crate::crd::{self, DeploymentPolicy, Skyhook};
@@ -196,7 +198,7 @@ pub async fn run(
     let cm_stream = cm_events.touched_objects();
     let (policies, policy_stream) = policy_watch(&client);
 
-    let (skyhooks, sk_stream) = skyhook_watch(&client, skyhook_watch_config(&config));
+    let (skyhooks, sk_stream) = skyhook_watch(&client, config.skyhook_selector.clone());
     // Each watch pauses on its own after an error (`watch::paced`); kube's default pause of all
     // triggers at once froze every cache for minutes after an API server restart.
     let controller = Controller::for_stream(sk_stream, skyhooks.clone()).trigger_backoff(NoPause);
@@ -241,14 +243,6 @@ pub async fn run(
     supervise(with_guard(reconciling, guard_ctx, &client), leadership).await?;
     info!("skyhook operator stopped");
     Ok(())
-}
-
-/// The Skyhooks this operator reconciles: all, or those `SKYHOOK_SELECTOR` selects.
-fn skyhook_watch_config(config: &Config) -> kube::runtime::watcher::Config {
-    config
-        .skyhook_selector
-        .as_deref()
-        .map_or_else(watch_config, |sel| watch_config().labels(sel))
 }
 
 /// Reconciling, with the DeploymentPolicy guard beside it until reconciling ends.
@@ -427,7 +421,7 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     action
 }
 
-/// One pass: the action for the controller, and the Skyhook as the pass's status replace
+/// One pass: the action for the controller, and the Skyhook as the pass's status write
 /// stored it.
 async fn pass(
     sk: &Arc<Skyhook>,

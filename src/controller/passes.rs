@@ -1,10 +1,10 @@
 //! What one pass of a Skyhook leaves for its next: when it ended (passes are spaced), and the
-//! Skyhook as its status replace stored it.
+//! Skyhook as its status write stored it.
 //!
 //! The Skyhook's own watch lags its status writes (the object holds every node's state, a few
 //! hundred KiB at a thousand nodes). A pass that started from the cached copy meanwhile planned
-//! from the status before last: its status replace met a 409, and it announced again what the
-//! last pass had announced. The copy the status replace stored (the Skyhook sent, with the
+//! from the status before last: its status write met a 409, and it announced again what the
+//! last pass had announced. The copy the status write stored (the Skyhook sent, with the
 //! resourceVersion of the answer) is as good as the watch's.
 
 use std::collections::HashMap;
@@ -25,10 +25,10 @@ pub const GATHER: Duration = Duration::from_millis(500);
 pub const MIN_GAP: Duration = Duration::from_millis(300);
 /// ... and at most this far, however long the last pass took.
 pub const MAX_GAP: Duration = Duration::from_secs(2);
-/// A status replace that took longer than this holds the next one back (see
+/// A status write that took longer than this holds the next one back (see
 /// [`Passes::status_hold`]); a small Skyhook's status is written by every pass that changes it.
 pub const SLOW_STATUS: Duration = Duration::from_millis(250);
-/// The next status replace waits this many times as long as the last one took ...
+/// The next status write waits this many times as long as the last one took ...
 pub const STATUS_HOLD_FACTOR: u32 = 8;
 /// ... and at most this long.
 pub const MAX_STATUS_HOLD: Duration = Duration::from_secs(30);
@@ -37,7 +37,7 @@ struct Last {
     ended: Instant,
     took: Duration,
     stored: Option<Arc<Skyhook>>,
-    /// When the last status replace ended, and how long it took.
+    /// When the last status write ended, and how long it took.
     status: Option<(Instant, Duration)>,
 }
 
@@ -78,7 +78,7 @@ impl Passes {
         self.asked().remove(skyhook);
     }
 
-    /// The copy of `cached` to plan from: the one the last status replace returned when the
+    /// The copy of `cached` to plan from: the one the last status write returned when the
     /// cache has not caught up with it yet.
     pub fn newest(&self, cached: Arc<Skyhook>) -> Arc<Skyhook> {
         let mut passes = self.lock();
@@ -113,7 +113,7 @@ impl Passes {
         }
     }
 
-    /// How long a status replace of `skyhook` should still wait, if at all. The status holds
+    /// How long a status write of `skyhook` should still wait, if at all. The status holds
     /// every node's state (about 1 MiB at a thousand nodes × four packages): the API server
     /// validates and stores all of it on every replace, a second or more each under load, and
     /// that work competes with the Job controller the rollout waits for. A slow replace
@@ -190,7 +190,7 @@ mod tests {
         let passes = Passes::default();
         assert_eq!(planned_from(&passes, "10"), "10");
         passes.ended("sk", Instant::now(), Some((sk("12"), Duration::ZERO)));
-        // The watch still shows 10: plan from what the status replace returned.
+        // The watch still shows 10: plan from what the status write returned.
         assert_eq!(planned_from(&passes, "10"), "12");
         // It shows 13 (someone edited the spec since): the cache is newer.
         assert_eq!(planned_from(&passes, "13"), "13");

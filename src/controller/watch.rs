@@ -17,6 +17,7 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use super::large_watch;
 use super::records::{Records, recorded};
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
@@ -236,17 +237,18 @@ pub(super) fn policy_watch(
     (store, stream)
 }
 
-/// The Skyhooks `config` selects, with their changes: the controller's own trigger. Built here
-/// rather than by `Controller::new`, whose watch has no pace of its own (see [`NoPause`]).
+/// The Skyhooks `labels` select (all without), with their changes: the controller's own
+/// trigger. Built here rather than by `Controller::new`, whose watch has no pace of its own
+/// (see [`NoPause`]), and on [`large_watch`], which gives back a large event's buffer.
 pub(super) fn skyhook_watch(
     client: &Client,
-    config: watcher::Config,
+    labels: Option<String>,
 ) -> (
     Store<Skyhook>,
     impl futures::Stream<Item = Result<Skyhook, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    let stream = paced(watcher(Api::<LeanSkyhook>::all(client.clone()), config))
+    let stream = paced(large_watch::watch::<LeanSkyhook>(client.clone(), labels))
         .map_ok(full::<LeanSkyhook, Skyhook>)
         .reflect(writer)
         .applied_objects();

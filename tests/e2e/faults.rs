@@ -3,12 +3,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use skyhook::schema::{self, Status};
 
 use crate::operator::{Env, label, pkg, skyhook, sleep};
 use crate::support::plugin::plugin_async;
+use crate::support::proxy::Held;
 use crate::support::{Operator, TestCtx, install_crds, jobs_per_attempt, proxy};
 
 /// Issue 13, acceptance 1: three nodes, three packages (one with an interrupt), 10% of the
@@ -209,5 +210,72 @@ async fn a_package_rerun_during_an_operator_node_write_is_honoured() {
     assert!(
         !log.contains("reconcile error"),
         "a conflict is not an error"
+    );
+}
+
+/// A status write is a JSON patch of what changed, guarded by the resourceVersion its pass
+/// read. The proxy holds one while the test edits the Skyhook: the patch lands on a newer
+/// Skyhook, the API server refuses it, and the next pass writes the status from the new one.
+/// The rollout ends with every node's state in the status, exactly as a full replace leaves it.
+#[tokio::test]
+async fn a_status_patch_against_a_changed_skyhook_is_refused_and_redone() {
+    install_crds();
+    let mut ctx = TestCtx::new("status-race").await;
+    let nodes = ctx.add_test_nodes(2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proxy = proxy::start(ctx.client.clone(), 0, 0, dir.path()).await;
+    let kubeconfig = proxy.kubeconfig.display().to_string();
+    let op = Operator::start(&ctx, &[("KUBECONFIG", &kubeconfig)]);
+    let env = Env::new(ctx, op, nodes);
+    let name = env.ctx.name("sk");
+    // Only a patch names a node's entry by its path; the first write (no status yet) replaces.
+    let mut armed = proxy
+        .gate
+        .arm_for(Held::SkyhookStatus, "\"/status/nodeState/");
+    let mut bravo = pkg("1.0.0", sleep("2"));
+    bravo["dependsOn"] = json!({"alpha": "1.0.0"});
+    let packages = json!({"alpha": pkg("1.0.0", sleep("2")), "bravo": bravo});
+    env.create(&skyhook(&env.ctx, &name, json!({"packages": packages})))
+        .await;
+    let held = tokio::time::timeout(Duration::from_secs(90), armed.recv())
+        .await
+        .expect("a status patch within 90 s")
+        .expect("the gate");
+    let ops: Vec<serde_json::Value> = serde_json::from_str(&held).expect("a JSON patch");
+    assert_eq!(
+        ops[0]["path"], "/metadata/resourceVersion",
+        "the patch is guarded: {held}"
+    );
+    assert!(!held.contains("\"spec\""), "only the status moves: {held}");
+    let poke = json!({"metadata": {"annotations": {"e2e.skyhook.test/poke": "1"}}});
+    env.skyhooks
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&poke))
+        .await
+        .expect("edit the Skyhook");
+    proxy.gate.release();
+    let sk = env
+        .wait_status(&name, Status::Complete, Duration::from_secs(240))
+        .await;
+    let status = sk.status.expect("status");
+    let mut want = env.nodes.clone();
+    want.sort();
+    assert_eq!(status.node_state.keys().cloned().collect::<Vec<_>>(), want);
+    for (node, state) in &status.node_state {
+        for p in ["alpha", "bravo"] {
+            let e = state
+                .get(p, "1.0.0")
+                .unwrap_or_else(|| panic!("{node}: {p}"));
+            assert_eq!(e.state, Some(schema::State::Complete), "{node}: {p}: {e:?}");
+        }
+    }
+    assert_eq!(status.complete_nodes, "2/2");
+    let log = std::fs::read_to_string(&env.op.log).expect("operator log");
+    assert!(
+        log.contains("the Skyhook changed since this pass read it"),
+        "the held patch met a conflict"
+    );
+    assert!(
+        !log.contains("status patch refused"),
+        "a conflict is not a refused patch"
     );
 }

@@ -2,7 +2,7 @@
 //! plain HTTP to 127.0.0.1, the proxy forwards through an authenticated kube `Client`, and a
 //! seeded share of requests fails: a 500, a 429, or a dropped connection after the request
 //! reached the API server (its response is lost, the hardest case for a writer). Its [`Gate`]
-//! can also hold one chosen node patch until the test releases it, which opens the window
+//! can also hold one chosen node patch or Skyhook status write until the test releases it, which opens the window
 //! between a pass reading a node and its write landing for as long as a test needs.
 
 use std::path::{Path, PathBuf};
@@ -23,21 +23,59 @@ pub struct FaultProxy {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Holds the next node metadata patch (`PATCH /api/v1/nodes/<name>`) whose body contains a
-/// given text, until the test releases it: the caller's write is then in flight, computed from
-/// what it read before, while the test changes the node.
+/// Holds the next write of a kind ([`Held`]) whose body contains a given text, until the test
+/// releases it: the caller's write is then in flight, computed from what it read before, while
+/// the test changes the object.
 #[derive(Default)]
 pub struct Gate {
-    /// The text to look for, and where to send the held body.
-    armed: std::sync::Mutex<Option<(String, tokio::sync::mpsc::UnboundedSender<String>)>>,
+    /// What to hold, the text to look for, and where to send the held body.
+    armed: std::sync::Mutex<Option<Armed>>,
     release: tokio::sync::Notify,
+}
+
+type Armed = (Held, String, tokio::sync::mpsc::UnboundedSender<String>);
+
+/// The writes a [`Gate`] can hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// A node metadata patch (`PATCH /api/v1/nodes/<name>`).
+    NodePatch,
+    /// A Skyhook status write (`PATCH` or `PUT .../skyhooks/<name>/status`).
+    SkyhookStatus,
+}
+
+impl Held {
+    fn matches(self, method: &http::Method, path: &str) -> bool {
+        match self {
+            Held::NodePatch => {
+                method == http::Method::PATCH
+                    && path.starts_with("/api/v1/nodes/")
+                    && !path.ends_with("/status")
+            }
+            Held::SkyhookStatus => {
+                (method == http::Method::PATCH || method == http::Method::PUT)
+                    && path.starts_with("/apis/skyhook.nvidia.com/")
+                    && path.contains("/skyhooks/")
+                    && path.ends_with("/status")
+            }
+        }
+    }
 }
 
 impl Gate {
     /// Holds the next node patch whose body contains `needle`; the receiver gets its body.
     pub fn arm(&self, needle: &str) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+        self.arm_for(Held::NodePatch, needle)
+    }
+
+    /// Holds the next write of `what` whose body contains `needle`.
+    pub fn arm_for(
+        &self,
+        what: Held,
+        needle: &str,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<String> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        *self.lock() = Some((needle.to_string(), tx));
+        *self.lock() = Some((what, needle.to_string(), tx));
         rx
     }
 
@@ -46,10 +84,7 @@ impl Gate {
         self.release.notify_one();
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<(String, tokio::sync::mpsc::UnboundedSender<String>)>>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Armed>> {
         self.armed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -57,22 +92,19 @@ impl Gate {
 
     /// Waits for the release if this request is the one armed for.
     async fn pass(&self, method: &http::Method, path: &str, body: &[u8]) {
-        let node_patch = method == http::Method::PATCH
-            && path.starts_with("/api/v1/nodes/")
-            && !path.ends_with("/status");
-        if !node_patch {
-            return;
-        }
-        let text = String::from_utf8_lossy(body).into_owned();
+        let text = String::from_utf8_lossy(body);
         let tx = {
             let mut armed = self.lock();
             match armed.as_ref() {
-                Some((needle, _)) if text.contains(needle.as_str()) => {
-                    armed.take().map(|(_, tx)| tx)
+                Some((what, needle, _))
+                    if what.matches(method, path) && text.contains(needle.as_str()) =>
+                {
+                    armed.take().map(|(_, _, tx)| tx)
                 }
                 _ => None,
             }
         };
+        let text = text.into_owned();
         if let Some(tx) = tx {
             let _ = tx.send(text);
             self.release.notified().await;

@@ -1,0 +1,338 @@
+//! List and watch for a kind whose objects are large: the Skyhook, whose status holds every
+//! node's state (about 1 MiB at a thousand nodes × four packages). kube's watcher reads a watch
+//! through a line codec whose buffer grows to the largest event and keeps that size for the life
+//! of the watch; for the Skyhook watch that was 2 MiB held for good, the operator's largest
+//! single block. Here the buffer goes back to [`KEEP`] after an event larger than that, so a
+//! large event costs its size only while it is decoded. The events are kube's
+//! ([`watcher::Event`], [`watcher::Error`]), so [`super::watch::paced`] and the reflector
+//! downstream are the same as for every other watch.
+
+use std::pin::Pin;
+
+use futures::{AsyncBufRead, AsyncBufReadExt, Stream};
+use kube::api::{ListParams, ObjectList, WatchEvent, WatchParams};
+use kube::core::{Request, Status};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+/// What the read buffer keeps between events (most events are far smaller).
+const KEEP: usize = 64 * 1024;
+/// The server ends each watch after this long; the next one resumes from the last version.
+const WATCH_SECONDS: u32 = 290;
+
+type Body = Pin<Box<dyn AsyncBufRead + Send>>;
+
+enum State<K> {
+    /// About to list (says `Init` first, as kube's watcher does).
+    Start,
+    List,
+    Listed {
+        version: String,
+        items: std::vec::IntoIter<K>,
+    },
+    /// Between two watch requests.
+    Watch {
+        version: String,
+    },
+    Watching {
+        version: String,
+        lines: Lines,
+    },
+}
+
+/// Every object of `K` (with `labels`, when given), as kube's watcher reports them: a list
+/// (`Init`, `InitApply`…, `InitDone`), then changes, listing again after a 410.
+pub fn watch<K>(
+    client: Client,
+    labels: Option<String>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
+{
+    let url = K::url_path(&(), None);
+    futures::stream::unfold(State::Start, move |state| {
+        let (client, url, labels) = (client.clone(), url.clone(), labels.clone());
+        async move {
+            let (event, next) = step(&client, &url, labels.as_deref(), state).await;
+            Some((event, next))
+        }
+    })
+}
+
+async fn step<K>(
+    client: &Client,
+    url: &str,
+    labels: Option<&str>,
+    mut state: State<K>,
+) -> (Result<watcher::Event<K>, watcher::Error>, State<K>)
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
+{
+    loop {
+        state = match state {
+            State::Start => return (Ok(watcher::Event::Init), State::List),
+            State::List => match list::<K>(client, url, labels).await {
+                Ok(listed) => listed,
+                Err(e) => return (Err(e), State::Start),
+            },
+            State::Listed { version, mut items } => match items.next() {
+                Some(o) => {
+                    return (
+                        Ok(watcher::Event::InitApply(o)),
+                        State::Listed { version, items },
+                    );
+                }
+                None => return (Ok(watcher::Event::InitDone), State::Watch { version }),
+            },
+            State::Watch { version } => {
+                let mut params = WatchParams::default().timeout(WATCH_SECONDS);
+                if let Some(l) = labels {
+                    params = params.labels(l);
+                }
+                let opened = match Request::new(url).watch(&params, &version) {
+                    Ok(req) => client.request_stream(req).await,
+                    Err(e) => Err(kube::Error::BuildRequest(e)),
+                };
+                match opened {
+                    Ok(body) => State::Watching {
+                        version,
+                        lines: Lines::new(Box::pin(body)),
+                    },
+                    Err(e) => {
+                        let gone = matches!(&e, kube::Error::Api(s) if s.code == 410);
+                        let next = if gone {
+                            State::Start
+                        } else {
+                            State::Watch { version }
+                        };
+                        return (Err(watcher::Error::WatchStartFailed(e)), next);
+                    }
+                }
+            }
+            State::Watching { version, mut lines } => match lines.next::<K>().await {
+                // The server ended the watch (its timeout): the next resumes where it was.
+                None => State::Watch { version },
+                Some(Err(e)) => {
+                    return (
+                        Err(watcher::Error::WatchFailed(e)),
+                        State::Watch { version },
+                    );
+                }
+                Some(Ok(event)) => match event {
+                    WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                        let version = o.meta().resource_version.clone().unwrap_or(version);
+                        return (
+                            Ok(watcher::Event::Apply(o)),
+                            State::Watching { version, lines },
+                        );
+                    }
+                    WatchEvent::Deleted(o) => {
+                        let version = o.meta().resource_version.clone().unwrap_or(version);
+                        return (
+                            Ok(watcher::Event::Delete(o)),
+                            State::Watching { version, lines },
+                        );
+                    }
+                    WatchEvent::Bookmark(b) => State::Watching {
+                        version: b.metadata.resource_version,
+                        lines,
+                    },
+                    WatchEvent::Error(status) => {
+                        let next = if status.code == 410 {
+                            State::Start
+                        } else {
+                            State::Watching { version, lines }
+                        };
+                        return (Err(watcher::Error::WatchError(status)), next);
+                    }
+                },
+            },
+        };
+    }
+}
+
+/// The list, decoded while it is read ([`crate::streamed`]).
+async fn list<K>(
+    client: &Client,
+    url: &str,
+    labels: Option<&str>,
+) -> Result<State<K>, watcher::Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
+{
+    let mut params = ListParams::default().match_any();
+    if let Some(l) = labels {
+        params = params.labels(l);
+    }
+    let req = Request::new(url)
+        .list(&params)
+        .map_err(|e| watcher::Error::InitialListFailed(kube::Error::BuildRequest(e)))?;
+    let listed: ObjectList<K> = crate::streamed::request(client, req)
+        .await
+        .map_err(watcher::Error::InitialListFailed)?;
+    let version = listed
+        .metadata
+        .resource_version
+        .filter(|v| !v.is_empty())
+        .ok_or(watcher::Error::NoResourceVersion)?;
+    Ok(State::Listed {
+        version,
+        items: listed.items.into_iter(),
+    })
+}
+
+/// A watch body, one JSON event per line.
+struct Lines {
+    body: Body,
+    buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
+}
+
+impl Lines {
+    fn new(body: Body) -> Self {
+        Lines {
+            body,
+            buf: Vec::new(),
+            scanned: 0,
+        }
+    }
+
+    /// The next event; `None` at the end of the body.
+    async fn next<K: DeserializeOwned>(&mut self) -> Option<Result<WatchEvent<K>, kube::Error>> {
+        loop {
+            if let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+                let end = self.scanned + at;
+                let event = decode(&self.buf[..end]);
+                self.buf.drain(..=end);
+                self.scanned = 0;
+                if self.buf.capacity() > KEEP {
+                    self.buf.shrink_to(KEEP.max(self.buf.len()));
+                }
+                match event {
+                    None => continue,
+                    Some(event) => return Some(event),
+                }
+            }
+            self.scanned = self.buf.len();
+            let chunk = match self.body.fill_buf().await {
+                Ok(chunk) => chunk,
+                Err(e) => return Some(Err(kube::Error::ReadEvents(e))),
+            };
+            if chunk.is_empty() {
+                // A line cut short by the end of the body is dropped, as kube's codec does.
+                return None;
+            }
+            let n = chunk.len();
+            self.buf.extend_from_slice(chunk);
+            self.body.consume_unpin(n);
+        }
+    }
+}
+
+/// One line of a watch: an event, an API error in its place, or nothing (a blank line).
+fn decode<K: DeserializeOwned>(line: &[u8]) -> Option<Result<WatchEvent<K>, kube::Error>> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    Some(match serde_json::from_slice::<WatchEvent<K>>(line) {
+        Ok(event) => Ok(event),
+        Err(e) => match serde_json::from_slice::<Status>(line) {
+            Ok(status) => Err(kube::Error::Api(Box::new(status))),
+            Err(_) => Err(kube::Error::SerdeError(e)),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn body(pieces: Vec<Vec<u8>>) -> Body {
+        let chunks = futures::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
+        Box::pin(futures::TryStreamExt::into_async_read(chunks))
+    }
+
+    fn event(kind: &str, name: &str, rv: &str, filler: usize) -> Vec<u8> {
+        let mut line = serde_json::to_vec(&serde_json::json!({
+            "type": kind,
+            "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "resourceVersion": rv},
+                "data": {"x": "y".repeat(filler)}},
+        }))
+        .unwrap();
+        line.push(b'\n');
+        line
+    }
+
+    fn name(e: &WatchEvent<ConfigMap>) -> String {
+        match e {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+                o.metadata.name.clone().unwrap()
+            }
+            WatchEvent::Bookmark(b) => format!("bookmark {}", b.metadata.resource_version),
+            WatchEvent::Error(s) => format!("error {}", s.code),
+        }
+    }
+
+    /// Events split anywhere across chunks arrive whole and in order, and after a large one
+    /// the buffer is back to what it keeps.
+    #[tokio::test]
+    async fn events_split_anywhere_arrive_whole_and_a_large_one_is_given_back() {
+        let mut all = Vec::new();
+        all.extend(event("ADDED", "a", "1", 10));
+        all.extend(event("MODIFIED", "big", "2", 3 * KEEP));
+        all.extend(b"\n".to_vec());
+        all.extend(
+            br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"3"}}}"#
+                .to_vec(),
+        );
+        all.extend(b"\n".to_vec());
+        all.extend(event("DELETED", "a", "4", 10));
+        all.extend(br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired"}}"#.to_vec());
+        all.extend(b"\n{\"type\":\"ADDED\",\"object\":{\"metadata\"".to_vec());
+        for size in [1, 7, 1000, all.len()] {
+            let mut lines = Lines::new(body(all.chunks(size).map(<[u8]>::to_vec).collect()));
+            let mut got = Vec::new();
+            let mut largest_spare = 0;
+            while let Some(e) = lines.next::<ConfigMap>().await {
+                got.push(name(&e.unwrap()));
+                // Beyond what it keeps, the buffer holds only what is still to be read.
+                let spare = lines
+                    .buf
+                    .capacity()
+                    .saturating_sub(KEEP.max(lines.buf.len()));
+                largest_spare = largest_spare.max(spare);
+            }
+            assert_eq!(
+                got,
+                ["a", "big", "bookmark 3", "a", "error 410"],
+                "chunks of {size}"
+            );
+            assert_eq!(largest_spare, 0, "chunks of {size}");
+            assert!(lines.buf.capacity() <= KEEP, "chunks of {size}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_that_is_no_event_is_an_error_and_the_watch_goes_on() {
+        let mut all = b"{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"code\":500,\"message\":\"boom\"}\nnot json\n".to_vec();
+        all.extend(event("ADDED", "a", "1", 1));
+        let mut lines = Lines::new(body(vec![all]));
+        match lines.next::<ConfigMap>().await {
+            Some(Err(kube::Error::Api(s))) => assert_eq!(s.code, 500),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            lines.next::<ConfigMap>().await,
+            Some(Err(kube::Error::SerdeError(_)))
+        ));
+        assert_eq!(
+            name(&lines.next::<ConfigMap>().await.unwrap().unwrap()),
+            "a"
+        );
+        assert!(lines.next::<ConfigMap>().await.is_none());
+    }
+}
