@@ -2,8 +2,8 @@
 //! node's state (about 1 MiB at a thousand nodes × four packages). kube's watcher reads a watch
 //! through a line codec whose buffer grows to the largest event and keeps that size for the life
 //! of the watch; for the Skyhook watch that was 2 MiB held for good, the operator's largest
-//! single block. Here the buffer goes back to [`KEEP`] after an event larger than that, so a
-//! large event costs its size only while it is decoded. The events are kube's
+//! single block. Here a body is read into segments ([`Lines`]): a large event costs its own
+//! size only while it is decoded, and one segment stays between events. The events are kube's
 //! ([`watcher::Event`], [`watcher::Error`]), so [`super::watch::paced`] and the reflector
 //! downstream are the same as for every other watch.
 
@@ -16,8 +16,10 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-/// What the read buffer keeps between events (most events are far smaller).
-const KEEP: usize = 64 * 1024;
+/// The size of the segments a watch body is read into (most events are far smaller).
+const SEGMENT: usize = 64 * 1024;
+/// The decoder's read buffer.
+const READ_BUFFER: usize = 8 * 1024;
 /// The server ends each watch after this long; the next one resumes from the last version.
 const WATCH_SECONDS: u32 = 290;
 
@@ -182,11 +184,14 @@ where
     })
 }
 
-/// A watch body, one JSON event per line.
+/// A watch body, one JSON event per line, read into segments of [`SEGMENT`] bytes: a large
+/// event costs its own size while it is decoded (a contiguous buffer grows past it by doubling,
+/// then copies), and at most one segment stays between events.
 struct Lines {
     body: Body,
-    buf: Vec<u8>,
-    /// How much of `buf` is known to hold no newline.
+    /// Bytes read and not yet decoded, in order; new bytes go to the last segment's room.
+    segments: Vec<Vec<u8>>,
+    /// How many of the first bytes are known to hold no newline.
     scanned: usize,
 }
 
@@ -194,7 +199,7 @@ impl Lines {
     fn new(body: Body) -> Self {
         Lines {
             body,
-            buf: Vec::new(),
+            segments: Vec::new(),
             scanned: 0,
         }
     }
@@ -202,20 +207,14 @@ impl Lines {
     /// The next event; `None` at the end of the body.
     async fn next<K: DeserializeOwned>(&mut self) -> Option<Result<WatchEvent<K>, kube::Error>> {
         loop {
-            if let Some(at) = self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
-                let end = self.scanned + at;
-                let event = decode(&self.buf[..end]);
-                self.buf.drain(..=end);
-                self.scanned = 0;
-                if self.buf.capacity() > KEEP {
-                    self.buf.shrink_to(KEEP.max(self.buf.len()));
-                }
+            if let Some(end) = self.newline() {
+                let event = decode(|| Rope::new(&self.segments, end));
+                self.consume(end + 1);
                 match event {
                     None => continue,
                     Some(event) => return Some(event),
                 }
             }
-            self.scanned = self.buf.len();
             let chunk = match self.body.fill_buf().await {
                 Ok(chunk) => chunk,
                 Err(e) => return Some(Err(kube::Error::ReadEvents(e))),
@@ -225,20 +224,107 @@ impl Lines {
                 return None;
             }
             let n = chunk.len();
-            self.buf.extend_from_slice(chunk);
+            push(&mut self.segments, chunk);
             self.body.consume_unpin(n);
+        }
+    }
+
+    /// Where the first newline is, searching only bytes not searched before.
+    fn newline(&mut self) -> Option<usize> {
+        let mut offset = 0;
+        for seg in &self.segments {
+            let from = self.scanned.saturating_sub(offset).min(seg.len());
+            if let Some(at) = seg[from..].iter().position(|b| *b == b'\n') {
+                return Some(offset + from + at);
+            }
+            offset += seg.len();
+        }
+        self.scanned = offset;
+        None
+    }
+
+    /// Drops the first `n` bytes.
+    fn consume(&mut self, mut n: usize) {
+        while n > 0 && !self.segments.is_empty() {
+            if self.segments[0].len() <= n {
+                n -= self.segments.remove(0).len();
+            } else {
+                self.segments[0].drain(..n);
+                n = 0;
+            }
+        }
+        self.scanned = 0;
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.segments.iter().map(Vec::capacity).sum()
+    }
+}
+
+/// Appends `data`, filling the last segment before starting another.
+fn push(segments: &mut Vec<Vec<u8>>, mut data: &[u8]) {
+    while !data.is_empty() {
+        match segments.last_mut() {
+            Some(last) if last.len() < last.capacity() => {
+                let n = (last.capacity() - last.len()).min(data.len());
+                last.extend_from_slice(&data[..n]);
+                data = &data[n..];
+            }
+            _ => segments.push(Vec::with_capacity(SEGMENT)),
         }
     }
 }
 
+/// The first `len` bytes of the segments, as one `Read`.
+struct Rope<'a> {
+    parts: Vec<&'a [u8]>,
+}
+
+impl<'a> Rope<'a> {
+    fn new(segments: &'a [Vec<u8>], mut len: usize) -> Self {
+        let mut parts = Vec::new();
+        for seg in segments {
+            if len == 0 {
+                break;
+            }
+            let n = seg.len().min(len);
+            parts.push(&seg[..n]);
+            len -= n;
+        }
+        parts.reverse();
+        Rope { parts }
+    }
+}
+
+impl std::io::Read for Rope<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(part) = self.parts.last_mut() {
+            if part.is_empty() {
+                self.parts.pop();
+                continue;
+            }
+            return part.read(buf);
+        }
+        Ok(0)
+    }
+}
+
 /// One line of a watch: an event, an API error in its place, or nothing (a blank line).
-fn decode<K: DeserializeOwned>(line: &[u8]) -> Option<Result<WatchEvent<K>, kube::Error>> {
-    if line.iter().all(u8::is_ascii_whitespace) {
+fn decode<'a, K: DeserializeOwned>(
+    line: impl Fn() -> Rope<'a>,
+) -> Option<Result<WatchEvent<K>, kube::Error>> {
+    if line()
+        .parts
+        .iter()
+        .all(|p| p.iter().all(u8::is_ascii_whitespace))
+    {
         return None;
     }
-    Some(match serde_json::from_slice::<WatchEvent<K>>(line) {
+    let read = || std::io::BufReader::with_capacity(READ_BUFFER, line());
+    Some(match serde_json::from_reader::<_, WatchEvent<K>>(read()) {
         Ok(event) => Ok(event),
-        Err(e) => match serde_json::from_slice::<Status>(line) {
+        Err(e) => match serde_json::from_reader::<_, Status>(read()) {
             Ok(status) => Err(kube::Error::Api(Box::new(status))),
             Err(_) => Err(kube::Error::SerdeError(e)),
         },
@@ -277,13 +363,13 @@ mod tests {
         }
     }
 
-    /// Events split anywhere across chunks arrive whole and in order, and after a large one
-    /// the buffer is back to what it keeps.
+    /// Events split anywhere across chunks arrive whole and in order; the segments hold what is
+    /// still to be read and at most one segment more, so a large event is given back once read.
     #[tokio::test]
     async fn events_split_anywhere_arrive_whole_and_a_large_one_is_given_back() {
         let mut all = Vec::new();
         all.extend(event("ADDED", "a", "1", 10));
-        all.extend(event("MODIFIED", "big", "2", 3 * KEEP));
+        all.extend(event("MODIFIED", "big", "2", 3 * SEGMENT));
         all.extend(b"\n".to_vec());
         all.extend(
             br#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"3"}}}"#
@@ -293,26 +379,34 @@ mod tests {
         all.extend(event("DELETED", "a", "4", 10));
         all.extend(br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired"}}"#.to_vec());
         all.extend(b"\n{\"type\":\"ADDED\",\"object\":{\"metadata\"".to_vec());
-        for size in [1, 7, 1000, all.len()] {
+        for size in [1, 7, 1000, SEGMENT + 3, all.len()] {
             let mut lines = Lines::new(body(all.chunks(size).map(<[u8]>::to_vec).collect()));
             let mut got = Vec::new();
-            let mut largest_spare = 0;
             while let Some(e) = lines.next::<ConfigMap>().await {
                 got.push(name(&e.unwrap()));
-                // Beyond what it keeps, the buffer holds only what is still to be read.
-                let spare = lines
-                    .buf
-                    .capacity()
-                    .saturating_sub(KEEP.max(lines.buf.len()));
-                largest_spare = largest_spare.max(spare);
+                let unread: usize = lines.segments.iter().map(Vec::len).sum();
+                assert!(
+                    lines.held() <= unread.next_multiple_of(SEGMENT) + SEGMENT,
+                    "chunks of {size}: {} held for {unread} unread",
+                    lines.held()
+                );
             }
             assert_eq!(
                 got,
                 ["a", "big", "bookmark 3", "a", "error 410"],
                 "chunks of {size}"
             );
-            assert_eq!(largest_spare, 0, "chunks of {size}");
-            assert!(lines.buf.capacity() <= KEEP, "chunks of {size}");
+            assert!(lines.held() <= SEGMENT, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn a_rope_reads_across_segments_up_to_its_length() {
+        let segments = vec![b"ab".to_vec(), Vec::new(), b"cde".to_vec(), b"fg".to_vec()];
+        for len in 0..=7 {
+            let mut out = String::new();
+            std::io::Read::read_to_string(&mut Rope::new(&segments, len), &mut out).unwrap();
+            assert_eq!(out, "abcdefg"[..len], "len {len}");
         }
     }
 
