@@ -136,7 +136,7 @@ impl Floor {
                 }
                 Outcome::Complete { .. } => {}
             }
-            if !seen.insert(view.name.clone()) {
+            if !seen.insert(view.name.to_string()) {
                 continue;
             }
             match view.stage {

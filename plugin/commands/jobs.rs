@@ -96,7 +96,7 @@ pub fn row(found: &Found, now: Timestamp) -> JobRow {
         message: message.filter(|m| !m.is_empty()),
         start_time: start.map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
         duration_seconds: start.map(|s| end.as_second().saturating_sub(s.as_second()).max(0)),
-        job_name: v.name.clone(),
+        job_name: v.name.to_string(),
         pod_name: found.pod.as_ref().and_then(|p| p.metadata.name.clone()),
         resource_id,
     }

@@ -153,7 +153,7 @@ impl Printer<'_> {
 
     async fn print_job(&mut self, out: &mut dyn Write, f: &Found) -> Result<Progress, CliError> {
         let stage = f.view.stage;
-        let job = f.view.name.clone();
+        let job = f.view.name.to_string();
         let Some(pod) = &f.pod else {
             if f.view.finished() && self.printed.insert((job.clone(), String::new())) {
                 let prefix = self.prefix(stage, "-");
@@ -525,7 +525,7 @@ mod tests {
     }
 
     fn names(v: &[Found]) -> Vec<String> {
-        v.iter().map(|f| f.view.name.clone()).collect()
+        v.iter().map(|f| f.view.name.to_string()).collect()
     }
 
     #[test]

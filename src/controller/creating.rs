@@ -108,7 +108,7 @@ impl Creating {
         let mut queue = self.lock();
         for job in jobs {
             let (view, state) = (job.view.clone(), State::Sending);
-            queue.insert(job.view.name.clone(), Entry { view, state });
+            queue.insert(job.view.name.to_string(), Entry { view, state });
         }
     }
 
@@ -236,7 +236,7 @@ mod tests {
     }
 
     fn names(views: Vec<JobView>) -> Vec<String> {
-        let mut names: Vec<String> = views.into_iter().map(|v| v.name).collect();
+        let mut names: Vec<String> = views.into_iter().map(|v| v.name.to_string()).collect();
         names.sort();
         names
     }

@@ -187,8 +187,8 @@ pub async fn run(
     );
     let job_stream = job_events.touched_objects();
     let [pending, go] = pod_events(&Api::<LeanPod>::namespaced(client.clone(), &ns));
-    let (pods, pending) = recorded(pending, PodView::from_pod);
-    let (go_pods, go) = recorded(go, PodView::from_pod);
+    let (pods, pending) = recorded(pending, |p, _| PodView::from_pod(p));
+    let (go_pods, go) = recorded(go, |p, _| PodView::from_pod(p));
     let pod_stream = futures::stream::select(pod_triggers(pending), pod_triggers(go));
     let (configmaps, cm_events) = owned_watch(
         Api::<ConfigMap>::namespaced(client.clone(), &ns),

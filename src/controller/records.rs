@@ -11,7 +11,9 @@ use kube::ResourceExt;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-type Map<T> = HashMap<String, Arc<T>>;
+/// Keyed by the object's name: a record that keeps the name (a Job's view) keeps this same
+/// copy, handed to the record function, rather than one of its own.
+type Map<T> = HashMap<Arc<str>, Arc<T>>;
 
 /// The records of one watch (one namespace), by object name.
 pub struct Records<T> {
@@ -54,7 +56,7 @@ struct Writer<K, T> {
     map: Arc<RwLock<Map<T>>>,
     relist: Option<Map<T>>,
     ready: watch::Sender<bool>,
-    record: fn(&K) -> Option<T>,
+    record: fn(&K, &Arc<str>) -> Option<T>,
 }
 
 impl<K: ResourceExt, T> Writer<K, T> {
@@ -62,8 +64,9 @@ impl<K: ResourceExt, T> Writer<K, T> {
         match event {
             watcher::Event::Init => self.relist = Some(HashMap::new()),
             watcher::Event::InitApply(o) => {
-                if let (Some(relist), Some(r)) = (self.relist.as_mut(), (self.record)(o)) {
-                    relist.insert(o.name_any(), Arc::new(r));
+                let key: Arc<str> = o.name_any().into();
+                if let (Some(relist), Some(r)) = (self.relist.as_mut(), (self.record)(o, &key)) {
+                    relist.insert(key, Arc::new(r));
                 }
             }
             watcher::Event::InitDone => {
@@ -75,24 +78,25 @@ impl<K: ResourceExt, T> Writer<K, T> {
             watcher::Event::Apply(o) => {
                 let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
                 // An object that no longer carries anything worth keeping leaves the cache.
-                match (self.record)(o) {
-                    Some(r) => map.insert(o.name_any(), Arc::new(r)),
-                    None => map.remove(&o.name_any()),
+                let key: Arc<str> = o.name_any().into();
+                match (self.record)(o, &key) {
+                    Some(r) => map.insert(key, Arc::new(r)),
+                    None => map.remove(&key),
                 };
             }
             watcher::Event::Delete(o) => {
                 let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
-                map.remove(&o.name_any());
+                map.remove(o.name_any().as_str());
             }
         }
     }
 }
 
-/// `events`, unchanged, with a cache of `record(object)` for every object for which it is
-/// `Some`.
+/// `events`, unchanged, with a cache of `record(object, name)` for every object for which it
+/// is `Some`.
 pub fn recorded<K, T, S>(
     events: S,
-    record: fn(&K) -> Option<T>,
+    record: fn(&K, &Arc<str>) -> Option<T>,
 ) -> (
     Records<T>,
     impl Stream<Item = S::Item> + Send + use<K, T, S>,
@@ -137,7 +141,7 @@ mod tests {
     }
 
     /// The record: the value, unless it is "skip".
-    fn value(c: &ConfigMap) -> Option<String> {
+    fn value(c: &ConfigMap, _: &Arc<str>) -> Option<String> {
         let v = c.data.as_ref()?.get("v")?;
         (v != "skip").then(|| v.clone())
     }
@@ -146,6 +150,21 @@ mod tests {
         let mut all: Vec<String> = r.all().iter().map(|s| s.to_string()).collect();
         all.sort();
         all
+    }
+
+    /// A record that keeps the name keeps the map key's copy, not one of its own.
+    #[tokio::test]
+    async fn a_record_shares_its_name_with_the_key() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let (records, events) = recorded(rx, |_: &ConfigMap, name| Some(name.clone()));
+        let mut events = Box::pin(events);
+        tx.unbounded_send(Ok(watcher::Event::Apply(cm("a", "1"))))
+            .unwrap();
+        events.next().await;
+        let map = records.map.read().unwrap();
+        let (key, record) = map.iter().next().unwrap();
+        assert!(Arc::ptr_eq(key, record));
+        assert_eq!(Arc::strong_count(key), 2);
     }
 
     #[tokio::test]

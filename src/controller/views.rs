@@ -11,8 +11,10 @@ use crate::jobs::{GoPod, JobView};
 
 /// What the Job cache keeps of a Job: its view, without its pod's waiting reasons (read from
 /// the pod cache at each pass).
-pub(super) fn job_record(job: &Job) -> Option<JobView> {
-    JobView::from_job(job, None)
+pub(super) fn job_record(job: &Job, name: &Arc<str>) -> Option<JobView> {
+    let mut view = JobView::from_job(job, None)?;
+    view.name = name.clone();
+    Some(view)
 }
 
 /// This Skyhook's Jobs, each running one with its pod's stuck container (a wait the Job cannot
@@ -28,7 +30,7 @@ pub(super) fn job_views(ctx: &Ctx, skyhook: &str) -> Vec<Arc<JobView>> {
         .all()
         .into_iter()
         .filter(|j| j.skyhook == skyhook)
-        .map(|j| match stuck.get(j.name.as_str()) {
+        .map(|j| match stuck.get(&*j.name) {
             // Only a running Job with a stuck pod is copied, to carry the pod's reason.
             Some(s) if !j.finished() => Arc::new(JobView {
                 stuck: Some(Box::new((*s).clone())),

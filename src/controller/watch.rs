@@ -144,7 +144,7 @@ pub(super) fn node_watch(
         watch_config(),
     ))
     .map_ok(full::<LeanNode, Node>);
-    let (nodes, events) = recorded(events, |n: &Node| Some(NodeView::from(n.clone())));
+    let (nodes, events) = recorded(events, |n: &Node, _| Some(NodeView::from(n.clone())));
     let stream = events
         .applied_objects()
         .predicate_filter(node_fingerprint, PredicateConfig::default());

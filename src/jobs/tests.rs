@@ -116,7 +116,7 @@ fn job_view_reads_back_identity() {
     ));
 
     let view = JobView::from_job(&job, None).unwrap();
-    assert_eq!(view.name, job.metadata.name.clone().unwrap());
+    assert_eq!(*view.name, *job.metadata.name.clone().unwrap());
     assert_eq!(view.skyhook, "simple-skyhook");
     assert_eq!(view.package, "dexter");
     assert_eq!(view.version, "1.2.3");

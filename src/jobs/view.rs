@@ -2,6 +2,8 @@
 //! annotations, never from its name) and its outcome (from the Job's conditions, plus the
 //! waiting reason of its pod for failures the Job controller cannot see, such as image pulls).
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -37,7 +39,8 @@ pub enum Outcome {
 /// many Jobs repeat are [`Shared`], and what only a stuck pod has is boxed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobView {
-    pub name: String,
+    /// Shared with the Job cache's key.
+    pub name: Arc<str>,
     pub skyhook: Shared,
     pub package: Shared,
     pub version: Shared,
@@ -73,7 +76,7 @@ impl JobView {
             _ => None,
         };
         Some(JobView {
-            name: meta.name.clone()?,
+            name: meta.name.as_deref()?.into(),
             skyhook: pkg.skyhook.into(),
             package: pkg.name.into(),
             version: pkg.version.into(),

@@ -76,7 +76,7 @@ fn go_state(package: &str, stage: &str, state: &str) -> Value {
 
 fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) -> JobView {
     JobView {
-        name: format!("{package}-{}-{node}-{attempt}", stage.as_str()),
+        name: format!("{package}-{}-{node}-{attempt}", stage.as_str()).into(),
         skyhook: "sh".into(),
         package: package.into(),
         version: "1.0.0".into(),

@@ -23,7 +23,7 @@ pub(super) fn invalidate(
     let mut seen = Vec::new();
     for j in orphaned(state, node_version, jobs) {
         out.actions.push(NodeAction::Delete {
-            job: j.name.clone(),
+            job: j.name.to_string(),
         });
         seen.push(JobView {
             deleting: true,

@@ -84,7 +84,7 @@ pub(super) fn observe(
             Outcome::Running => match latest.stuck.as_deref() {
                 Some((container, reason, message)) => {
                     out.actions.push(NodeAction::FailNow {
-                        job: latest.name.clone(),
+                        job: latest.name.to_string(),
                         reason: reason.clone(),
                         message: format!("container {container}: {message}"),
                     });
@@ -113,7 +113,7 @@ pub(super) fn observe(
                             .push(failed_note(&e, reason, message.clone(), counted));
                     }
                     out.actions.push(NodeAction::Counted {
-                        job: latest.name.clone(),
+                        job: latest.name.to_string(),
                     });
                 }
             }
@@ -265,7 +265,7 @@ pub(super) fn prune_failed(jobs: &[&JobView], kept: usize, out: &mut NodeOutcome
         g.sort_by_key(|j| std::cmp::Reverse(j.attempt));
         for j in g.into_iter().skip(kept) {
             out.actions.push(NodeAction::Delete {
-                job: j.name.clone(),
+                job: j.name.to_string(),
             });
         }
     }

@@ -40,7 +40,7 @@ pub(super) fn start(
             Latest::Replace => {
                 if !latest.deleting {
                     out.actions.push(NodeAction::Delete {
-                        job: latest.name.clone(),
+                        job: latest.name.to_string(),
                     });
                 }
                 mark(state, p, stage, State::InProgress, restarts);

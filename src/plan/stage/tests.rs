@@ -81,7 +81,7 @@ fn entry(p: &Package, stage: Stage, state: State) -> PackageStatus {
 
 fn job(p: &Package, stage: Stage, attempt: u32, outcome: Outcome) -> JobView {
     JobView {
-        name: format!("{}-{}-{attempt}", p.name, stage.as_str()),
+        name: format!("{}-{}-{attempt}", p.name, stage.as_str()).into(),
         skyhook: "sk".into(),
         package: p.name.as_str().into(),
         version: p.version.as_str().into(),
@@ -341,7 +341,7 @@ fn a_spec_change_retries_at_once_and_replaces_stale_running_jobs() {
         t(1),
     );
     assert!(o.actions.contains(&NodeAction::Delete {
-        job: stale.name.clone()
+        job: stale.name.to_string()
     }));
     assert!(runs(&o).is_empty());
 }
@@ -800,7 +800,7 @@ fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
     assert!(
         o.actions
             .iter()
-            .any(|x| matches!(x, NodeAction::Delete { job } if *job == f4.name)),
+            .any(|x| matches!(x, NodeAction::Delete { job } if **job == *f4.name)),
         "the older failed Job is pruned"
     );
     // Folded once: the next pass leaves the count alone.
@@ -1037,7 +1037,7 @@ fn running_jobs_the_state_no_longer_asks_for_are_deleted() {
         let deletes = o
             .actions
             .iter()
-            .any(|a| matches!(a, NodeAction::Delete { job } if *job == running.name));
+            .any(|a| matches!(a, NodeAction::Delete { job } if **job == *running.name));
         assert_eq!(deletes, deleted, "{case}: deleted");
         let stages: Vec<Stage> = runs(&o).into_iter().map(|(_, s, _)| s).collect();
         assert_eq!(stages, started, "{case}: started");
