@@ -52,11 +52,11 @@ pub fn node_metadata_configmap(
     let data = BTreeMap::from([
         (
             schema::METADATA_ANNOTATIONS_KEY.to_owned(),
-            schema::string_map_json(&node.annotations),
+            schema::string_map_json(node.annotations.iter()),
         ),
         (
             schema::METADATA_LABELS_KEY.to_owned(),
-            schema::string_map_json(&node.labels),
+            schema::string_map_json(node.labels.iter()),
         ),
         (schema::METADATA_PACKAGES_KEY.to_owned(), packages_json),
     ]);
@@ -166,8 +166,8 @@ mod tests {
 
         let node = NodeView {
             name: "kind-worker".into(),
-            labels: string_map([("kubernetes.io/hostname", "kind-worker")]),
-            annotations: string_map([("b", "<2>"), ("a", "1")]),
+            labels: string_map([("kubernetes.io/hostname", "kind-worker")]).into(),
+            annotations: string_map([("b", "<2>"), ("a", "1")]).into(),
             ..Default::default()
         };
         let cm = serde_json::to_value(node_metadata_configmap(&sk, &node, packages.clone(), &c))

@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::node::{LabelMatch, Labels};
 use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
 
 use super::CompartmentPlan;
 use crate::crd::{
@@ -87,7 +87,7 @@ impl Compartment {
 /// A targeted node as membership sees it.
 pub struct Member<'a> {
     pub name: &'a str,
-    pub labels: &'a BTreeMap<String, String>,
+    pub labels: &'a dyn Labels,
 }
 
 /// The compartments of this pass with every targeted node assigned to one (§6.1). Empty when
@@ -146,11 +146,11 @@ pub fn build(
 /// policy's compartments); returns the members no compartment selects.
 fn assign(p: &DeploymentPolicy, members: &[Member], out: &mut [Compartment]) -> Vec<String> {
     // An invalid selector matches nothing (validation reports it on the Skyhook).
-    let selectors: Vec<Option<Selector>> = p
+    let selectors: Vec<Option<LabelMatch>> = p
         .spec
         .compartments
         .iter()
-        .map(|c| Selector::try_from(c.selector.clone()).ok())
+        .map(|c| LabelMatch::new(&c.selector))
         .collect();
     let matches = |i: usize, m: &Member| selectors[i].as_ref().is_some_and(|s| s.matches(m.labels));
     // Tie-break ceilings count every targeted node a selector matches, wherever it ends up.
@@ -182,13 +182,16 @@ pub fn membership<'a>(
     policies: &[Arc<DeploymentPolicy>],
     nodes: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
 ) -> BTreeMap<String, String> {
-    let Ok(targets) = Selector::try_from(sk.spec.node_selectors.clone()) else {
+    let Some(targets) = LabelMatch::new(&sk.spec.node_selectors) else {
         return BTreeMap::new();
     };
     let members: Vec<Member> = nodes
         .into_iter()
-        .filter(|(_, labels)| targets.matches(labels))
-        .map(|(name, labels)| Member { name, labels })
+        .filter(|(_, labels)| targets.matches(*labels))
+        .map(|(name, labels)| Member {
+            name,
+            labels: labels as &dyn Labels,
+        })
         .collect();
     let prior = SkyhookStatus::default();
     build(sk, Policy::of(sk, policies), &members, &prior)

@@ -50,7 +50,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Plan {
             .conditions
             .iter()
             .filter(|c| c.type_.starts_with(&condition_prefix))
-            .map(|c| c.type_.clone())
+            .map(|c| c.type_.to_string())
             .collect();
         if !conditions.is_empty() {
             plan.node_conditions

@@ -116,7 +116,7 @@ pub fn progress(
     let mut p = NodePatch::of(node);
     let annotations = &node.annotations;
     let mut want = |key: String, value: Option<String>| {
-        if annotations.get(&key) != value.as_ref() {
+        if annotations.get(&key) != value.as_deref() {
             p.annotations.insert(key, value);
         }
     };
@@ -157,7 +157,7 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
     let taint = m.runtime_taint;
     let taints: Vec<Taint> = node.taints.clone();
     let tainted = taints.iter().any(|t| taint.matches(t));
-    let touched = node.annotations.keys().any(|k| schema::is_skyhook_key(k));
+    let touched = node.annotations.keys().any(schema::is_skyhook_key);
     if !tainted && sk.spec.auto_taint_new_nodes && !touched {
         let mut next = taints;
         next.push(taint.to_taint());
@@ -218,9 +218,9 @@ pub fn node_conditions(
         ),
     ];
     let existing = &node.conditions;
-    let current = |t: &str| existing.iter().find(|c| c.type_ == t);
+    let current = |t: &str| existing.iter().find(|c| c.type_.as_str() == t);
     let up_to_date = want.iter().all(|(t, s, r, _)| {
-        current(t).is_some_and(|c| c.status == *s && c.reason.as_deref() == Some(*r))
+        current(t).is_some_and(|c| c.status.as_str() == *s && c.reason.as_deref() == Some(*r))
     });
     if up_to_date {
         return None;
@@ -229,7 +229,7 @@ pub fn node_conditions(
         want.into_iter()
             .map(|(t, s, r, m)| {
                 let since = current(&t)
-                    .filter(|c| c.status == s)
+                    .filter(|c| c.status.as_str() == s)
                     .and_then(|c| c.last_transition_time.clone())
                     .unwrap_or(Time(now));
                 NodeCondition {

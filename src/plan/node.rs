@@ -1,13 +1,15 @@
 //! What a pass reads of a node, kept once per node in the operator's cache. A k8s-openapi `Node`
 //! is 1.5 KiB of struct before any of its strings (every field of its spec and status has a
 //! place, read or not); this record keeps the few fields the planner and the node metadata
-//! ConfigMap read, a tenth of that.
+//! ConfigMap read, a tenth of that, with the strings nodes repeat shared ([`Pairs`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::core::{Expression, Selector};
 
+use crate::interned::Shared;
 use crate::schema;
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -16,24 +18,24 @@ pub struct NodeView {
     pub created: Option<Time>,
     pub resource_version: Option<String>,
     /// All of them: Skyhook node selectors and the node metadata ConfigMap read any label.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Pairs,
     /// All of them: the node metadata ConfigMap copies every annotation.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Pairs,
     pub taints: Vec<Taint>,
     pub unschedulable: bool,
     /// The Skyhook conditions only (`skyhook.nvidia.com/...`): the kubelet's are never read.
-    pub conditions: Vec<NodeCondition>,
+    pub conditions: Vec<Condition>,
     /// Empty when the kubelet reported none.
     pub boot_id: String,
 }
 
 impl NodeView {
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.annotations.get(key).map(String::as_str)
+        self.annotations.get(key)
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels.get(key).map(String::as_str)
+        self.labels.get(key)
     }
 
     /// The resourceVersion as a number (etcd's revision), when it is one.
@@ -49,20 +51,123 @@ impl From<Node> for NodeView {
         let meta = n.metadata;
         let spec = n.spec.unwrap_or_default();
         let status = n.status.unwrap_or_default();
-        let mut conditions = status.conditions.unwrap_or_default();
-        conditions.retain(|c| schema::is_skyhook_key(&c.type_));
-        conditions.shrink_to_fit();
+        let conditions = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| schema::is_skyhook_key(&c.type_))
+            .map(Condition::from)
+            .collect();
         NodeView {
             name: meta.name.unwrap_or_default(),
             created: meta.creation_timestamp,
             resource_version: meta.resource_version,
-            labels: meta.labels.unwrap_or_default(),
-            annotations: meta.annotations.unwrap_or_default(),
+            labels: meta.labels.unwrap_or_default().into(),
+            annotations: meta.annotations.unwrap_or_default().into(),
             taints: spec.taints.unwrap_or_default(),
             unschedulable: spec.unschedulable.unwrap_or(false),
             conditions,
             boot_id: status.node_info.map(|i| i.boot_id).unwrap_or_default(),
         }
+    }
+}
+
+/// A node's labels or annotations, sorted by key, every key and value shared. Across a fleet
+/// they repeat: label keys and values, annotation keys, and the node-state JSON of nodes at the
+/// same point of a rollout. A map per node held a B-tree leaf with room for eleven entries and
+/// a string per key and value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pairs(Box<[(Shared, Shared)]>);
+
+impl Pairs {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| self.0[i].1.as_str())
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// In key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_str())
+    }
+}
+
+impl From<BTreeMap<String, String>> for Pairs {
+    fn from(map: BTreeMap<String, String>) -> Pairs {
+        Pairs(
+            map.iter()
+                .map(|(k, v)| (Shared::new(k), Shared::new(v)))
+                .collect(),
+        )
+    }
+}
+
+/// A Skyhook node condition as a pass reads it (its message is fixed by its type and status).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Condition {
+    pub type_: Shared,
+    pub status: Shared,
+    pub reason: Option<Shared>,
+    pub last_transition_time: Option<Time>,
+}
+
+impl From<NodeCondition> for Condition {
+    fn from(c: NodeCondition) -> Condition {
+        Condition {
+            type_: Shared::new(&c.type_),
+            status: Shared::new(&c.status),
+            reason: c.reason.as_deref().map(Shared::new),
+            last_transition_time: c.last_transition_time,
+        }
+    }
+}
+
+/// Labels a selector can be matched against.
+pub trait Labels {
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl Labels for Pairs {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
+/// A label selector, matched as kube's `Selector` matches a `BTreeMap` (the only labels it
+/// takes), over any [`Labels`].
+pub struct LabelMatch(Vec<Expression>);
+
+impl LabelMatch {
+    /// `None` for a selector kube rejects (an operator it does not know): it selects nothing.
+    pub fn new(selector: &LabelSelector) -> Option<LabelMatch> {
+        let selector = Selector::try_from(selector.clone()).ok()?;
+        Some(LabelMatch(selector.into_iter().collect()))
+    }
+
+    pub fn matches(&self, labels: &(impl Labels + ?Sized)) -> bool {
+        self.0.iter().all(|e| match e {
+            Expression::In(key, values) => labels.label(key).is_some_and(|v| values.contains(v)),
+            Expression::NotIn(key, values) => labels.label(key).is_none_or(|v| !values.contains(v)),
+            Expression::Exists(key) => labels.label(key).is_some(),
+            Expression::DoesNotExist(key) => labels.label(key).is_none(),
+            Expression::Equal(key, value) => labels.label(key) == Some(value.as_str()),
+            Expression::NotEqual(key, value) => labels.label(key) != Some(value.as_str()),
+        })
     }
 }
 
@@ -110,5 +215,77 @@ mod tests {
         assert_eq!(v.boot_id, "");
         assert!(!v.unschedulable);
         assert_eq!(v.version_number(), None);
+    }
+
+    /// Over the same labels, the same answers as kube's own matching.
+    #[test]
+    fn label_matches_answer_as_kube_selectors_do() {
+        use kube::core::SelectorExt;
+        let selectors = [
+            json!({}),
+            json!({"matchLabels": {"a": "1"}}),
+            json!({"matchLabels": {"a": "1", "b": "2"}}),
+            json!({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "3"]}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}),
+            json!({"matchExpressions": [{"key": "b", "operator": "Exists"}]}),
+            json!({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]}),
+            json!({"matchLabels": {"a": "1"},
+                "matchExpressions": [{"key": "c", "operator": "NotIn", "values": ["x"]}]}),
+        ];
+        let label_sets = [
+            json!({}),
+            json!({"a": "1"}),
+            json!({"a": "2", "b": "2"}),
+            json!({"a": "1", "b": "2", "c": "x"}),
+            json!({"a": "3", "c": "y"}),
+        ];
+        for sel in &selectors {
+            let sel: LabelSelector = serde_json::from_value(sel.clone()).expect("selector");
+            let kube = Selector::try_from(sel.clone()).expect("kube selector");
+            let ours = LabelMatch::new(&sel).expect("selector");
+            for labels in &label_sets {
+                let map: BTreeMap<String, String> =
+                    serde_json::from_value(labels.clone()).expect("labels");
+                let pairs = Pairs::from(map.clone());
+                let want = kube.matches(&map);
+                assert_eq!(ours.matches(&map), want, "{sel:?} on {labels}");
+                assert_eq!(ours.matches(&pairs), want, "{sel:?} on {labels} (pairs)");
+            }
+        }
+        let unknown: LabelSelector = serde_json::from_value(
+            json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+        )
+        .expect("selector");
+        assert!(LabelMatch::new(&unknown).is_none());
+    }
+
+    #[test]
+    fn pairs_look_up_and_iterate_in_key_order_and_share_their_strings() {
+        let map = |i: usize| -> BTreeMap<String, String> {
+            [
+                ("zone", "a"),
+                ("kubernetes.io/hostname", "n"),
+                ("arch", "amd64"),
+            ]
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    format!("{v}{}", if k == "zone" { i } else { 0 }),
+                )
+            })
+            .collect()
+        };
+        let (one, two) = (Pairs::from(map(1)), Pairs::from(map(2)));
+        assert_eq!(one.get("zone"), Some("a1"));
+        assert_eq!(one.get("missing"), None);
+        assert!(one.contains_key("arch"));
+        let keys: Vec<&str> = one.keys().collect();
+        assert_eq!(keys, ["arch", "kubernetes.io/hostname", "zone"]);
+        let (a, b) = (&one.0[0], &two.0[0]);
+        assert!(
+            std::ptr::eq(a.1.as_str(), b.1.as_str()),
+            "one copy of a shared value"
+        );
     }
 }

@@ -1,14 +1,13 @@
 //! Node selection (§3.16, §3.14): which nodes a Skyhook targets, which of them it may not touch
 //! (ignored, or a taint it does not tolerate) and which wait for a Skyhook ordered before it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
 
 use super::NodeView;
+use super::node::{LabelMatch, Labels};
 use crate::crd::Skyhook;
 use crate::schema::{self, Status, TaintSpec};
 
@@ -22,13 +21,13 @@ pub enum Block {
 }
 
 /// Whether `skyhook`'s `nodeSelectors` select `node` (an empty selector selects every node).
-pub fn selects(skyhook: &Skyhook, labels: &BTreeMap<String, String>) -> bool {
-    Selector::try_from(skyhook.spec.node_selectors.clone()).is_ok_and(|s| s.matches(labels))
+pub fn selects(skyhook: &Skyhook, labels: &(impl Labels + ?Sized)) -> bool {
+    LabelMatch::new(&skyhook.spec.node_selectors).is_some_and(|s| s.matches(labels))
 }
 
 /// Targeted nodes, oldest first (§3.4), names breaking ties deterministically.
 pub fn targeted<'a>(skyhook: &Skyhook, nodes: &'a [Arc<NodeView>]) -> Vec<&'a Arc<NodeView>> {
-    let Ok(sel) = Selector::try_from(skyhook.spec.node_selectors.clone()) else {
+    let Some(sel) = LabelMatch::new(&skyhook.spec.node_selectors) else {
         return Vec::new();
     };
     let mut out: Vec<&Arc<NodeView>> = nodes.iter().filter(|n| sel.matches(&n.labels)).collect();

@@ -709,7 +709,12 @@ fn an_unchanged_world_writes_nothing() {
         false,
     ))
     .clone();
-    node_after.conditions = first.node_conditions[0].1.clone();
+    node_after.conditions = first.node_conditions[0]
+        .1
+        .iter()
+        .cloned()
+        .map(Into::into)
+        .collect();
     let mut sk = w.sk.clone();
     sk.status = first.status.clone();
     let mut w2 = World::new(sk, vec![Arc::new(node_after)]);
@@ -1082,12 +1087,17 @@ fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
         .map(|n| {
             let mut n = (**n).clone();
             let p = plan.node_patches.iter().find(|p| p.node == n.name);
-            let ann = &mut n.annotations;
+            let mut ann: BTreeMap<String, String> = n
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             for (k, v) in p.map(|p| p.annotations.clone()).unwrap_or_default() {
                 if let Some(v) = v {
                     ann.insert(k, v);
                 }
             }
+            n.annotations = ann.into();
             Arc::new(n)
         })
         .collect();

@@ -59,11 +59,8 @@ pub fn agent_version(agent_image: &str) -> &str {
 
 /// `annotations.json` / `labels.json`: a string map as Go marshals it (sorted keys, HTML
 /// escaping).
-pub fn string_map_json<'a>(map: impl IntoIterator<Item = (&'a String, &'a String)>) -> String {
-    let sorted: BTreeMap<&str, &str> = map
-        .into_iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+pub fn string_map_json<'a>(map: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let sorted: BTreeMap<&str, &str> = map.into_iter().collect();
     go_json::to_string_infallible(&sorted)
 }
 
@@ -137,6 +134,7 @@ mod tests {
             ("a".to_string(), "1".to_string()),
         ]
         .into();
-        assert_eq!(string_map_json(&m), r#"{"a":"1","b":"\u003cx\u003e"}"#);
+        let pairs = m.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        assert_eq!(string_map_json(pairs), r#"{"a":"1","b":"\u003cx\u003e"}"#);
     }
 }
