@@ -62,95 +62,112 @@ where
     })
 }
 
+type Reported<K> = Result<watcher::Event<K>, watcher::Error>;
+
+/// What one state leads to: an event to report with the state after it, or another state to
+/// go on from without reporting anything.
+enum Next<K> {
+    Report(Reported<K>, State<K>),
+    Go(State<K>),
+}
+
 async fn step<K>(
     client: &Client,
     url: &str,
     labels: Option<&str>,
     mut state: State<K>,
-) -> (Result<watcher::Event<K>, watcher::Error>, State<K>)
+) -> (Reported<K>, State<K>)
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
 {
     loop {
-        state = match state {
-            State::Start => return (Ok(watcher::Event::Init), State::List),
+        let next = match state {
+            State::Start => Next::Report(Ok(watcher::Event::Init), State::List),
             State::List => match list::<K>(client, url, labels).await {
-                Ok(listed) => listed,
-                Err(e) => return (Err(e), State::Start),
+                Ok(listed) => Next::Go(listed),
+                Err(e) => Next::Report(Err(e), State::Start),
             },
             State::Listed { version, mut items } => match items.next() {
-                Some(o) => {
-                    return (
-                        Ok(watcher::Event::InitApply(o)),
-                        State::Listed { version, items },
-                    );
-                }
-                None => return (Ok(watcher::Event::InitDone), State::Watch { version }),
+                Some(o) => Next::Report(
+                    Ok(watcher::Event::InitApply(o)),
+                    State::Listed { version, items },
+                ),
+                None => Next::Report(Ok(watcher::Event::InitDone), State::Watch { version }),
             },
-            State::Watch { version } => {
-                let mut params = WatchParams::default().timeout(WATCH_SECONDS);
-                if let Some(l) = labels {
-                    params = params.labels(l);
-                }
-                let opened = match Request::new(url).watch(&params, &version) {
-                    Ok(req) => client.request_stream(req).await,
-                    Err(e) => Err(kube::Error::BuildRequest(e)),
-                };
-                match opened {
-                    Ok(body) => State::Watching {
-                        version,
-                        lines: Lines::new(Box::pin(body)),
-                    },
-                    Err(e) => {
-                        let gone = matches!(&e, kube::Error::Api(s) if s.code == 410);
-                        let next = if gone {
-                            State::Start
-                        } else {
-                            State::Watch { version }
-                        };
-                        return (Err(watcher::Error::WatchStartFailed(e)), next);
-                    }
-                }
-            }
+            State::Watch { version } => open(client, url, labels, version).await,
             State::Watching { version, mut lines } => match lines.next::<K>().await {
                 // The server ended the watch (its timeout): the next resumes where it was.
-                None => State::Watch { version },
-                Some(Err(e)) => {
-                    return (
-                        Err(watcher::Error::WatchFailed(e)),
-                        State::Watch { version },
-                    );
-                }
-                Some(Ok(event)) => match event {
-                    WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                        let version = o.meta().resource_version.clone().unwrap_or(version);
-                        return (
-                            Ok(watcher::Event::Apply(o)),
-                            State::Watching { version, lines },
-                        );
-                    }
-                    WatchEvent::Deleted(o) => {
-                        let version = o.meta().resource_version.clone().unwrap_or(version);
-                        return (
-                            Ok(watcher::Event::Delete(o)),
-                            State::Watching { version, lines },
-                        );
-                    }
-                    WatchEvent::Bookmark(b) => State::Watching {
-                        version: b.metadata.resource_version,
-                        lines,
-                    },
-                    WatchEvent::Error(status) => {
-                        let next = if status.code == 410 {
-                            State::Start
-                        } else {
-                            State::Watching { version, lines }
-                        };
-                        return (Err(watcher::Error::WatchError(status)), next);
-                    }
-                },
+                None => Next::Go(State::Watch { version }),
+                Some(Err(e)) => Next::Report(
+                    Err(watcher::Error::WatchFailed(e)),
+                    State::Watch { version },
+                ),
+                Some(Ok(event)) => received(event, version, lines),
             },
         };
+        match next {
+            Next::Report(event, after) => return (event, after),
+            Next::Go(after) => state = after,
+        }
+    }
+}
+
+/// Opens a watch from `version`; a 410 there means listing again.
+async fn open<K>(client: &Client, url: &str, labels: Option<&str>, version: String) -> Next<K> {
+    let mut params = WatchParams::default().timeout(WATCH_SECONDS);
+    if let Some(l) = labels {
+        params = params.labels(l);
+    }
+    let opened = match Request::new(url).watch(&params, &version) {
+        Ok(req) => client.request_stream(req).await,
+        Err(e) => Err(kube::Error::BuildRequest(e)),
+    };
+    match opened {
+        Ok(body) => Next::Go(State::Watching {
+            version,
+            lines: Lines::new(Box::pin(body)),
+        }),
+        Err(e) => {
+            let gone = matches!(&e, kube::Error::Api(s) if s.code == 410);
+            let after = if gone {
+                State::Start
+            } else {
+                State::Watch { version }
+            };
+            Next::Report(Err(watcher::Error::WatchStartFailed(e)), after)
+        }
+    }
+}
+
+/// One event of an open watch.
+fn received<K: Resource>(event: WatchEvent<K>, version: String, lines: Lines) -> Next<K> {
+    match event {
+        WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+            let version = o.meta().resource_version.clone().unwrap_or(version);
+            Next::Report(
+                Ok(watcher::Event::Apply(o)),
+                State::Watching { version, lines },
+            )
+        }
+        WatchEvent::Deleted(o) => {
+            let version = o.meta().resource_version.clone().unwrap_or(version);
+            Next::Report(
+                Ok(watcher::Event::Delete(o)),
+                State::Watching { version, lines },
+            )
+        }
+        WatchEvent::Bookmark(b) => Next::Go(State::Watching {
+            version: b.metadata.resource_version,
+            lines,
+        }),
+        WatchEvent::Error(status) => {
+            let after = if status.code == 410 {
+                State::Start
+            } else {
+                State::Watching { version, lines }
+            };
+            Next::Report(Err(watcher::Error::WatchError(status)), after)
+        }
     }
 }
 
