@@ -13,6 +13,7 @@ use prometheus_client::registry::Registry;
 
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::plan::CompartmentPlan;
+use crate::plan::census::Census;
 use crate::schema::{Stage, State, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -233,66 +234,59 @@ impl Metrics {
         }
     }
 
-    /// Set every series of one Skyhook from its status. `policy` is the `policy_name` label
-    /// and `compartments` the (compartment, strategy) pairs of this pass.
+    /// Set every series of one Skyhook: node counts from `census` (every targeted node, even
+    /// those a trimmed status leaves out), the rest from its status. `policy` is the
+    /// `policy_name` label and `compartments` the (compartment, strategy) pairs of this pass.
     pub fn observe(
         &self,
         sk: &Skyhook,
         st: &SkyhookStatus,
+        census: &Census,
         policy: &str,
         compartments: &[CompartmentPlan],
     ) {
         let name = sk.metadata.name.clone().unwrap_or_default();
-        self.observe_statuses(&name, st);
-        self.observe_packages(&name, sk, st);
+        self.observe_statuses(&name, st, census);
+        self.observe_packages(&name, census);
         self.observe_rollout(&name, st, policy, compartments);
     }
 
     /// The Skyhook's status, nodes per status, and targeted nodes.
-    fn observe_statuses(&self, name: &str, st: &SkyhookStatus) {
+    fn observe_statuses(&self, name: &str, st: &SkyhookStatus, census: &Census) {
         let current = st.status.unwrap_or(Status::Unknown);
-        for s in Status::ALL {
+        for (s, n) in Status::ALL.iter().zip(census.statuses) {
             let l = StatusLabels {
                 skyhook_name: name.to_owned(),
                 status: s.as_str().into(),
             };
-            self.status.get_or_create(&l).set(i64::from(s == current));
-            let n = st.node_status.values().filter(|x| **x == s).count();
+            self.status.get_or_create(&l).set(i64::from(*s == current));
             self.node_status.get_or_create(&l).set(n as i64);
         }
         self.targets
             .get_or_create(&SkyhookLabels {
                 skyhook_name: name.to_owned(),
             })
-            .set(st.node_status.len() as i64);
+            .set(census.targeted as i64);
     }
 
     /// Nodes per state and stage, and restarts, of every spec package; the series of packages
     /// no longer in the spec are removed.
-    fn observe_packages(&self, name: &str, sk: &Skyhook, st: &SkyhookStatus) {
+    fn observe_packages(&self, name: &str, census: &Census) {
         let mut now_emitted = BTreeSet::new();
-        for p in sk.spec.packages.values() {
+        for p in &census.packages {
             let key = (p.name.clone(), p.version.clone());
             now_emitted.insert(key.clone());
-            let entries: Vec<_> = st
-                .node_state
-                .values()
-                .filter_map(|ns| ns.get(&p.name, &p.version))
-                .collect();
-            for s in State::ALL {
-                let n = entries.iter().filter(|e| e.state == Some(s)).count();
+            for (s, n) in State::ALL.iter().zip(p.states) {
                 self.package_state
                     .get_or_create(&self.psl(name, &key, s.as_str()))
                     .set(n as i64);
             }
-            for s in Stage::ALL {
-                let n = entries.iter().filter(|e| e.stage == s).count();
+            for (s, n) in Stage::ALL.iter().zip(p.stages) {
                 self.package_stage
                     .get_or_create(&self.pgl(name, &key, s.as_str()))
                     .set(n as i64);
             }
-            let r: i64 = entries.iter().map(|e| i64::from(e.restarts)).sum();
-            self.restarts.get_or_create(&pl(name, &key)).set(r);
+            self.restarts.get_or_create(&pl(name, &key)).set(p.restarts);
         }
         let mut emitted = self.emitted.lock().unwrap_or_else(|e| e.into_inner());
         let old = emitted
@@ -472,7 +466,7 @@ mod tests {
             batch_state: Default::default(),
             batch: Vec::new(),
         }];
-        m.observe(&sk, &st, "legacy", &compartments);
+        m.observe(&sk, &st, &Census::of(&sk, &st), "legacy", &compartments);
         let text = m.encode();
         let rollout = r#"skyhook_name="stored-by-go",policy_name="legacy",compartment_name="__default__",strategy="fixed""#;
         for line in [
@@ -520,12 +514,24 @@ mod tests {
         // A package gone from the spec loses its series; a deleted Skyhook its status series.
         let mut without_dexter = sk.clone();
         without_dexter.spec.packages.remove("dexter");
-        m.observe(&without_dexter, &st, "legacy", &compartments);
+        m.observe(
+            &without_dexter,
+            &st,
+            &Census::of(&without_dexter, &st),
+            "legacy",
+            &compartments,
+        );
         let text = m.encode();
         assert!(!text.contains(r#"package_name="dexter""#), "{text}");
         assert!(text.contains(r#"package_name="foobar""#), "{text}");
         // A compartment gone from the pass loses its series.
-        m.observe(&without_dexter, &st, "legacy", &[]);
+        m.observe(
+            &without_dexter,
+            &st,
+            &Census::of(&without_dexter, &st),
+            "legacy",
+            &[],
+        );
         assert!(!m.encode().contains("skyhook_rollout_matched_nodes{"));
         m.forget("stored-by-go");
         let text = m.encode();

@@ -109,6 +109,11 @@ pub struct Settings {
     /// Between two renewals, or two attempts to acquire.
     #[arg(long, env = "LEADER_ELECTION_RETRY_PERIOD", default_value = "2s")]
     pub leader_election_retry_period: String,
+    /// Most bytes of per-node entries (nodeState, nodeStatus, nodeBootIds, nodePriority) one
+    /// Skyhook's status lists, as a count or with a Ki or Mi suffix; over it the nodes at work
+    /// are listed first and a StatusTrimmed condition says so. Node annotations keep every node.
+    #[arg(long, env = "STATUS_NODE_BUDGET", default_value = "768Ki")]
+    pub status_node_budget: String,
     /// Log format: json or console.
     #[arg(long, env = "LOG_ENCODER", default_value = "json")]
     pub log_encoder: String,
@@ -116,6 +121,12 @@ pub struct Settings {
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 }
+
+/// STATUS_NODE_BUDGET's default: about 1,700 nodes with four packages listed whole, and an
+/// object of about 1 MiB with its managedFields (measured in docs/performance.md).
+pub const DEFAULT_STATUS_NODE_BUDGET: usize = 768 * 1024;
+const MIN_STATUS_NODE_BUDGET: usize = 1024;
+const MAX_STATUS_NODE_BUDGET: usize = 1024 * 1024;
 
 /// [`Settings`] parsed and checked.
 #[derive(Debug, Clone)]
@@ -134,6 +145,8 @@ pub struct Config {
     pub stage_deadline: Duration,
     pub completed_job_ttl: Duration,
     pub failed_jobs_kept: usize,
+    /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
+    pub status_node_budget: usize,
     pub retry_base: Duration,
     pub retry_max: Duration,
     pub skyhook_selector: Option<String>,
@@ -186,11 +199,12 @@ impl Settings {
                 true
             }
         };
+        let budget = self.status_node_budget(&mut errs);
         if self.namespace.is_empty() {
             errs.push("NAMESPACE must not be empty".to_string());
         }
         match (taint, errs.is_empty()) {
-            (Some(taint), true) => Ok(self.config(durations, taint, log_json)),
+            (Some(taint), true) => Ok(self.config(durations, taint, log_json, budget)),
             _ => Err(SettingsError(errs)),
         }
     }
@@ -258,6 +272,31 @@ impl Settings {
         }
     }
 
+    /// STATUS_NODE_BUDGET in bytes (its default when invalid, and reported).
+    fn status_node_budget(&self, errs: &mut Vec<String>) -> usize {
+        let v = self.status_node_budget.trim();
+        let (digits, unit) = match v.strip_suffix("Ki") {
+            Some(d) => (d, 1024),
+            None => match v.strip_suffix("Mi") {
+                Some(d) => (d, 1024 * 1024),
+                None => (v, 1),
+            },
+        };
+        let range = MIN_STATUS_NODE_BUDGET..=MAX_STATUS_NODE_BUDGET;
+        match digits.parse::<usize>().map(|n| n.saturating_mul(unit)) {
+            Ok(n) if range.contains(&n) => n,
+            _ => {
+                errs.push(format!(
+                    "STATUS_NODE_BUDGET must be a byte count from 1Ki to 1Mi (for example 768Ki), \
+                     got {:?}: larger statuses are refused by etcd's default 1.5 MiB request \
+                     limit once managedFields are added",
+                    self.status_node_budget
+                ));
+                DEFAULT_STATUS_NODE_BUDGET
+            }
+        }
+    }
+
     fn check_paths_and_images(&self, errs: &mut Vec<String>) {
         if !self.copy_dir_root.starts_with('/') {
             errs.push(format!(
@@ -278,7 +317,13 @@ impl Settings {
     }
 
     /// The checked settings as the operator uses them.
-    fn config(&self, d: Durations, runtime_required_taint: TaintSpec, log_json: bool) -> Config {
+    fn config(
+        &self,
+        d: Durations,
+        runtime_required_taint: TaintSpec,
+        log_json: bool,
+        status_node_budget: usize,
+    ) -> Config {
         Config {
             namespace: self.namespace.clone(),
             default_interval: d.default_interval,
@@ -294,6 +339,7 @@ impl Settings {
             stage_deadline: d.stage_deadline,
             completed_job_ttl: d.completed_job_ttl,
             failed_jobs_kept: self.failed_jobs_kept.max(1),
+            status_node_budget,
             retry_base: d.retry_base,
             retry_max: d.retry_max,
             skyhook_selector: Some(self.skyhook_selector.clone()).filter(|s| !s.is_empty()),
@@ -357,6 +403,32 @@ mod tests {
             "RUNTIME_REQUIRED_TAINT",
         ] {
             assert!(err.contains(want), "{err} lacks {want}");
+        }
+    }
+
+    #[test]
+    fn the_status_node_budget_takes_a_byte_count_within_its_bounds() {
+        let budget = |v: &str| {
+            Cli::parse_from(["x".to_string(), format!("--status-node-budget={v}")])
+                .settings
+                .validate()
+                .map(|c| c.status_node_budget)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            Cli::parse_from(["x"])
+                .settings
+                .validate()
+                .map(|c| c.status_node_budget)
+                .ok(),
+            Some(DEFAULT_STATUS_NODE_BUDGET)
+        );
+        assert_eq!(budget("768Ki"), Ok(786_432));
+        assert_eq!(budget("1Mi"), Ok(1_048_576));
+        assert_eq!(budget("4096"), Ok(4096));
+        for bad in ["2Mi", "512", "much", "1.5Ki", ""] {
+            let err = budget(bad).expect_err(bad);
+            assert!(err.contains("STATUS_NODE_BUDGET"), "{bad}: {err}");
         }
     }
 

@@ -469,9 +469,12 @@ async fn pass(
         now: jiff::Timestamp::now(),
         create_room: plan::launch::MAX_JOB_CREATES_PER_PASS.saturating_sub(ctx.creating.len()),
     });
-    if let Some(status) = plan.status.as_ref().or(sk.status.as_ref()) {
+    if let (Some(status), Some(census)) =
+        (plan.status.as_ref().or(sk.status.as_ref()), &plan.census)
+    {
+        let (policy, compartments) = (&plan.policy_label, &plan.compartments);
         ctx.metrics
-            .observe(&normalized, status, &plan.policy_label, &plan.compartments);
+            .observe(&normalized, status, census, policy, compartments);
     }
     hold_status(ctx, &name, sk.status.as_ref(), &mut plan);
     let requeue = plan.requeue_after;

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, NodeCondition, Taint};
 
 use serde::{Deserialize, Serialize};
 
+use super::census::Census;
 use crate::crd::{BatchState, DeploymentBudget, SkyhookStatus};
 use crate::jobs::PlannedJob;
 use crate::schema;
@@ -205,6 +206,8 @@ pub struct Plan {
     /// Conditions to set (by type) and condition types to remove, per node.
     pub node_conditions: Vec<(String, Vec<NodeCondition>, Vec<String>)>,
     pub status: Option<SkyhookStatus>,
+    /// Node counts of this pass over every targeted node (the status may list only some).
+    pub census: Option<Census>,
     pub events: Vec<Note>,
     pub requeue_after: Option<Duration>,
     /// The compartments of this pass: the rollout metrics and `deployment-policy preview`.

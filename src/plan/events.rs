@@ -134,6 +134,9 @@ pub fn status_changes(
     if let Some(msg) = status::newly_stopped(prior, desired) {
         out.push(Note::skyhook(schema::ROLLOUT_STOPPED_REASON, msg).warning());
     }
+    if let Some(msg) = super::status_budget::newly_trimmed(prior, desired) {
+        out.push(Note::skyhook(schema::STATUS_TRIMMED_REASON, msg));
+    }
     if status::newly_invalid(prior, desired) {
         out.push(Note::skyhook(schema::INVALID_SPEC_REASON, invalid.join("; ")).warning());
     }

@@ -11,6 +11,7 @@
 
 pub mod actions;
 pub mod batch;
+pub mod census;
 pub mod compartments;
 pub mod config;
 pub mod delete;
@@ -26,6 +27,7 @@ pub mod select;
 pub mod spec;
 pub mod stage;
 pub mod status;
+pub mod status_budget;
 pub mod strategy;
 
 #[cfg(test)]
@@ -429,6 +431,12 @@ impl Pass<'_> {
                 .collect();
         }
         plan.policy_label = self.policy.label().to_string();
+        plan.census = Some(census::Census::of(self.inp.skyhook, &desired));
+        let budget = self.inp.config.status_node_budget;
+        let trim = status_budget::fit(&mut desired, budget);
+        let generation = self.inp.skyhook.metadata.generation.unwrap_or(0);
+        let (list, now) = (&mut desired.conditions, self.inp.now);
+        status_budget::condition(list, trim, &self.name, budget, generation, now);
         let changes = events::status_changes(prior, &desired, self.inp.invalid);
         plan.events.extend(changes.into_iter().map(Note::of_status));
         if desired != *prior {

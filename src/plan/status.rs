@@ -67,7 +67,7 @@ pub fn aggregate(f: &SkyhookFacts) -> Status {
     }
 }
 
-fn set_condition(
+pub(super) fn set_condition(
     list: &mut Vec<Condition>,
     type_: &str,
     status: bool,

@@ -110,6 +110,8 @@ struct World {
     go_pods: BTreeMap<String, Vec<crate::jobs::GoPod>>,
     invalid: Vec<String>,
     policies: Vec<Arc<crate::crd::DeploymentPolicy>>,
+    /// STATUS_NODE_BUDGET of this world's operator.
+    status_budget: usize,
 }
 
 impl World {
@@ -124,11 +126,15 @@ impl World {
             go_pods: BTreeMap::new(),
             invalid: Vec::new(),
             policies: Vec::new(),
+            status_budget: crate::settings::DEFAULT_STATUS_NODE_BUDGET,
         }
     }
 
     fn plan(&self) -> Plan {
-        let cfg = config();
+        let cfg = Config {
+            status_node_budget: self.status_budget,
+            ..config()
+        };
         let mut skyhooks = self.others.clone();
         skyhooks.push(Arc::new(self.sk.clone()));
         let jobs: Vec<Arc<JobView>> = self.jobs.iter().cloned().map(Arc::new).collect();
@@ -1569,4 +1575,69 @@ fn go_operator_pods_hold_their_stage_and_are_recorded_before_deletion() {
         });
         assert_eq!(got, *written, "{case}: node state");
     }
+}
+
+/// Over its byte budget the status lists the nodes at work first and says so (condition and
+/// one Event); the metrics' census still counts every node; the next pass, with nothing new,
+/// writes nothing and announces nothing.
+#[test]
+fn a_status_over_its_budget_lists_the_nodes_at_work_and_says_so() {
+    let mut nodes: Vec<Arc<NodeView>> = (0..30)
+        .map(|i| {
+            let done = go_state(PLAIN, "config", "complete");
+            node(&format!("done-{i:02}"), i, done, json!({}), false)
+        })
+        .collect();
+    for i in 0..2 {
+        let busy = go_state(PLAIN, "apply", "in_progress");
+        nodes.push(node(&format!("busy-{i}"), 40 + i, busy, json!({}), false));
+    }
+    let mut world = World::new(skyhook(one_package(false), json!({})), nodes);
+    world.status_budget = 2_000;
+    let plan = world.plan();
+    let status = plan.status.clone().expect("status");
+    let listed: Vec<&str> = status.node_state.keys().map(String::as_str).collect();
+    assert!(
+        listed.starts_with(&["busy-0", "busy-1"]) && listed.len() < 32,
+        "{listed:?}"
+    );
+    assert!(
+        serde_json::to_string(&status.node_state)
+            .expect("json")
+            .len()
+            <= 2_000,
+        "over the budget"
+    );
+    let census = plan.census.clone().expect("census");
+    assert_eq!(census.targeted, 32);
+    let complete = Status::ALL.iter().position(|s| *s == Status::Complete);
+    assert_eq!(complete.map(|i| census.statuses[i]), Some(30));
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::STATUS_TRIMMED_CONDITION)
+        .expect("StatusTrimmed condition");
+    assert_eq!(condition.status, "True");
+    assert!(
+        condition
+            .message
+            .contains(&format!("{} of 32 nodes", listed.len())),
+        "{}",
+        condition.message
+    );
+    let announced = |plan: &Plan| {
+        plan.events
+            .iter()
+            .filter(|e| e.reason == schema::STATUS_TRIMMED_REASON)
+            .count()
+    };
+    assert_eq!(announced(&plan), 1, "{:?}", plan.events);
+
+    world.sk.status = Some(status);
+    let again = world.plan();
+    assert_eq!(announced(&again), 0, "{:?}", again.events);
+    assert_eq!(
+        again.status, None,
+        "an unchanged trimmed status is written again"
+    );
 }

@@ -69,6 +69,10 @@ pub const NODE_STATE_UNREADABLE_CONDITION: &str = "skyhook.nvidia.com/NodeStateU
 /// been `True`.
 pub const ROLLOUT_STOPPED_CONDITION: &str = "skyhook.nvidia.com/RolloutStopped";
 
+/// Ours: `True` while the status lists only some nodes in its per-node maps (they would not fit
+/// in the object); the node annotations hold every node. Written only once it has been `True`.
+pub const STATUS_TRIMMED_CONDITION: &str = "skyhook.nvidia.com/StatusTrimmed";
+
 pub const APPLY_PACKAGE_REASON: &str = "ApplyPackage";
 pub const TAINT_NOT_TOLERABLE_REASON: &str = "TaintNotTolerable";
 pub const NODES_IGNORED_REASON: &str = "NodesIgnored";
@@ -84,6 +88,26 @@ pub const NOT_BLOCKED_REASON: &str = "NotBlocked";
 pub const NODE_STATE_UNREADABLE_REASON: &str = "NodeStateUnreadable";
 pub const ROLLOUT_STOPPED_REASON: &str = "RolloutStopped";
 pub const ROLLOUT_RUNNING_REASON: &str = "RolloutRunning";
+pub const STATUS_TRIMMED_REASON: &str = "StatusTrimmed";
+pub const STATUS_COMPLETE_REASON: &str = "StatusComplete";
+
+/// Why the status lists only some nodes, and where the rest are.
+pub fn status_trimmed_message(
+    skyhook: &str,
+    states: usize,
+    records: usize,
+    nodes: usize,
+    budget: usize,
+) -> String {
+    format!(
+        "status.nodeState lists {states} of {nodes} nodes and status.nodeStatus {records} of \
+         {nodes} (nodes at work first): the per-node entries are kept under {budget} bytes \
+         (STATUS_NODE_BUDGET) so that the object stays within the API server's size limit; \
+         every node's progress is in its annotation {}, listed by \
+         `kubectl skyhook node list --skyhook {skyhook}`",
+        super::node_state_annotation(skyhook)
+    )
+}
 
 /// Why a compartment stopped, and how to resume it.
 pub fn rollout_stopped_message(

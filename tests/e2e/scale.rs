@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::api::{Api, PostParams};
-use serde_json::json;
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
-use skyhook::schema;
+use skyhook::schema::{self, NodeState, State};
 
+use crate::support::plugin::plugin;
 use crate::support::{Operator, TestCtx, install_crds};
 
 const NODES: usize = 12;
@@ -60,15 +63,12 @@ pub(crate) fn requests(text: &str) -> BTreeMap<(String, String), f64> {
     out
 }
 
-#[tokio::test]
-async fn writes_per_stage_stay_bounded() {
-    install_crds();
-    let mut ctx = TestCtx::new("scale").await;
-    let nodes = ctx.add_test_nodes(NODES);
-    let op = Operator::start(&ctx, &[]);
+/// Creates a Skyhook `sk` of `packages` one-second packages over the test's nodes, waits for it
+/// to complete, and returns its name and API.
+async fn roll_out(ctx: &TestCtx, packages: usize) -> (String, Api<Skyhook>) {
     let (k, v) = ctx.test_label();
     let name = ctx.name("sk");
-    let packages: serde_json::Map<String, serde_json::Value> = (1..=PACKAGES)
+    let packages: serde_json::Map<String, Value> = (1..=packages)
         .map(|i| {
             let p = json!({"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook-packages/shellscript",
                            "env": [{"name": "SLEEP_LEN", "value": "1"}]});
@@ -96,6 +96,16 @@ async fn writes_per_stage_stay_bounded() {
         },
     )
     .await;
+    (name, skyhooks)
+}
+
+#[tokio::test]
+async fn writes_per_stage_stay_bounded() {
+    install_crds();
+    let mut ctx = TestCtx::new("scale").await;
+    let nodes = ctx.add_test_nodes(NODES);
+    let op = Operator::start(&ctx, &[]);
+    roll_out(&ctx, PACKAGES).await;
     // Let the last pass settle.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let counted = requests(&metrics(op.metrics_port));
@@ -116,4 +126,98 @@ async fn writes_per_stage_stay_bounded() {
         per_stage <= MAX_WRITES_PER_STAGE,
         "{per_stage:.2} writes per (node, package, stage), more than {MAX_WRITES_PER_STAGE}: {counted:?}"
     );
+}
+
+/// A status whose per-node entries exceed STATUS_NODE_BUDGET lists only some nodes, says so
+/// in a condition and one Event, and loses nothing: the node annotations, the plugin and the
+/// metrics still account for every node.
+#[tokio::test]
+async fn a_status_over_its_node_budget_is_trimmed_and_says_so() {
+    const TRIM_NODES: usize = 6;
+    install_crds();
+    let mut ctx = TestCtx::new("trim").await;
+    let nodes = ctx.add_test_nodes(TRIM_NODES);
+    let op = Operator::start(&ctx, &[("STATUS_NODE_BUDGET", "1Ki")]);
+    let (name, skyhooks) = roll_out(&ctx, 2).await;
+    let done = format!("{TRIM_NODES}/{TRIM_NODES}");
+    let st = ctx
+        .wait_for("every node complete", Duration::from_secs(60), || async {
+            let st = skyhooks.get(&name).await.ok()?.status?;
+            (st.complete_nodes == done).then_some(st)
+        })
+        .await;
+    let listed = st.node_state.len();
+    assert!(
+        (1..TRIM_NODES).contains(&listed),
+        "nodeState lists {listed}"
+    );
+    let maps = json!([
+        st.node_state,
+        st.node_status,
+        st.node_boot_ids,
+        st.node_priority
+    ]);
+    assert!(maps.to_string().len() <= 1024, "{maps}");
+    let condition = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::STATUS_TRIMMED_CONDITION)
+        .expect("StatusTrimmed condition");
+    assert_eq!(condition.status, "True");
+    let says = format!("lists {listed} of {TRIM_NODES} nodes");
+    assert!(condition.message.contains(&says), "{}", condition.message);
+
+    let events: Api<Event> = Api::all(ctx.client.clone());
+    let lp = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    let trimmed: Vec<Event> = events
+        .list(&lp)
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(schema::STATUS_TRIMMED_REASON))
+        .collect();
+    assert_eq!(trimmed.len(), 1, "{trimmed:?}");
+    assert_eq!(trimmed[0].count.unwrap_or(1), 1, "announced more than once");
+
+    // Every node's own record is whole.
+    let node_api: Api<Node> = Api::all(ctx.client.clone());
+    for n in &nodes {
+        let node = node_api.get(n).await.expect("node");
+        let raw = node
+            .annotations()
+            .get(&schema::node_state_annotation(&name))
+            .cloned()
+            .unwrap_or_default();
+        let state = NodeState::parse(&raw).expect("node state");
+        let complete = state
+            .iter()
+            .filter(|(_, e)| e.state == Some(State::Complete))
+            .count();
+        assert_eq!(complete, 2, "{n}: {raw}");
+    }
+    let list: Value = serde_json::from_str(
+        plugin(&ctx, &["node", "list", "--skyhook", &name, "-o", "json"]).ok(),
+    )
+    .expect("node list JSON");
+    assert_eq!(
+        list["nodes"].as_array().map(Vec::len),
+        Some(TRIM_NODES),
+        "{list}"
+    );
+    let text = metrics(op.metrics_port);
+    for line in [
+        format!(r#"skyhook_node_target_count{{skyhook_name="{name}"}} {TRIM_NODES}"#),
+        format!(
+            r#"skyhook_node_status_count{{skyhook_name="{name}",status="complete"}} {TRIM_NODES}"#
+        ),
+        format!(
+            r#"skyhook_package_state_count{{skyhook_name="{name}",package_name="pkg-b",package_version="1.0.0",state="complete"}} {TRIM_NODES}"#
+        ),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from\n{text}"
+        );
+    }
 }
