@@ -39,22 +39,23 @@ pub struct Trim {
 
 /// Trims `s` to `budget` bytes of per-node entries (as JSON); `None` when everything fits.
 pub fn fit(s: &mut SkyhookStatus, budget: usize) -> Option<Trim> {
-    let nodes: Vec<&String> = s.node_status.keys().collect();
-    let record = |n: &str| {
-        entry(n, s.node_status.get(n))
-            + entry(n, s.node_boot_ids.get(n))
-            + entry(n, s.node_priority.get(n))
-    };
-    let state = |n: &str| entry(n, s.node_state.get(n));
-    let total: usize = nodes.iter().map(|n| record(n) + state(n)).sum();
-    if total <= budget {
+    // (rank, node, record bytes, state bytes), each entry measured once.
+    let mut nodes: Vec<(u8, &String, usize, usize)> = s
+        .node_status
+        .iter()
+        .map(|(n, st)| {
+            let record = entry(n, Some(st))
+                + entry(n, s.node_boot_ids.get(n))
+                + entry(n, s.node_priority.get(n));
+            (rank(*st), n, record, entry(n, s.node_state.get(n)))
+        })
+        .collect();
+    let targeted = nodes.len();
+    if nodes.iter().map(|(_, _, r, st)| r + st).sum::<usize>() <= budget {
         return None;
     }
-    let mut order = nodes.clone();
-    order.sort_by_key(|n| (rank(s.node_status[*n]), *n));
-    let (incomplete, complete): (Vec<&String>, Vec<&String>) = order
-        .into_iter()
-        .partition(|n| s.node_status[*n] != Status::Complete);
+    nodes.sort_unstable();
+    let (incomplete, complete) = nodes.split_at(nodes.partition_point(|n| n.0 < COMPLETE));
     // Entries are kept in order until the first that does not fit; none after it.
     let (mut used, mut full) = (0, false);
     let mut fits = |size: usize| {
@@ -64,26 +65,25 @@ pub fn fit(s: &mut SkyhookStatus, budget: usize) -> Option<Trim> {
     };
     let mut records: BTreeSet<String> = BTreeSet::new();
     let mut states: BTreeSet<String> = BTreeSet::new();
-    for n in &incomplete {
-        if !fits(record(n) + state(n)) {
+    for (_, n, record, state) in incomplete {
+        if !fits(record + state) {
             break;
         }
         records.insert(n.to_string());
         states.insert(n.to_string());
     }
-    for n in &complete {
-        if !fits(record(n)) {
+    for (_, n, record, _) in complete {
+        if !fits(*record) {
             break;
         }
         records.insert(n.to_string());
     }
-    for n in &complete {
-        if !fits(state(n)) {
+    for (_, n, _, state) in complete {
+        if !fits(*state) {
             break;
         }
         states.insert(n.to_string());
     }
-    let targeted = nodes.len();
     s.node_state.retain(|n, _| states.contains(n));
     s.node_status.retain(|n, _| records.contains(n));
     s.node_boot_ids.retain(|n, _| records.contains(n));
@@ -95,13 +95,16 @@ pub fn fit(s: &mut SkyhookStatus, budget: usize) -> Option<Trim> {
     })
 }
 
+/// The rank of complete nodes: listed last.
+const COMPLETE: u8 = 4;
+
 /// Which nodes an SRE looks for first.
 fn rank(s: Status) -> u8 {
     match s {
         Status::Erroring => 0,
         Status::InProgress => 1,
         Status::Blocked => 2,
-        Status::Complete => 4,
+        Status::Complete => COMPLETE,
         _ => 3,
     }
 }
