@@ -7,7 +7,8 @@
 //! nodes may start →
 //! [`stage`] the per-node machine, with [`interrupt`] grouping and the [`drain`] decision →
 //! [`launch`] Jobs and Job operations → [`metadata`] the node writes → [`events`] →
-//! [`status`] the Skyhook status. [`delete`] plans a deletion instead.
+//! [`status`] the Skyhook status, which [`status_budget`] keeps within its byte budget
+//! ([`census`] counts every node for the metrics first). [`delete`] plans a deletion instead.
 
 pub mod actions;
 pub mod batch;

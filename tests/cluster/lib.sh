@@ -17,6 +17,10 @@ SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/16}
 KCM_QPS=${KCM_QPS:-200}
 KCM_BURST=${KCM_BURST:-400}
 KCM_JOB_SYNCS=${KCM_JOB_SYNCS:-5}
+# How long a node may miss heartbeats before the controller manager marks it unreachable (and
+# taints it). bench/run raises it: kwok, starved of CPU at thousands of nodes, misses them, and a
+# tainted node is one the operator must not touch.
+KCM_NODE_GRACE=${KCM_NODE_GRACE:-50s}
 # The log agent serves `kubectl logs` for fake pods. bench/run turns it off (KT_LOG_AGENT=0): it
 # runs kubectl and jq for every pod, more CPU at a thousand nodes than the operator under test.
 KT_LOG_AGENT=${KT_LOG_AGENT:-1}
