@@ -196,16 +196,31 @@ fn stopped_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i6
 
 /// A compartment stopped in this pass (its Event is due): the condition's message.
 pub fn newly_stopped(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
-    let kind = schema::ROLLOUT_STOPPED_CONDITION;
-    let old = prior
-        .conditions
+    newly_said(prior, desired, schema::ROLLOUT_STOPPED_CONDITION)
+}
+
+/// The message of condition `kind` while it is `True`.
+fn true_message<'a>(s: &'a SkyhookStatus, kind: &str) -> Option<&'a str> {
+    s.conditions
         .iter()
-        .find(|c| c.type_ == kind && c.status == "True");
-    let new = desired
-        .conditions
-        .iter()
-        .find(|c| c.type_ == kind && c.status == "True")?;
-    (old.map(|c| &c.message) != Some(&new.message)).then(|| new.message.clone())
+        .find(|c| c.type_ == kind && c.status == "True")
+        .map(|c| c.message.as_str())
+}
+
+/// Condition `kind` turned `True` in this pass: its message.
+pub(super) fn newly_true(
+    prior: &SkyhookStatus,
+    desired: &SkyhookStatus,
+    kind: &str,
+) -> Option<String> {
+    let now = true_message(desired, kind)?;
+    true_message(prior, kind).is_none().then(|| now.to_string())
+}
+
+/// Condition `kind` is `True` and says something it did not say before this pass: its message.
+fn newly_said(prior: &SkyhookStatus, desired: &SkyhookStatus, kind: &str) -> Option<String> {
+    let now = true_message(desired, kind)?;
+    (true_message(prior, kind) != Some(now)).then(|| now.to_string())
 }
 
 /// §5.2: `DeploymentPolicyNotFound` is `True` while the named policy is absent and removed once
@@ -228,16 +243,11 @@ fn policy_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64
 
 /// The named policy went missing in this pass (its Event is due).
 pub fn newly_missing_policy(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
-    let kind = schema::DEPLOYMENT_POLICY_NOT_FOUND_CONDITION;
-    let was = prior
-        .conditions
-        .iter()
-        .any(|c| c.type_ == kind && c.status == "True");
-    let now = desired
-        .conditions
-        .iter()
-        .find(|c| c.type_ == kind && c.status == "True");
-    now.filter(|_| !was).map(|c| c.message.clone())
+    newly_true(
+        prior,
+        desired,
+        schema::DEPLOYMENT_POLICY_NOT_FOUND_CONDITION,
+    )
 }
 
 /// Per-node maps and counters.
@@ -427,14 +437,7 @@ pub fn news(prior: &SkyhookStatus, desired: &SkyhookStatus) -> bool {
 
 /// A node is newly held back (or held for a new reason): worth a Warning Event.
 pub fn newly_held(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
-    let find = |s: &SkyhookStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION && c.status == "True")
-            .map(|c| c.message.clone())
-    };
-    let now = find(desired)?;
-    (find(prior).as_ref() != Some(&now)).then_some(now)
+    newly_said(prior, desired, schema::NODE_BLOCKED_CONDITION)
 }
 
 /// The spec just became invalid (or its problems changed): worth a Warning Event.

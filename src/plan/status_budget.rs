@@ -23,7 +23,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
-use super::status::set_condition;
+use super::status::{newly_true, set_condition};
 use crate::crd::SkyhookStatus;
 use crate::schema::{self, Status};
 
@@ -161,14 +161,7 @@ pub fn condition(
 
 /// The status became trimmed in this pass (its Event is due): the condition's message.
 pub fn newly_trimmed(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<String> {
-    let trimmed = |s: &SkyhookStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == schema::STATUS_TRIMMED_CONDITION && c.status == "True")
-            .map(|c| c.message.clone())
-    };
-    let now = trimmed(desired)?;
-    trimmed(prior).is_none().then_some(now)
+    newly_true(prior, desired, schema::STATUS_TRIMMED_CONDITION)
 }
 
 #[cfg(test)]
