@@ -99,13 +99,16 @@ pub fn block(node: &NodeView, tolerations: &[Toleration]) -> Option<Block> {
 }
 
 /// §3.14: every non-disabled Skyhook ordered before this one (priority, then name) that targets
-/// the node must be complete there first.
+/// the node must be complete there first. One being deleted does not gate: it starts nothing
+/// more, and the pass that its deletion's node writes trigger here may see it before its final
+/// delete event arrives, which triggers only its own (no longer existing) key.
 pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &NodeView) -> bool {
     let key = |s: &Skyhook| (s.spec.priority, s.name_any());
     let mine = key(sk);
     all.iter().any(|other| {
         other.name_any() != sk.name_any()
             && key(other) < mine
+            && other.metadata.deletion_timestamp.is_none()
             && !flag(other, schema::DISABLE_ANNOTATION)
             && selects(other, &node.labels)
             && node.annotation(&schema::status_annotation(&other.name_any()))
@@ -652,6 +655,19 @@ mod tests {
             }));
             assert_eq!(gated(&me, &all, &n), want, "case: {name}");
         }
+    }
+
+    #[test]
+    fn a_skyhook_being_deleted_does_not_gate() {
+        let me = skyhook("me", json!({}), json!({}));
+        let mut first = skyhook("a", json!({"priority": 100}), json!({}));
+        let n = node(json!({"metadata": {"name": "n"}}));
+        let all = |first: &Skyhook| vec![Arc::new(first.clone()), Arc::new(me.clone())];
+        assert!(gated(&me, &all(&first), &n), "gates while it lives");
+        first.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert!(!gated(&me, &all(&first), &n), "gates while being deleted");
     }
 
     #[test]
