@@ -469,13 +469,7 @@ async fn pass(
         now: jiff::Timestamp::now(),
         create_room: plan::launch::MAX_JOB_CREATES_PER_PASS.saturating_sub(ctx.creating.len()),
     });
-    if let (Some(status), Some(census)) =
-        (plan.status.as_ref().or(sk.status.as_ref()), &plan.census)
-    {
-        let (policy, compartments) = (&plan.policy_label, &plan.compartments);
-        ctx.metrics
-            .observe(&normalized, status, census, policy, compartments);
-    }
+    observe(ctx, &normalized, sk.status.as_ref(), &plan);
     hold_status(ctx, &name, sk.status.as_ref(), &mut plan);
     let requeue = plan.requeue_after;
     let planned = Instant::now();
@@ -509,6 +503,16 @@ async fn pass(
 /// after the hold, which the requeue makes sure of; like a status write that met a 409, its
 /// Events wait for it. Only progress waits: news about the Skyhook as a whole (its aggregate
 /// status, a condition, a generation observed) is written at once.
+/// The metrics of one pass: node counts from its census (every node), the rest from the status
+/// it writes, or the stored one when it writes none.
+fn observe(ctx: &Ctx, sk: &Skyhook, stored: Option<&crd::SkyhookStatus>, plan: &plan::Plan) {
+    if let (Some(status), Some(census)) = (plan.status.as_ref().or(stored), &plan.census) {
+        let (policy, compartments) = (&plan.policy_label, &plan.compartments);
+        ctx.metrics
+            .observe(sk, status, census, policy, compartments);
+    }
+}
+
 fn hold_status(ctx: &Ctx, name: &str, stored: Option<&crd::SkyhookStatus>, plan: &mut plan::Plan) {
     let Some(desired) = plan.status.as_ref() else {
         return;
