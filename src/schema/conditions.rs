@@ -146,13 +146,28 @@ pub fn apply_package_message(package: &str, version: &str, node: &str) -> String
     format!("Applying package [{package}:{version}] to node [{node}]")
 }
 
+/// Node names a condition message lists before counting the rest: the reference lists every one,
+/// which at thousands of tainted or ignored nodes puts tens of kilobytes into each status write
+/// (outside the per-node budget) and a message no one reads to its end.
+pub const MESSAGE_NODES_LISTED: usize = 20;
+
+/// `a, b, c` or, past [`MESSAGE_NODES_LISTED`], the first ones and `and N more`.
+fn node_list(nodes: &[&str]) -> String {
+    let shown = nodes.len().min(MESSAGE_NODES_LISTED);
+    let mut list = nodes[..shown].join(", ");
+    if nodes.len() > shown {
+        list.push_str(&format!(" and {} more", nodes.len() - shown));
+    }
+    list
+}
+
 pub fn taint_not_tolerable_message(nodes: &[&str]) -> String {
     if nodes.is_empty() {
         "All nodes have tolerable taints.".to_owned()
     } else {
         format!(
             "Node [{}] has taints that are not tolerable. Skipping.",
-            nodes.join(", ")
+            node_list(nodes)
         )
     }
 }
@@ -163,7 +178,7 @@ pub fn nodes_ignored_message(nodes: &[&str]) -> String {
     } else {
         format!(
             "Node [{}] has ignore label set. Skipping.",
-            nodes.join(", ")
+            node_list(nodes)
         )
     }
 }
@@ -219,6 +234,22 @@ mod tests {
         assert_eq!(
             nodes_ignored_message(&[]),
             "No nodes have ignore label set."
+        );
+        let many: Vec<String> = (0..25).map(|i| format!("n{i:02}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            taint_not_tolerable_message(&many[..MESSAGE_NODES_LISTED]),
+            format!(
+                "Node [{}] has taints that are not tolerable. Skipping.",
+                many[..MESSAGE_NODES_LISTED].join(", ")
+            )
+        );
+        assert_eq!(
+            nodes_ignored_message(&many),
+            format!(
+                "Node [{} and 5 more] has ignore label set. Skipping.",
+                many[..MESSAGE_NODES_LISTED].join(", ")
+            )
         );
         assert_eq!(
             deployment_policy_not_found_message("p1"),
