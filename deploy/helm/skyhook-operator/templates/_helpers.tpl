@@ -71,28 +71,30 @@ control-plane: controller-manager
 
 {{/*
 The operator's requests and limits, unless controllerManager.manager.resources is set.
-Sized from the operator's measured peak resident memory (docs/performance.md): 44.7 MiB at
-100 nodes x 4 packages and 219.5 MiB at 1,000 x 4, i.e. about 26 MiB plus 0.05 MiB per (node,
-package), counting at least 4 packages per node (part of the cost is per node):
+Sized from the operator's measured peak resident memory (docs/performance.md, 2026-11-27):
+12.8-14.2 MiB at 100 nodes x 4 packages, 21.9-26.2 MiB at 1,000 x 4, 29.4 MiB at 2,000 x 4 and
+54.0 MiB at 5,000 x 4, all below 16 MiB plus 3 KiB per (node, package), counting at least 4
+packages per node (part of the cost is per node):
   units       = estimatedNodeCount * max(estimatedPackageCount, 4)
-  peak        = 26 + 0.05 * units                       (MiB, expected peak RSS)
-  memory      request max(64, 1.25 * peak) Mi, limit max(128, 2 * peak) Mi
-  cpu         request max(100, 0.025 * units) m, limit max(1000, 4 * request) m
-(53-63 millicores were measured on average at both sizes: the API server set the pace).
+  peak        = 16 + 0.003 * units                      (MiB, an upper bound of the peak RSS)
+  memory      request max(64, 1.5 * peak) Mi, limit max(256, 3 * peak) Mi
+  cpu         request max(100, 0.01 * units) m, limit max(1000, 4 * request) m
+(110-135 millicores were measured on average from 1,000 to 5,000 nodes: the API server sets the
+pace.)
 */}}
 {{- define "skyhook.resources" -}}
 {{- if .Values.controllerManager.manager.resources -}}
 {{- toYaml .Values.controllerManager.manager.resources }}
 {{- else -}}
 {{- $units := mulf (float64 .Values.estimatedNodeCount) (maxf (float64 .Values.estimatedPackageCount) 4.0) -}}
-{{- $peak := addf 26.0 (mulf 0.05 $units) -}}
-{{- $cpu := maxf 100.0 (ceil (mulf 0.025 $units)) -}}
+{{- $peak := addf 16.0 (mulf 0.003 $units) -}}
+{{- $cpu := maxf 100.0 (ceil (mulf 0.01 $units)) -}}
 requests:
   cpu: {{ $cpu | int }}m
-  memory: {{ maxf 64.0 (ceil (mulf 1.25 $peak)) | int }}Mi
+  memory: {{ maxf 64.0 (ceil (mulf 1.5 $peak)) | int }}Mi
 limits:
   cpu: {{ maxf 1000.0 (mulf 4.0 $cpu) | int }}m
-  memory: {{ maxf 128.0 (ceil (mulf 2.0 $peak)) | int }}Mi
+  memory: {{ maxf 256.0 (ceil (mulf 3.0 $peak)) | int }}Mi
 {{- end }}
 {{- end }}
 
