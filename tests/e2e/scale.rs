@@ -221,3 +221,72 @@ async fn a_status_over_its_node_budget_is_trimmed_and_says_so() {
         );
     }
 }
+
+/// More ignored nodes than a condition message names: `NodesIgnored` names the first
+/// `MESSAGE_NODES_LISTED` (by creation, then name) and counts the rest, in the reference's
+/// sentence; every node is still `blocked` in the status.
+#[tokio::test]
+async fn a_condition_names_twenty_ignored_nodes_and_counts_the_rest() {
+    install_crds();
+    let mut ctx = TestCtx::new("scale-ignored").await;
+    let extra = 3;
+    let mut nodes = ctx.add_test_nodes(schema::MESSAGE_NODES_LISTED + extra);
+    let ignore = format!("{}=true", schema::IGNORE_LABEL);
+    let mut label = vec!["label", "node", "--overwrite"];
+    label.extend(nodes.iter().map(String::as_str));
+    label.push(&ignore);
+    assert!(
+        ctx.kubectl(&label).status.success(),
+        "label the nodes ignored"
+    );
+    let _op = Operator::start(&ctx, &[]);
+    let (k, v) = ctx.test_label();
+    let name = ctx.name("sk");
+    let sk: Skyhook = serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+        "metadata": {"name": name, "labels": {k.clone(): v.clone()}},
+        "spec": {"nodeSelectors": {"matchLabels": {k: v}},
+                 "packages": {"pkg-a": {"version": "1.0.0",
+                              "image": "ghcr.io/nvidia/skyhook-packages/shellscript"}}},
+    }))
+    .expect("skyhook");
+    let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
+    skyhooks
+        .create(&PostParams::default(), &sk)
+        .await
+        .expect("create");
+
+    // The nodes were created one after the other: the first twenty by creation, then name.
+    let created: Api<Node> = Api::all(ctx.client.clone());
+    let mut by_creation = Vec::new();
+    for n in &nodes {
+        let node = created.get(n).await.expect("node");
+        by_creation.push((node.creation_timestamp().map(|t| t.0), n.clone()));
+    }
+    by_creation.sort();
+    nodes = by_creation.into_iter().map(|(_, n)| n).collect();
+    let want = format!(
+        "Node [{} and {extra} more] has ignore label set. Skipping.",
+        nodes[..schema::MESSAGE_NODES_LISTED].join(", ")
+    );
+    ctx.wait_for(
+        "NodesIgnored naming twenty nodes and counting the rest, every node blocked",
+        Duration::from_secs(60),
+        || async {
+            let st = skyhooks.get(&name).await.ok()?.status?;
+            let c = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == schema::NODES_IGNORED_CONDITION)?;
+            (c.status == "True"
+                && c.message == want
+                && st.node_status.len() == nodes.len()
+                && st
+                    .node_status
+                    .values()
+                    .all(|s| *s == schema::Status::Blocked))
+            .then_some(())
+        },
+    )
+    .await;
+}
