@@ -109,6 +109,11 @@ def table(rows, last):
               f'{r["rollout_s"]:<9.1f} {fmt(ratio, "<7.2f")} {fmt(r["peak_mib"], "<9.1f")} '
               f'{fmt(r["cpu_s"], "<7.1f")} {r["writes_per_stage"]:<10.2f} {q(obs, "next_stage_delay_s"):<13} '
               f'{q(obs, "node_state_lag_s"):<13} {q(obs, "complete_nodes_lag_s"):<13}{status}')
+        stall = (obs or {}).get("longest_stall")
+        if stall:
+            print(f'  longest stall: {stall["seconds"]:.1f} s from {stall["from_s"]:.0f} s with no stage '
+                  f'finishing ({stall["waiting_for_pod"]} waiting for a pod, {stall["running"]} running); '
+                  f'created -> pod p50/p99 {q(obs, "start_delay_s")}')
         if r.get("cluster_cpu_s"):
             parts = ", ".join(f"{k} {v:.1f}" for k, v in r["cluster_cpu_s"].items())
             print(f"  cpu s during the rollout: {parts}")

@@ -50,6 +50,8 @@ struct Run {
     package: String,
     stage: Stage,
     created: f64,
+    /// Its pod was made (a Job with a pod, a reference pod no longer pending).
+    started: Option<f64>,
     finished: Option<f64>,
 }
 
@@ -162,7 +164,17 @@ impl Seen {
             return;
         };
         let finished = matches!(v.outcome, Outcome::Complete { .. });
-        self.saw(job.name_any(), &v.node, &v.package, v.stage, finished, now);
+        let started = job.status.as_ref().is_some_and(|s| {
+            s.active.unwrap_or(0) + s.succeeded.unwrap_or(0) + s.failed.unwrap_or(0) > 0
+        });
+        let (node, package, stage) = (v.node.to_string(), v.package.to_string(), v.stage);
+        self.saw(
+            job.name_any(),
+            (&node, &package, stage),
+            started,
+            finished,
+            now,
+        );
     }
 
     /// A reference package pod: `<pkg>-init`, then the stage container whose first argument is
@@ -195,11 +207,16 @@ impl Seen {
                     .is_some_and(|t| t.exit_code == 0)
             });
         let node = spec.node_name.clone().unwrap_or_default();
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p != "Pending")
+            || !statuses.is_empty();
         self.saw(
             pod.uid().unwrap_or_default(),
-            &node,
-            &package,
-            stage,
+            (&node, &package, stage),
+            started,
             finished,
             now,
         );
@@ -208,9 +225,8 @@ impl Seen {
     fn saw(
         &mut self,
         key: String,
-        node: &str,
-        package: &str,
-        stage: Stage,
+        (node, package, stage): (&str, &str, Stage),
+        started: bool,
         finished: bool,
         now: f64,
     ) {
@@ -219,8 +235,12 @@ impl Seen {
             package: package.to_string(),
             stage,
             created: now,
+            started: None,
             finished: None,
         });
+        if (started || finished) && run.started.is_none() {
+            run.started = Some(now);
+        }
         if finished && run.finished.is_none() {
             run.finished = Some(now);
         }
@@ -275,6 +295,89 @@ impl Seen {
             "next_stage_delay_s": quantiles(self.next_stage_delays(&finished)),
             "node_state_lag_s": quantiles(self.node_state_lags(&finished)),
             "complete_nodes_lag_s": quantiles(self.complete_nodes_lags(&finished)),
+            "start_delay_s": quantiles(
+                self.runs.values().filter_map(|r| Some(r.started? - r.created)).collect()
+            ),
+            "longest_stall": self.longest_stall(),
+            "timeline": self.timeline(),
+        })
+    }
+
+    /// The longest stretch with stages in flight and none finishing: where the rollout stood
+    /// still, and who held it (stages waiting for a pod point at the Job controller, stages
+    /// running at the nodes, none in flight at the operator).
+    fn longest_stall(&self) -> Value {
+        let mut ends: Vec<f64> = self.runs.values().filter_map(|r| r.finished).collect();
+        ends.sort_by(f64::total_cmp);
+        let Some((from, to)) = ends
+            .windows(2)
+            .map(|w| (w[0], w[1]))
+            .max_by(|a, b| (a.1 - a.0).total_cmp(&(b.1 - b.0)))
+        else {
+            return Value::Null;
+        };
+        let mid = (from + to) / 2.0;
+        let (waiting, running) = self.in_flight(mid);
+        json!({"from_s": from, "seconds": to - from, "waiting_for_pod": waiting, "running": running})
+    }
+
+    /// Stages created but without a pod, and with a pod but not finished, at time `t`.
+    fn in_flight(&self, t: f64) -> (usize, usize) {
+        let before = |x: Option<f64>| x.is_some_and(|x| x <= t);
+        let live = self
+            .runs
+            .values()
+            .filter(|r| r.created <= t && !before(r.finished));
+        live.fold((0, 0), |(w, r), run| {
+            if before(run.started) {
+                (w, r + 1)
+            } else {
+                (w + 1, r)
+            }
+        })
+    }
+
+    /// Every 30 s: stages created, given a pod and finished in that stretch, those in flight at
+    /// its end, and `completeNodes` then.
+    fn timeline(&self) -> Value {
+        const STEP: f64 = 30.0;
+        let end = self
+            .runs
+            .values()
+            .filter_map(|r| r.finished)
+            .fold(0.0, f64::max);
+        let count = |pick: &dyn Fn(&Run) -> Option<f64>, from: f64, to: f64| {
+            self.runs
+                .values()
+                .filter_map(pick)
+                .filter(|t| *t > from && *t <= to)
+                .count()
+        };
+        let mut rows = Vec::new();
+        let mut t = STEP;
+        while t < end + STEP {
+            let (waiting, running) = self.in_flight(t);
+            let complete = self
+                .complete
+                .iter()
+                .take_while(|(at, _)| *at <= t)
+                .last()
+                .map_or(0, |(_, c)| *c);
+            rows.push(json!([
+                t,
+                count(&|r| Some(r.created), t - STEP, t),
+                count(&|r| r.started, t - STEP, t),
+                count(&|r| r.finished, t - STEP, t),
+                waiting,
+                running,
+                complete
+            ]));
+            t += STEP;
+        }
+        json!({
+            "columns": ["t_s", "created", "started", "finished", "waiting_for_pod", "running",
+                        "complete_nodes"],
+            "rows": rows
         })
     }
 
