@@ -22,7 +22,8 @@ use skyhook::schema::{self, State};
 use crate::support::private::{Owned, PrivateCluster, alive, wait_complete};
 use crate::support::{cluster, free_port, jobs_per_attempt, run};
 
-/// Kills one component of the private cluster, checks that the API no longer answers, waits
+/// Kills one component of the private cluster, checks that the API no longer answers (for the
+/// API server and etcd), waits
 /// out `outage`, and starts it again with the same command line, in a session of its own as `up`
 /// does (so `down` still stops it).
 fn restart(pc: &PrivateCluster, component: &str, outage: Duration, kubectl: &dyn Fn() -> Command) {
@@ -46,19 +47,20 @@ fn restart(pc: &PrivateCluster, component: &str, outage: Duration, kubectl: &dyn
         assert!(Instant::now() < deadline, "{component} did not stop");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // A quorum read, which needs both the API server and etcd.
-    let answered = kubectl()
-        .args([
-            "get",
-            "--raw",
-            "/api/v1/namespaces/skyhook",
-            "--request-timeout=1s",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("kubectl")
-        .success();
+    // A quorum read, which needs both the API server and etcd (kwok is neither).
+    let answered = component != "kwok"
+        && kubectl()
+            .args([
+                "get",
+                "--raw",
+                "/api/v1/namespaces/skyhook",
+                "--request-timeout=1s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("kubectl")
+            .success();
     assert!(!answered, "the API still answered with {component} down");
     std::thread::sleep(outage.saturating_sub(down_at.elapsed()));
     let log = pc.state.join(format!("logs/{component}.log"));
@@ -202,6 +204,10 @@ async fn a_rollout_survives_api_server_and_etcd_restarts() {
     restart(&pc, "kube-apiserver", Duration::from_secs(3), &kubectl);
     wait_jobs(9).await;
     restart(&pc, "etcd", Duration::from_secs(3), &kubectl);
+    // kwok 0.8 does not retry a pod's stage whose write failed while the API was down (a pod
+    // then stays Running for good, seen twice); a kubelet would. Restarted, it plays every pod's
+    // stage again from what the API holds. The operator is not touched.
+    restart(&pc, "kwok", Duration::ZERO, &kubectl);
     wait_jobs(15).await;
 
     wait_complete(
