@@ -23,9 +23,8 @@ use crate::support::private::{Owned, PrivateCluster, alive, wait_complete};
 use crate::support::{cluster, free_port, jobs_per_attempt, run};
 
 /// Kills one component of the private cluster, checks that the API no longer answers (for the
-/// API server and etcd), waits
-/// out `outage`, and starts it again with the same command line, in a session of its own as `up`
-/// does (so `down` still stops it).
+/// API server and etcd), waits out `outage`, and starts it again with the same command line, in a
+/// session of its own as `up` does (so `down` still stops it).
 fn restart(pc: &PrivateCluster, component: &str, outage: Duration, kubectl: &dyn Fn() -> Command) {
     let pid_file = pc.state.join(format!("pids/{component}.pid"));
     let pid = std::fs::read_to_string(&pid_file).expect("pid file");
