@@ -333,10 +333,10 @@ mod tests {
 
     #[test]
     fn a_patch_of_a_node_is_guarded_by_that_copys_resource_version() {
-        let node: k8s_openapi::api::core::v1::Node =
-            serde_json::from_value(json!({"metadata": {"name": "n1", "resourceVersion": "7"}}))
-                .expect("node");
-        let p = NodePatch::of(&node.into());
+        let node = crate::plan::fixtures::node("n1")
+            .resource_version("7")
+            .build();
+        let p = NodePatch::of(&node);
         assert_eq!(
             (p.node.as_str(), p.resource_version.as_deref()),
             ("n1", Some("7"))

@@ -97,13 +97,10 @@ pub fn allowed(seen: &[&Seen], size: usize, can_run: bool) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
-    use crate::plan::NodeView;
-
+    use crate::plan::fixtures::{entry, facts, node};
     use crate::plan::select::Block;
-    use crate::plan::stage::Host;
-    use crate::schema::{NodeState, PackageStatus, Stage};
+    use crate::schema::Stage;
 
     /// (name, busy, settled, erroring, eligible)
     fn seen(rows: &[(&str, bool, bool, bool, bool)]) -> Vec<Seen> {
@@ -271,16 +268,7 @@ mod tests {
 
     #[test]
     fn seen_of_a_node() {
-        let node = NodeView::default();
-        let entry = |state: State| PackageStatus {
-            name: "p".into(),
-            version: "1.0.0".into(),
-            image: "img".into(),
-            container_sha: None,
-            stage: Stage::Apply,
-            state: Some(state),
-            restarts: 0,
-        };
+        let node = node("n").build();
         // (case, active Job, holds cordon, package state, block, gated, (busy, erroring, eligible))
         let cases = [
             (
@@ -358,25 +346,17 @@ mod tests {
         ];
         for (name, active, holds_cordon, state, block, gated, want) in cases {
             let f = NodeFacts {
-                node: &node,
-                name: "n".into(),
-                prior: NodeState::default(),
-                applied: BTreeMap::new(),
-                folded: Default::default(),
-                host: Host::default(),
                 holds_cordon,
                 block,
                 gated,
-                boot_id: None,
-                rebooted: false,
-                unreadable: None,
+                ..facts(&node)
             };
             let mut o = NodeOutcome {
                 active,
                 ..NodeOutcome::default()
             };
             if let Some(s) = state {
-                o.state.upsert(entry(s));
+                o.state.upsert(entry("p", Stage::Apply, s));
             }
             let s = Seen::of(&f, &o, false);
             assert_eq!((s.busy, s.erroring, s.eligible), want, "case: {name}");

@@ -318,23 +318,18 @@ pub fn reset(compartments: &mut [Compartment]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::SkyhookSpec;
     use serde_json::{Value, json};
 
-    fn legacy_sk(percent: Option<i64>, count: Option<i64>) -> Skyhook {
-        let mut spec = SkyhookSpec::default();
-        spec.interruption_budget.percent = percent;
-        spec.interruption_budget.count = count;
-        Skyhook::new("s", spec)
-    }
+    use crate::plan::fixtures::{fixed, policy, skyhook};
 
-    fn policy(compartments: Value, default: Value) -> DeploymentPolicy {
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-            "metadata": {"name": "p"},
-            "spec": {"compartments": compartments, "default": default},
-        }))
-        .expect("policy")
+    /// A Skyhook without a policy, with this interruption budget.
+    fn legacy_sk(percent: Option<i64>, count: Option<i64>) -> Skyhook {
+        skyhook("s")
+            .set(
+                "interruptionBudget",
+                json!({"percent": percent, "count": count}),
+            )
+            .build()
     }
 
     /// Nodes n0.. with the given labels.
@@ -569,12 +564,7 @@ mod tests {
         };
         assert_eq!(status(&c, &statuses), want, "no strategy: no batch state");
         let with = Compartment {
-            strategy: Some(EffectiveStrategy::Fixed(StrategyParams {
-                initial_batch: 1,
-                batch_threshold: 100,
-                failure_threshold: None,
-                safety_limit: 50,
-            })),
+            strategy: Some(fixed(1)),
             ..c
         };
         assert_eq!(

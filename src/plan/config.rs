@@ -94,39 +94,21 @@ pub fn package_configmaps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::NodeView;
     use serde_json::{Value, json};
 
-    use crate::plan::stage::Host;
-    use crate::schema::{NodeState, PackageStatus, Stage, State};
-
-    fn settings() -> Config {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            settings: crate::settings::Settings,
-        }
-        let cli = <Cli as clap::Parser>::parse_from(["skyhook-operator"]);
-        cli.settings.validate().expect("default settings are valid")
-    }
+    use crate::plan::NodeView;
+    use crate::plan::fixtures::{config, entry, facts, node, node_state, package, skyhook};
+    use crate::schema::{NodeState, Stage, State};
 
     /// Skyhook `sh` with packages `name -> (version, configMap)`.
-    fn skyhook(packages: &[(&str, &str, Value)]) -> Skyhook {
-        let packages: serde_json::Map<String, Value> = packages
+    fn with_packages(packages: &[(&str, &str, Value)]) -> Skyhook {
+        packages
             .iter()
-            .map(|(n, v, cm)| {
-                (
-                    n.to_string(),
-                    json!({"name": n, "version": v, "image": "img", "configMap": cm}),
-                )
+            .fold(skyhook("sh").uid("u1"), |sk, (n, v, cm)| {
+                let p = package(n).version(v).image("img");
+                sk.package(p.with(json!({"configMap": cm})))
             })
-            .collect();
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-            "metadata": {"name": "sh", "uid": "u1"},
-            "spec": {"packages": packages},
-        }))
-        .expect("skyhook")
+            .build()
     }
 
     fn configmap(name: &str, data: Option<Value>) -> Arc<ConfigMap> {
@@ -147,36 +129,16 @@ mod tests {
             .collect()
     }
 
-    fn facts<'a>(
-        node: &'a NodeView,
+    /// What a pass knows of node `n`: what it applied, and its stored state.
+    fn progress(
+        node: &NodeView,
         applied: BTreeMap<String, String>,
         prior: NodeState,
-    ) -> NodeFacts<'a> {
+    ) -> NodeFacts<'_> {
         NodeFacts {
-            node,
-            name: "n".into(),
-            prior,
             applied,
-            folded: Default::default(),
-            host: Host::default(),
-            holds_cordon: false,
-            block: None,
-            gated: false,
-            boot_id: None,
-            rebooted: false,
-            unreadable: None,
-        }
-    }
-
-    fn entry(version: &str, stage: Stage, state: State) -> PackageStatus {
-        PackageStatus {
-            name: "p".into(),
-            version: version.into(),
-            image: "img".into(),
-            container_sha: None,
-            stage,
-            state: Some(state),
-            restarts: 0,
+            prior,
+            ..facts(node)
         }
     }
 
@@ -292,9 +254,9 @@ mod tests {
                 vec![("p", &["x"])],
             ),
         ];
-        let node = NodeView::default();
+        let node = node("n").build();
         for (name, spec_cm, cluster, prior, nodes, want) in cases {
-            let sk = skyhook(&[("p", "1.0.0", spec_cm)]);
+            let sk = with_packages(&[("p", "1.0.0", spec_cm)]);
             let cms: Vec<Arc<ConfigMap>> = cluster
                 .into_iter()
                 .map(|d| configmap(&cm_name, Some(d)))
@@ -305,7 +267,7 @@ mod tests {
             };
             let facts: Vec<NodeFacts> = nodes
                 .into_iter()
-                .map(|a| facts(&node, a, NodeState::default()))
+                .map(|a| progress(&node, a, NodeState::default()))
                 .collect();
             assert_eq!(
                 config_updates(&sk, &cms, &prior, &facts),
@@ -321,7 +283,7 @@ mod tests {
         // removes the record whenever the version changes ("or else the package interrupt may
         // be skipped"); here it stays, so SpecView::interrupts(p@2.0.0) returns the matched
         // configInterrupts (none) instead of p's reboot.
-        let sk = skyhook(&[("p", "2.0.0", json!({"a.conf": "1"}))]);
+        let sk = with_packages(&[("p", "2.0.0", json!({"a.conf": "1"}))]);
         let old_cm = configmap(
             &schema::package_configmap_name("sh", "p", "1.0.0"),
             Some(json!({"a.conf": "1"})),
@@ -330,9 +292,8 @@ mod tests {
             config_updates: updates(&[("p", &["a.conf"])]),
             ..SkyhookStatus::default()
         };
-        let node = NodeView::default();
-        let mut state = NodeState::default();
-        state.upsert(entry("1.0.0", Stage::Config, State::Complete));
+        let node = node("n").build();
+        let state = node_state([entry("p", Stage::Config, State::Complete)]);
         let applied = BTreeMap::from([(
             "p|1.0.0".to_string(),
             format!(
@@ -340,7 +301,7 @@ mod tests {
                 config_hash(&data(&json!({"a.conf": "1"})))
             ),
         )]);
-        let facts = vec![facts(&node, applied, state)];
+        let facts = vec![progress(&node, applied, state)];
         let got = config_updates(&sk, &[old_cm], &prior, &facts);
         assert_eq!(
             got.get("p"),
@@ -357,7 +318,7 @@ mod tests {
         // the service restart change 1 needed.
         let d1 = json!({"a.conf": "1", "b.conf": "0"});
         let d2 = json!({"a.conf": "1", "b.conf": "1"});
-        let sk = skyhook(&[("p", "1.0.0", d2)]);
+        let sk = with_packages(&[("p", "1.0.0", d2)]);
         let cm = configmap(
             &schema::package_configmap_name("sh", "p", "1.0.0"),
             Some(d1.clone()),
@@ -366,14 +327,13 @@ mod tests {
             config_updates: updates(&[("p", &["a.conf"])]),
             ..SkyhookStatus::default()
         };
-        let node = NodeView::default();
-        let mut state = NodeState::default();
-        state.upsert(entry("1.0.0", Stage::Interrupt, State::InProgress));
+        let node = node("n").build();
+        let state = node_state([entry("p", Stage::Interrupt, State::InProgress)]);
         let applied = BTreeMap::from([(
             "p|1.0.0".to_string(),
             format!("000000000000.{}", config_hash(&data(&d1))),
         )]);
-        let facts = vec![facts(&node, applied, state)];
+        let facts = vec![progress(&node, applied, state)];
         assert_eq!(
             config_updates(&sk, &[cm], &prior, &facts),
             updates(&[("p", &["a.conf", "b.conf"])]),
@@ -383,7 +343,7 @@ mod tests {
 
     #[test]
     fn package_configmaps_only_the_differing_ones() {
-        let cfg = settings();
+        let cfg = config();
         let name = |p: &str| schema::package_configmap_name("sh", p, "1.0.0");
         let same = json!({"a": "1"});
         // (case, packages as (name, configMap), ConfigMaps in the cluster, names written)
@@ -441,7 +401,7 @@ mod tests {
                 .into_iter()
                 .map(|(n, cm)| (n, "1.0.0", cm))
                 .collect();
-            let sk = skyhook(&packages);
+            let sk = with_packages(&packages);
             let cms: Vec<Arc<ConfigMap>> = cluster
                 .into_iter()
                 .map(|(p, d)| configmap(&name(p), d))

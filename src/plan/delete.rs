@@ -67,32 +67,14 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    fn skyhook(finalizers: Value) -> Skyhook {
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-            "metadata": {"name": "sh", "finalizers": finalizers},
-            "spec": {},
-        }))
-        .expect("skyhook")
-    }
+    use crate::plan::fixtures::{node, skyhook};
 
-    fn node(
-        annotations: Value,
-        labels: Value,
-        conditions: &[&str],
-        unschedulable: bool,
-    ) -> Arc<NodeView> {
-        let conditions: Vec<Value> = conditions
+    /// Conditions of these types, all `True`.
+    fn true_conditions(types: &[&str]) -> Value {
+        types
             .iter()
             .map(|t| json!({"type": t, "status": "True"}))
-            .collect();
-        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
-            "metadata": {"name": "n", "annotations": annotations, "labels": labels},
-            "spec": {"unschedulable": unschedulable},
-            "status": {"conditions": conditions},
-        }))
-        .expect("node");
-        Arc::new(node.into())
+            .collect()
     }
 
     #[test]
@@ -137,18 +119,18 @@ mod tests {
         )> = vec![
             (
                 "every key, label and condition of ours; others' kept; our cordon lifted",
-                node(
-                    Value::Object(mixed),
-                    json!({label.clone(): "complete", schema::status_label("other"): "complete", "role": "gpu"}),
-                    &[
+                node("n")
+                    .annotations(Value::Object(mixed))
+                    .labels(json!({label.clone(): "complete", schema::status_label("other"): "complete", "role": "gpu"}))
+                    .conditions(true_conditions(&[
                         &not_ready,
                         &erroring,
                         &legacy,
                         &schema::node_not_ready_condition("other"),
                         "Ready",
-                    ],
-                    true,
-                ),
+                    ]))
+                    .cordoned(true)
+                    .arc(),
                 ours.to_vec(),
                 vec![label.clone()],
                 Some(false),
@@ -156,7 +138,7 @@ mod tests {
             ),
             (
                 "an administrator's cordon is not lifted",
-                node(only(&no_cordon), json!({}), &[], true),
+                node("n").annotations(only(&no_cordon)).cordoned(true).arc(),
                 no_cordon.clone(),
                 vec![],
                 None,
@@ -164,12 +146,10 @@ mod tests {
             ),
             (
                 "another Skyhook's cordon is not lifted",
-                node(
-                    json!({schema::cordon_annotation("other"): "true"}),
-                    json!({}),
-                    &[],
-                    true,
-                ),
+                node("n")
+                    .annotation(&schema::cordon_annotation("other"), "true")
+                    .cordoned(true)
+                    .arc(),
                 vec![],
                 vec![],
                 None,
@@ -177,12 +157,11 @@ mod tests {
             ),
             (
                 "an untouched node",
-                node(
-                    json!({"team": "a"}),
-                    json!({"role": "gpu"}),
-                    &["Ready"],
-                    false,
-                ),
+                node("n")
+                    .annotation("team", "a")
+                    .labels(json!({"role": "gpu"}))
+                    .conditions(true_conditions(&["Ready"]))
+                    .arc(),
                 vec![],
                 vec![],
                 None,
@@ -190,12 +169,12 @@ mod tests {
             ),
             (
                 "a Skyhook whose name starts with ours is not ours",
-                node(
-                    json!({schema::node_state_annotation("sh2"): "{}", schema::cordon_annotation("sh2"): "true"}),
-                    json!({schema::status_label("sh2"): "complete"}),
-                    &[&schema::node_not_ready_condition("sh2")],
-                    true,
-                ),
+                node("n")
+                    .annotations(json!({schema::node_state_annotation("sh2"): "{}", schema::cordon_annotation("sh2"): "true"}))
+                    .labels(json!({schema::status_label("sh2"): "complete"}))
+                    .conditions(true_conditions(&[&schema::node_not_ready_condition("sh2")]))
+                    .cordoned(true)
+                    .arc(),
                 vec![],
                 vec![],
                 None,
@@ -203,7 +182,7 @@ mod tests {
             ),
             (
                 "only a condition left",
-                node(json!({}), json!({}), &[&erroring], false),
+                node("n").conditions(true_conditions(&[&erroring])).arc(),
                 vec![],
                 vec![],
                 None,
@@ -211,14 +190,14 @@ mod tests {
             ),
             (
                 "only the label left",
-                node(json!({}), json!({label.clone(): "waiting"}), &[], false),
+                node("n").labels(json!({label.clone(): "waiting"})).arc(),
                 vec![],
                 vec![label.clone()],
                 None,
                 vec![],
             ),
         ];
-        let sk = skyhook(json!([schema::FINALIZER]));
+        let sk = skyhook("sh").finalizers(json!([schema::FINALIZER])).build();
         for (name, n, annotations, labels, unschedulable, conditions) in cases {
             let plan = plan_delete(&sk, std::slice::from_ref(&n));
             let want_patch =
@@ -269,7 +248,7 @@ mod tests {
             ("another finalizer only", json!(["example.com/keep"]), false),
         ];
         for (name, finalizers, want) in cases {
-            let plan = plan_delete(&skyhook(finalizers), &[]);
+            let plan = plan_delete(&skyhook("sh").finalizers(finalizers).build(), &[]);
             assert_eq!(plan.remove_finalizer, want, "case: {name}");
             assert!(!plan.add_finalizer, "case: {name}");
             assert!(plan.delete_owned, "case: {name}");

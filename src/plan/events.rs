@@ -147,6 +147,7 @@ pub fn status_changes(
 mod tests {
     use super::super::Target;
     use super::*;
+    use crate::plan::fixtures::{condition, status_with};
     use crate::schema::{Stage, Status};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -346,17 +347,9 @@ mod tests {
     #[test]
     fn status_changes_table() {
         let cond = |type_: &str, status: &str, message: &str| Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: "R".into(),
-            message: message.into(),
             observed_generation: None,
             last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
-        };
-        let st = |status: Option<Status>, conditions: Vec<Condition>| SkyhookStatus {
-            status,
-            conditions,
-            ..SkyhookStatus::default()
+            ..condition(type_, status, message)
         };
         let held = cond(schema::NODE_BLOCKED_CONDITION, "True", "node n1: draining");
         let invalid = cond(schema::VALID_CONDITION, "False", "bad");
@@ -372,50 +365,50 @@ mod tests {
         let cases: Vec<(&str, SkyhookStatus, SkyhookStatus, Vec<Note>)> = vec![
             (
                 "nothing changed",
-                st(in_progress, vec![]),
-                st(in_progress, vec![]),
+                status_with(in_progress, vec![]),
+                status_with(in_progress, vec![]),
                 vec![],
             ),
             (
                 "first status: no transition event",
-                st(None, vec![]),
-                st(in_progress, vec![]),
+                status_with(None, vec![]),
+                status_with(in_progress, vec![]),
                 vec![],
             ),
             (
                 "transition",
-                st(in_progress, vec![]),
-                st(Some(Status::Complete), vec![]),
+                status_with(in_progress, vec![]),
+                status_with(Some(Status::Complete), vec![]),
                 vec![transition.clone()],
             ),
             (
                 "newly held",
-                st(in_progress, vec![]),
-                st(in_progress, vec![held.clone()]),
+                status_with(in_progress, vec![]),
+                status_with(in_progress, vec![held.clone()]),
                 vec![held_note.clone()],
             ),
             (
                 "still held for the same reason",
-                st(in_progress, vec![held.clone()]),
-                st(in_progress, vec![held.clone()]),
+                status_with(in_progress, vec![held.clone()]),
+                status_with(in_progress, vec![held.clone()]),
                 vec![],
             ),
             (
                 "newly invalid, worded with every problem",
-                st(in_progress, vec![]),
-                st(in_progress, vec![invalid.clone()]),
+                status_with(in_progress, vec![]),
+                status_with(in_progress, vec![invalid.clone()]),
                 vec![invalid_note.clone()],
             ),
             (
                 "still invalid",
-                st(in_progress, vec![invalid.clone()]),
-                st(in_progress, vec![invalid.clone()]),
+                status_with(in_progress, vec![invalid.clone()]),
+                status_with(in_progress, vec![invalid.clone()]),
                 vec![],
             ),
             (
                 "all three, in order",
-                st(in_progress, vec![]),
-                st(Some(Status::Complete), vec![held.clone(), invalid.clone()]),
+                status_with(in_progress, vec![]),
+                status_with(Some(Status::Complete), vec![held.clone(), invalid.clone()]),
                 vec![transition.clone(), held_note.clone(), invalid_note.clone()],
             ),
         ];

@@ -66,13 +66,14 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
-    fn policy(finalized: bool, deleting: bool) -> DeploymentPolicy {
-        let mut p: DeploymentPolicy = serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-            "metadata": {"name": "p"},
-            "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
-        }))
-        .expect("policy");
+    use crate::plan::fixtures::{policy, skyhook};
+
+    /// Policy `p`, protected by its finalizer or not, being deleted or not.
+    fn policy_in(finalized: bool, deleting: bool) -> DeploymentPolicy {
+        let mut p = policy(
+            json!([]),
+            json!({"budget": {"count": 1}, "strategy": {"fixed": {}}}),
+        );
         if finalized {
             p.metadata.finalizers = Some(vec![schema::POLICY_FINALIZER.to_string()]);
         }
@@ -82,20 +83,14 @@ mod tests {
         p
     }
 
-    fn skyhook(name: &str, policy: Option<&str>) -> Arc<Skyhook> {
-        let mut sk = Skyhook::new(name, Default::default());
-        sk.spec.deployment_policy = policy.map(String::from);
-        Arc::new(sk)
-    }
-
     #[test]
     fn guard_table() {
         let using = vec![
-            skyhook("b", Some("p")),
-            skyhook("a", Some("p")),
-            skyhook("c", Some("q")),
+            skyhook("b").policy("p").arc(),
+            skyhook("a").policy("p").arc(),
+            skyhook("c").policy("q").arc(),
         ];
-        let none = vec![skyhook("c", Some("q")), skyhook("d", None)];
+        let none = vec![skyhook("c").policy("q").arc(), skyhook("d").arc()];
         let held = Guard::Hold {
             users: vec!["a".into(), "b".into()],
         };
@@ -153,7 +148,7 @@ mod tests {
         ];
         for (case, finalized, deleting, skyhooks, want) in cases {
             assert_eq!(
-                guard(&policy(finalized, deleting), skyhooks),
+                guard(&policy_in(finalized, deleting), skyhooks),
                 want,
                 "case: {case}"
             );

@@ -50,22 +50,8 @@ mod tests {
 
     use super::*;
     use crate::crd::Package;
+    use crate::plan::fixtures::{entry, input, node_state, package, packages, service};
     use crate::schema::{InterruptType, PackageStatus, Stage, State};
-
-    fn package(name: &str, extra: Value) -> Package {
-        let mut v = json!({"name": name, "version": "1.0.0", "image": "img"});
-        if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
-            m.extend(e.clone());
-        }
-        serde_json::from_value(v).expect("package")
-    }
-
-    fn service(s: &[&str]) -> Interrupt {
-        Interrupt {
-            kind: InterruptType::Service,
-            services: s.iter().map(|x| x.to_string()).collect(),
-        }
-    }
 
     #[test]
     fn turn_table() {
@@ -215,28 +201,22 @@ mod tests {
                 Some((service(&["y"]), "b")),
             ),
         ];
-        for (name, packages, entries, updates, want) in cases {
-            let packages: BTreeMap<String, Package> = packages
+        for (name, specs, entries, updates, want) in cases {
+            let specs: Vec<Package> = specs
                 .into_iter()
-                .map(|(n, v)| (n.to_string(), package(n, v)))
+                .map(|(n, v)| package(n).image("img").with(v).build())
                 .collect();
+            let packages = packages(&specs);
             let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
             for (p, k) in updates {
                 keys.entry(p.to_string()).or_default().push(k.to_string());
             }
             let spec = SpecView::new(&packages, &[], &keys);
-            let mut state = NodeState::default();
-            for (p, stage, st) in entries {
-                state.upsert(PackageStatus {
-                    name: p.into(),
-                    version: "1.0.0".into(),
-                    image: "img".into(),
-                    container_sha: None,
-                    stage,
-                    state: Some(st),
-                    restarts: 0,
-                });
-            }
+            let state = node_state(
+                entries
+                    .into_iter()
+                    .map(|(p, stage, st)| entry(p, stage, st)),
+            );
             let want = want.map(|(i, o)| (i, o.to_string()));
             assert_eq!(merged(&spec, &state), want, "case: {name}");
         }
@@ -252,7 +232,6 @@ mod tests {
             base: std::time::Duration::from_secs(1),
             max: std::time::Duration::from_secs(2),
         };
-        let now = jiff::Timestamp::from_second(1_800_000_000).expect("time");
         let cases = [
             (
                 "interrupt removed from the spec",
@@ -266,34 +245,23 @@ mod tests {
             ),
         ];
         for (name, extra, st) in cases {
-            let p = package("p", extra);
-            let packages = BTreeMap::from([("p".to_string(), p.clone())]);
+            let p = package("p").image("img").with(extra).build();
+            let packages = packages([&p]);
             let none = BTreeMap::new();
             let spec = SpecView::new(&packages, &[], &none);
-            let mut state = NodeState::default();
-            state.upsert(PackageStatus {
-                name: "p".into(),
-                version: "1.0.0".into(),
-                image: "img".into(),
-                container_sha: None,
-                stage: Stage::Interrupt,
-                state: Some(st),
+            let mut state = node_state([PackageStatus {
                 restarts: 1,
-            });
+                ..entry("p", Stage::Interrupt, st)
+            }]);
             let applied = BTreeMap::from([("p|1.0.0".to_string(), spec_hash(&p, &[]))]);
             let mut progressed = false;
             for _ in 0..3 {
                 let o = step(StepInput {
-                    spec: &spec,
                     state: state.clone(),
                     applied: applied.clone(),
-                    folded: Default::default(),
-                    host: Default::default(),
-                    jobs: &[],
-                    may_start: true,
                     retry,
                     failed_jobs_kept: 1,
-                    now,
+                    ..input(&spec)
                 });
                 progressed |= !o.actions.is_empty() || spec.settled(&o.state, &o.applied);
                 state = o.state;

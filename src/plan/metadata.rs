@@ -252,62 +252,11 @@ mod tests {
 
     use serde_json::{Value, json};
 
+    use crate::plan::fixtures::{entry, facts, node, node_state, runtime_taint, skyhook, t};
     use crate::plan::select::Block;
-    use crate::plan::stage::Host;
-    use crate::schema::{PackageStatus, Stage};
+    use crate::schema::Stage;
 
     const OP: &str = "v1";
-
-    fn node(v: Value) -> NodeView {
-        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(v)
-            .expect("node")
-            .into()
-    }
-
-    fn facts(node: &NodeView) -> NodeFacts<'_> {
-        NodeFacts {
-            node,
-            name: node.name.clone(),
-            prior: NodeState::default(),
-            applied: BTreeMap::new(),
-            folded: Default::default(),
-            host: Host::default(),
-            holds_cordon: false,
-            block: None,
-            gated: false,
-            boot_id: None,
-            rebooted: false,
-            unreadable: None,
-        }
-    }
-
-    fn state(entries: &[(&str, Stage, State)]) -> NodeState {
-        let mut s = NodeState::default();
-        for &(name, stage, st) in entries {
-            s.upsert(PackageStatus {
-                name: name.into(),
-                version: "1.0.0".into(),
-                image: "img".into(),
-                container_sha: None,
-                stage,
-                state: Some(st),
-                restarts: 0,
-            });
-        }
-        s
-    }
-
-    fn skyhook(name: &str, spec: Value) -> Skyhook {
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-            "metadata": {"name": name}, "spec": spec,
-        }))
-        .expect("skyhook")
-    }
-
-    fn runtime_taint() -> TaintSpec {
-        TaintSpec::parse(schema::DEFAULT_RUNTIME_REQUIRED_TAINT).expect("taint spec")
-    }
 
     #[test]
     fn node_status_precedence() {
@@ -550,19 +499,18 @@ mod tests {
                 Status::Waiting,
             ),
         ];
-        let n = node(json!({"metadata": {"name": "n"}}));
+        let n = node("n").build();
         for (name, switches, block, gated, held, settled, states, want) in cases {
             let mut f = facts(&n);
             f.block = block;
             f.gated = gated;
             let names = ["a", "b", "c"];
-            let entries: Vec<(&str, Stage, State)> = states
+            let entries = states
                 .iter()
                 .zip(names)
-                .map(|(s, n)| (n, Stage::Apply, *s))
-                .collect();
+                .map(|(s, n)| entry(n, Stage::Apply, *s));
             let o = NodeOutcome {
-                state: state(&entries),
+                state: node_state(entries),
                 held,
                 ..NodeOutcome::default()
             };
@@ -572,8 +520,8 @@ mod tests {
 
     #[test]
     fn progress_writes_only_what_differs() {
-        let done = state(&[("p", Stage::Config, State::Complete)]);
-        let other = state(&[("p", Stage::Apply, State::InProgress)]);
+        let done = node_state([entry("p", Stage::Config, State::Complete)]);
+        let other = node_state([entry("p", Stage::Apply, State::InProgress)]);
         let empty = NodeState::default();
         let enc = done.to_annotation();
         let st = schema::node_state_annotation("sh");
@@ -702,9 +650,7 @@ mod tests {
             ),
         ];
         for (name, annotations, labels, state, status, want_a, want_l) in cases {
-            let n = node(
-                json!({"metadata": {"name": "n", "annotations": annotations, "labels": labels}}),
-            );
+            let n = node("n").annotations(annotations).labels(labels).build();
             let p = progress("sh", &n, state, status, OP);
             let want_a: BTreeMap<String, Option<String>> =
                 want_a.into_iter().map(|(k, v)| (k.clone(), v)).collect();
@@ -719,7 +665,7 @@ mod tests {
 
     #[test]
     fn node_patch_cordons_and_lifts_only_our_cordon() {
-        let sk = skyhook("sh", json!({}));
+        let sk = skyhook("sh").build();
         let rt = runtime_taint();
         let m = MetaInput {
             skyhook: &sk,
@@ -782,10 +728,10 @@ mod tests {
             if holds {
                 annotations[key.clone()] = json!("true");
             }
-            let n = node(json!({
-                "metadata": {"name": "n", "annotations": annotations},
-                "spec": {"unschedulable": unschedulable},
-            }));
+            let n = node("n")
+                .annotations(annotations)
+                .cordoned(unschedulable)
+                .build();
             let mut f = facts(&n);
             f.holds_cordon = holds;
             let o = NodeOutcome {
@@ -818,12 +764,11 @@ mod tests {
         let runtime = json!({"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"});
         let touched = json!({schema::status_annotation("sh"): "in_progress"});
         let other_rr = |name: &str, selector: Value| {
-            skyhook(
-                name,
-                json!({"runtimeRequired": true, "nodeSelectors": selector}),
-            )
+            skyhook(name)
+                .spec(json!({"runtimeRequired": true, "nodeSelectors": selector}))
+                .build()
         };
-        let other_plain = |name: &str| skyhook(name, json!({}));
+        let other_plain = |name: &str| skyhook(name).build();
         let other_done = json!({
             schema::status_annotation("sh"): "complete",
             schema::status_annotation("other"): "complete",
@@ -1008,10 +953,9 @@ mod tests {
             ),
         ];
         for (name, rr, auto, taints, annotations, settled, others, want, want_auto) in cases {
-            let sk = skyhook(
-                "sh",
-                json!({"runtimeRequired": rr, "autoTaintNewNodes": auto}),
-            );
+            let sk = skyhook("sh")
+                .spec(json!({"runtimeRequired": rr, "autoTaintNewNodes": auto}))
+                .build();
             let mut all: Vec<Arc<Skyhook>> = others.into_iter().map(Arc::new).collect();
             all.push(Arc::new(sk.clone()));
             let m = MetaInput {
@@ -1020,10 +964,11 @@ mod tests {
                 runtime_taint: &rt,
                 operator_version: OP,
             };
-            let n = node(json!({
-                "metadata": {"name": "n", "annotations": annotations, "labels": {"role": "gpu"}},
-                "spec": {"taints": taints},
-            }));
+            let n = node("n")
+                .annotations(annotations)
+                .labels(json!({"role": "gpu"}))
+                .taints(taints)
+                .build();
             let f = facts(&n);
             let p = node_patch(&m, &f, &NodeOutcome::default(), Status::Waiting, settled);
             let got: Option<Vec<String>> =
@@ -1041,7 +986,7 @@ mod tests {
 
     #[test]
     fn node_patch_applied_record() {
-        let sk = skyhook("sh", json!({}));
+        let sk = skyhook("sh").build();
         let rt = runtime_taint();
         let m = MetaInput {
             skyhook: &sk,
@@ -1084,7 +1029,7 @@ mod tests {
                 Some(None),
             ),
         ];
-        let n = node(json!({"metadata": {"name": "n"}}));
+        let n = node("n").build();
         for (name, before, after, want) in cases {
             let mut f = facts(&n);
             f.applied = before;
@@ -1100,7 +1045,6 @@ mod tests {
 
     #[test]
     fn node_conditions_written_only_when_they_change() {
-        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).expect("time");
         let now = t(100);
         let nr = schema::node_not_ready_condition("sh");
         let er = schema::node_erroring_condition("sh");
@@ -1110,9 +1054,9 @@ mod tests {
         };
         let incomplete = cond(&nr, "True", schema::NOT_READY_REASON_INCOMPLETE);
         let not_erroring = cond(&er, "False", schema::ERRORING_REASON_NOT_ERRORING);
-        let ok = state(&[("p", Stage::Apply, State::InProgress)]);
-        let failing = state(&[("p", Stage::Apply, State::Erroring)]);
-        let unknown = state(&[("p", Stage::Apply, State::Unknown)]);
+        let ok = node_state([entry("p", Stage::Apply, State::InProgress)]);
+        let failing = node_state([entry("p", Stage::Apply, State::Erroring)]);
+        let unknown = node_state([entry("p", Stage::Apply, State::Unknown)]);
         type Want = Option<[(&'static str, &'static str, i64); 2]>;
         // (case, existing conditions, state, complete, Some([(status, reason, transition) of
         //  NotReady, then Erroring]) or None when nothing is written)
@@ -1185,7 +1129,7 @@ mod tests {
             ),
         ];
         for (name, existing, state, complete, want) in cases {
-            let n = node(json!({"metadata": {"name": "n"}, "status": {"conditions": existing}}));
+            let n = node("n").conditions(existing).build();
             let got = node_conditions("sh", &n, state, complete, now);
             let Some(want) = want else {
                 assert!(got.is_none(), "case: {name}: {got:?}");

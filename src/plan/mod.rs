@@ -32,6 +32,8 @@ pub mod status_budget;
 pub mod strategy;
 
 #[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};

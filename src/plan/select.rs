@@ -126,31 +126,14 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    use crate::plan::fixtures::{node, runtime_taint, skyhook};
+
     fn toleration(v: Value) -> Toleration {
         serde_json::from_value(v).expect("toleration")
     }
 
     fn taint(v: Value) -> Taint {
         serde_json::from_value(v).expect("taint")
-    }
-
-    fn node(v: Value) -> NodeView {
-        serde_json::from_value::<k8s_openapi::api::core::v1::Node>(v)
-            .expect("node")
-            .into()
-    }
-
-    fn skyhook(name: &str, spec: Value, annotations: Value) -> Skyhook {
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-            "metadata": {"name": name, "annotations": annotations},
-            "spec": spec,
-        }))
-        .expect("skyhook")
-    }
-
-    fn runtime_taint() -> TaintSpec {
-        TaintSpec::parse(schema::DEFAULT_RUNTIME_REQUIRED_TAINT).expect("taint spec")
     }
 
     #[test]
@@ -459,15 +442,10 @@ mod tests {
             ),
         ];
         for (name, labels, taints, tolerations, runtime_required, want) in cases {
-            let sk = skyhook(
-                "sh",
-                json!({"additionalTolerations": tolerations, "runtimeRequired": runtime_required}),
-                json!({}),
-            );
-            let n = node(json!({
-                "metadata": {"name": "n", "labels": labels},
-                "spec": {"taints": taints},
-            }));
+            let sk = skyhook("sh")
+                .spec(json!({"additionalTolerations": tolerations, "runtimeRequired": runtime_required}))
+                .build();
+            let n = node("n").labels(labels).taints(taints).build();
             let tols = job_tolerations(&sk, &rt);
             assert_eq!(block(&n, &tols), want, "case: {name}");
         }
@@ -487,11 +465,9 @@ mod tests {
             ),
         ];
         for (name, rr, want) in cases {
-            let sk = skyhook(
-                "sh",
-                json!({"additionalTolerations": extra, "runtimeRequired": rr}),
-                json!({}),
-            );
+            let sk = skyhook("sh")
+                .spec(json!({"additionalTolerations": extra, "runtimeRequired": rr}))
+                .build();
             let tols = job_tolerations(&sk, &rt);
             let keys: Vec<&str> = tols.iter().filter_map(|t| t.key.as_deref()).collect();
             assert_eq!(keys, want, "case: {name}");
@@ -637,31 +613,31 @@ mod tests {
                 false,
             ),
         ];
-        let me = skyhook("me", json!({}), json!({}));
+        let me = skyhook("me").build();
         for (name, others, annotations, want) in cases {
             let mut all: Vec<Arc<Skyhook>> = others
                 .into_iter()
                 .map(|(n, prio, ann, sel)| {
-                    Arc::new(skyhook(
-                        n,
-                        json!({"priority": prio, "nodeSelectors": sel}),
-                        ann,
-                    ))
+                    skyhook(n)
+                        .spec(json!({"priority": prio, "nodeSelectors": sel}))
+                        .annotations(ann)
+                        .arc()
                 })
                 .collect();
             all.push(Arc::new(me.clone()));
-            let n = node(json!({
-                "metadata": {"name": "n", "labels": {"role": "gpu"}, "annotations": annotations},
-            }));
+            let n = node("n")
+                .labels(json!({"role": "gpu"}))
+                .annotations(annotations)
+                .build();
             assert_eq!(gated(&me, &all, &n), want, "case: {name}");
         }
     }
 
     #[test]
     fn a_skyhook_being_deleted_does_not_gate() {
-        let me = skyhook("me", json!({}), json!({}));
-        let mut first = skyhook("a", json!({"priority": 100}), json!({}));
-        let n = node(json!({"metadata": {"name": "n"}}));
+        let me = skyhook("me").build();
+        let mut first = skyhook("a").set("priority", json!(100)).build();
+        let n = node("n").build();
         let all = |first: &Skyhook| vec![Arc::new(first.clone()), Arc::new(me.clone())];
         assert!(gated(&me, &all(&first), &n), "gates while it lives");
         first.metadata.deletion_timestamp = Some(
@@ -672,14 +648,8 @@ mod tests {
 
     #[test]
     fn targeted_nodes_oldest_first_then_by_name() {
-        let at = |name: &str, secs: u32, role: &str| {
-            Arc::new(node(json!({
-                "metadata": {
-                    "name": name,
-                    "labels": {"role": role},
-                    "creationTimestamp": format!("2024-01-01T00:00:{secs:02}Z"),
-                },
-            })))
+        let at = |name: &str, secs: i64, role: &str| {
+            node(name).created(secs).labels(json!({"role": role})).arc()
         };
         let nodes = vec![
             at("n-b", 10, "gpu"),
@@ -716,7 +686,7 @@ mod tests {
             ),
         ];
         for (name, sel, want) in cases {
-            let sk = skyhook("sh", json!({"nodeSelectors": sel}), json!({}));
+            let sk = skyhook("sh").set("nodeSelectors", sel).build();
             let got: Vec<String> = targeted(&sk, &nodes)
                 .into_iter()
                 .map(|n| n.name.clone())

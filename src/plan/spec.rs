@@ -147,17 +147,10 @@ impl<'a> SpecView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::fixtures::{entry_of, node_state, package, packages, service};
     use crate::schema::{InterruptType, PackageStatus};
     use serde_json::Value;
     use sha2::{Digest, Sha256};
-
-    fn package(name: &str, extra: Value) -> Package {
-        let mut v = json!({"name": name, "version": "1.0.0", "image": format!("ghcr.io/x/{name}")});
-        if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
-            m.extend(e.clone());
-        }
-        serde_json::from_value(v).expect("package")
-    }
 
     fn tolerations(v: Value) -> Vec<Toleration> {
         serde_json::from_value(v).expect("tolerations")
@@ -180,22 +173,11 @@ mod tests {
         format!("{install}.{}", short(json!(p.config_map).to_string()))
     }
 
-    fn service(s: &[&str]) -> Interrupt {
-        Interrupt {
-            kind: InterruptType::Service,
-            services: s.iter().map(|x| x.to_string()).collect(),
-        }
-    }
-
-    fn entry(p: &Package, version: &str, stage: Stage, state: State) -> PackageStatus {
+    /// `p`'s entry at `version`, which need not be the spec's.
+    fn entry_at(p: &Package, version: &str, stage: Stage, state: State) -> PackageStatus {
         PackageStatus {
-            name: p.name.as_str().into(),
             version: version.into(),
-            image: p.image.as_str().into(),
-            container_sha: None,
-            stage,
-            state: Some(state),
-            restarts: 0,
+            ..entry_of(p, stage, state)
         }
     }
 
@@ -370,8 +352,8 @@ mod tests {
             ),
         ];
         for (name, before, tol_before, after, tol_after, install, config) in cases {
-            let a = spec_hash(&package("p", before), &tolerations(tol_before));
-            let b = spec_hash(&package("p", after), &tolerations(tol_after));
+            let a = spec_hash(&package("p").with(before).build(), &tolerations(tol_before));
+            let b = spec_hash(&package("p").with(after).build(), &tolerations(tol_after));
             assert_eq!(
                 install_part(&a) != install_part(&b),
                 install,
@@ -423,7 +405,7 @@ mod tests {
             ),
         ];
         for (name, extra) in cases {
-            let p = package("p", extra);
+            let p = package("p").with(extra).build();
             assert_eq!(spec_hash(&p, &[]), old_formula(&p), "case: {name}");
         }
     }
@@ -444,7 +426,7 @@ mod tests {
             );
         }
         let data = BTreeMap::from([("a".to_string(), "1".to_string())]);
-        let p = package("p", json!({"configMap": {"a": "1"}}));
+        let p = package("p").with(json!({"configMap": {"a": "1"}})).build();
         assert_eq!(config_part(&spec_hash(&p, &[])), config_hash(&data));
     }
 
@@ -510,8 +492,8 @@ mod tests {
             ),
         ];
         for (name, fields, updates, want) in cases {
-            let p = package("p", fields);
-            let packages = BTreeMap::from([(p.name.clone(), p.clone())]);
+            let p = package("p").with(fields).build();
+            let packages = packages([&p]);
             let updates: BTreeMap<String, Vec<String>> = updates
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
@@ -524,11 +506,10 @@ mod tests {
 
     #[test]
     fn package_complete_at_the_terminal_stage() {
-        let plain = package("p", json!({}));
-        let rb = package(
-            "r",
-            json!({"interrupt": {"type": "reboot"}, "configInterrupts": {"x": {"type": "noop"}}}),
-        );
+        let plain = package("p").build();
+        let rb = package("r")
+            .with(json!({"interrupt": {"type": "reboot"}, "configInterrupts": {"x": {"type": "noop"}}}))
+            .build();
         // (case, package, entry as (version, stage, state), config updates of r, complete)
         let cases: Vec<(
             &str,
@@ -602,10 +583,7 @@ mod tests {
                 false,
             ),
         ];
-        let packages = BTreeMap::from([
-            (plain.name.clone(), plain.clone()),
-            (rb.name.clone(), rb.clone()),
-        ]);
+        let packages = packages([&plain, &rb]);
         for (name, p, e, keys, want) in cases {
             let updates = BTreeMap::from([(
                 "r".to_string(),
@@ -614,7 +592,7 @@ mod tests {
             let view = SpecView::new(&packages, &[], &updates);
             let mut state = NodeState::default();
             if let Some((v, stage, st)) = e {
-                state.upsert(entry(p, v, stage, st));
+                state.upsert(entry_at(p, v, stage, st));
             }
             assert_eq!(view.package_complete(&state, p), want, "case: {name}");
         }
@@ -622,9 +600,9 @@ mod tests {
 
     #[test]
     fn node_complete_drift_and_settled() {
-        let a = package("a", json!({}));
-        let b = package("b", json!({"configMap": {"k": "v"}}));
-        let done = |p: &Package| entry(p, "1.0.0", Stage::Config, State::Complete);
+        let a = package("a").build();
+        let b = package("b").with(json!({"configMap": {"k": "v"}})).build();
+        let done = |p: &Package| entry_at(p, "1.0.0", Stage::Config, State::Complete);
         let hash = |p: &Package| spec_hash(p, &[]);
         let key = |p: &Package, v: &str| schema::package_key(&p.name, v);
         // (case, spec packages, state entries, applied, node complete, drift, settled)
@@ -660,7 +638,7 @@ mod tests {
                 vec![&a, &b],
                 vec![
                     done(&a),
-                    entry(&b, "1.0.0", Stage::Apply, State::InProgress),
+                    entry_at(&b, "1.0.0", Stage::Apply, State::InProgress),
                 ],
                 vec![],
                 false,
@@ -670,7 +648,10 @@ mod tests {
             (
                 "a stray old version",
                 vec![&a],
-                vec![done(&a), entry(&a, "0.9.0", Stage::Config, State::Complete)],
+                vec![
+                    done(&a),
+                    entry_at(&a, "0.9.0", Stage::Config, State::Complete),
+                ],
                 vec![],
                 false,
                 false,
@@ -681,7 +662,7 @@ mod tests {
                 vec![&a],
                 vec![
                     done(&a),
-                    entry(&b, "1.0.0", Stage::Uninstall, State::InProgress),
+                    entry_at(&b, "1.0.0", Stage::Uninstall, State::InProgress),
                 ],
                 vec![],
                 false,
@@ -729,7 +710,7 @@ mod tests {
                 vec![&a, &b],
                 vec![
                     done(&a),
-                    entry(&b, "1.0.0", Stage::Config, State::InProgress),
+                    entry_at(&b, "1.0.0", Stage::Config, State::InProgress),
                 ],
                 vec![(key(&b, "1.0.0"), "000000000000.000000000000".to_string())],
                 false,
@@ -748,15 +729,9 @@ mod tests {
         ];
         let none = BTreeMap::new();
         for (name, spec, entries, applied, complete, drift, settled) in cases {
-            let packages: BTreeMap<String, Package> = spec
-                .into_iter()
-                .map(|p| (p.name.clone(), p.clone()))
-                .collect();
+            let packages = packages(spec);
             let view = SpecView::new(&packages, &[], &none);
-            let mut state = NodeState::default();
-            for e in entries {
-                state.upsert(e);
-            }
+            let state = node_state(entries);
             let applied: BTreeMap<String, String> = applied.into_iter().collect();
             assert_eq!(
                 view.node_complete(&state),
@@ -778,8 +753,8 @@ mod tests {
 
     #[test]
     fn spec_view_hashes_every_package_with_the_tolerations() {
-        let p = package("p", json!({}));
-        let packages = BTreeMap::from([(p.name.clone(), p.clone())]);
+        let p = package("p").build();
+        let packages = packages([&p]);
         let none = BTreeMap::new();
         let tols = tolerations(json!([{"operator": "Exists"}]));
         let cases = [("no tolerations", Vec::new()), ("with tolerations", tols)];

@@ -455,30 +455,18 @@ pub fn newly_invalid(prior: &SkyhookStatus, desired: &SkyhookStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
-    use crate::schema::{PackageStatus, Stage};
+    use crate::plan::fixtures::{condition, entry, node_state, package, skyhook, status_with, t};
+    use crate::schema::Stage;
 
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).expect("time")
-    }
-
-    fn skyhook(packages: &[(&str, &str)]) -> Skyhook {
-        let packages: serde_json::Map<String, serde_json::Value> = packages
+    /// Skyhook `sh` at generation 3 with packages `(name, version)`.
+    fn with_packages(packages: &[(&str, &str)]) -> Skyhook {
+        packages
             .iter()
-            .map(|(n, v)| {
-                (
-                    n.to_string(),
-                    json!({"name": n, "version": v, "image": "img"}),
-                )
+            .fold(skyhook("sh").generation(3), |sk, (n, v)| {
+                sk.package(package(n).version(v).image("img"))
             })
-            .collect();
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-            "metadata": {"name": "sh", "generation": 3},
-            "spec": {"packages": packages},
-        }))
-        .expect("skyhook")
+            .build()
     }
 
     fn statuses(list: &[Status]) -> BTreeMap<String, Status> {
@@ -488,7 +476,11 @@ mod tests {
             .collect()
     }
 
-    fn facts<'a>(sk: &'a Skyhook, prior: &'a SkyhookStatus, list: &[Status]) -> SkyhookFacts<'a> {
+    fn skyhook_facts<'a>(
+        sk: &'a Skyhook,
+        prior: &'a SkyhookStatus,
+        list: &[Status],
+    ) -> SkyhookFacts<'a> {
         SkyhookFacts {
             skyhook: sk,
             prior,
@@ -506,25 +498,6 @@ mod tests {
             missing_policy: None,
             stopped: Vec::new(),
             now: t(0),
-        }
-    }
-
-    fn cond(type_: &str, status: &str, message: &str) -> Condition {
-        Condition {
-            type_: type_.to_string(),
-            status: status.to_string(),
-            reason: "R".to_string(),
-            message: message.to_string(),
-            observed_generation: Some(1),
-            last_transition_time: Time(t(0)),
-        }
-    }
-
-    fn with(status: Option<Status>, conditions: Vec<Condition>) -> SkyhookStatus {
-        SkyhookStatus {
-            status,
-            conditions,
-            ..SkyhookStatus::default()
         }
     }
 
@@ -655,11 +628,11 @@ mod tests {
                 Complete,
             ),
         ];
-        let sk = skyhook(&[]);
+        let sk = with_packages(&[]);
         let prior = SkyhookStatus::default();
         let problems = ["bad".to_string()];
         for &(name, list, paused, disabled, invalid, want) in cases {
-            let mut f = facts(&sk, &prior, list);
+            let mut f = skyhook_facts(&sk, &prior, list);
             f.paused = paused;
             f.disabled = disabled;
             if invalid {
@@ -702,9 +675,9 @@ mod tests {
             ),
         ];
         for &(name, list, packages, complete, in_progress, package_list) in cases {
-            let sk = skyhook(packages);
+            let sk = with_packages(packages);
             let prior = SkyhookStatus::default();
-            let s = skyhook_status(facts(&sk, &prior, list));
+            let s = skyhook_status(skyhook_facts(&sk, &prior, list));
             assert_eq!(s.complete_nodes, complete, "case: {name}");
             assert_eq!(s.nodes_in_progress, in_progress, "case: {name}");
             assert_eq!(s.package_list, package_list, "case: {name}");
@@ -714,7 +687,7 @@ mod tests {
 
     #[test]
     fn skyhook_status_maps_follow_the_targeted_nodes() {
-        let sk = skyhook(&[("p", "1.0.0")]);
+        let sk = with_packages(&[("p", "1.0.0")]);
         let prior = SkyhookStatus {
             node_boot_ids: BTreeMap::from([
                 ("n0".to_string(), "b0".to_string()),
@@ -723,17 +696,8 @@ mod tests {
             node_priority: BTreeMap::from([("gone".to_string(), Time(t(0)))]),
             ..SkyhookStatus::default()
         };
-        let mut state = NodeState::default();
-        state.upsert(PackageStatus {
-            name: "p".into(),
-            version: "1.0.0".into(),
-            image: "img".into(),
-            container_sha: None,
-            stage: Stage::Apply,
-            state: Some(State::InProgress),
-            restarts: 0,
-        });
-        let mut f = facts(&sk, &prior, &[Status::InProgress, Status::Waiting]);
+        let state = node_state([entry("p", Stage::Apply, State::InProgress)]);
+        let mut f = skyhook_facts(&sk, &prior, &[Status::InProgress, Status::Waiting]);
         f.node_states = BTreeMap::from([
             ("n0".to_string(), state.clone()),
             ("n1".to_string(), NodeState::default()),
@@ -794,7 +758,7 @@ mod tests {
         let held = owned(p.held);
         let invalid = owned(p.invalid);
         let failures = owned(p.failures);
-        let mut f = facts(sk, prior, p.statuses);
+        let mut f = skyhook_facts(sk, prior, p.statuses);
         f.held = &held;
         f.invalid = &invalid;
         f.failures = &failures;
@@ -886,7 +850,7 @@ mod tests {
                 vec![TRANSITION_CONDITION],
             ),
         ];
-        let sk = skyhook(&[("p", "1.0.0")]);
+        let sk = with_packages(&[("p", "1.0.0")]);
         for (name, first, second, moved) in cases {
             let prior = run(&sk, &SkyhookStatus::default(), first, t(0));
             let next = run(&sk, &prior, second, t(60));
@@ -939,7 +903,7 @@ mod tests {
         ];
         for &(name, a, b, want) in cases {
             assert_eq!(
-                transition(&with(a, vec![]), &with(b, vec![])),
+                transition(&status_with(a, vec![]), &status_with(b, vec![])),
                 want,
                 "case: {name}"
             );
@@ -950,42 +914,47 @@ mod tests {
     fn newly_held_table() {
         let nb = schema::NODE_BLOCKED_CONDITION;
         let cases: Vec<(&str, Vec<Condition>, Vec<Condition>, Option<&str>)> = vec![
-            ("newly held", vec![], vec![cond(nb, "True", "a")], Some("a")),
+            (
+                "newly held",
+                vec![],
+                vec![condition(nb, "True", "a")],
+                Some("a"),
+            ),
             (
                 "held before as False",
-                vec![cond(nb, "False", "none")],
-                vec![cond(nb, "True", "a")],
+                vec![condition(nb, "False", "none")],
+                vec![condition(nb, "True", "a")],
                 Some("a"),
             ),
             (
                 "same reason",
-                vec![cond(nb, "True", "a")],
-                vec![cond(nb, "True", "a")],
+                vec![condition(nb, "True", "a")],
+                vec![condition(nb, "True", "a")],
                 None,
             ),
             (
                 "new reason",
-                vec![cond(nb, "True", "a")],
-                vec![cond(nb, "True", "b")],
+                vec![condition(nb, "True", "a")],
+                vec![condition(nb, "True", "b")],
                 Some("b"),
             ),
             (
                 "released",
-                vec![cond(nb, "True", "a")],
-                vec![cond(nb, "False", "none")],
+                vec![condition(nb, "True", "a")],
+                vec![condition(nb, "False", "none")],
                 None,
             ),
             ("no condition", vec![], vec![], None),
             (
                 "another condition type",
                 vec![],
-                vec![cond(schema::VALID_CONDITION, "True", "a")],
+                vec![condition(schema::VALID_CONDITION, "True", "a")],
                 None,
             ),
         ];
         for (name, a, b, want) in cases {
             assert_eq!(
-                newly_held(&with(None, a), &with(None, b)).as_deref(),
+                newly_held(&status_with(None, a), &status_with(None, b)).as_deref(),
                 want,
                 "case: {name}"
             );
@@ -996,42 +965,47 @@ mod tests {
     fn newly_invalid_table() {
         let v = schema::VALID_CONDITION;
         let cases: Vec<(&str, Vec<Condition>, Vec<Condition>, bool)> = vec![
-            ("newly invalid", vec![], vec![cond(v, "False", "x")], true),
+            (
+                "newly invalid",
+                vec![],
+                vec![condition(v, "False", "x")],
+                true,
+            ),
             (
                 "was valid",
-                vec![cond(v, "True", "ok")],
-                vec![cond(v, "False", "x")],
+                vec![condition(v, "True", "ok")],
+                vec![condition(v, "False", "x")],
                 true,
             ),
             (
                 "still invalid, same problems",
-                vec![cond(v, "False", "x")],
-                vec![cond(v, "False", "x")],
+                vec![condition(v, "False", "x")],
+                vec![condition(v, "False", "x")],
                 false,
             ),
             (
                 "still invalid, other problems",
-                vec![cond(v, "False", "x")],
-                vec![cond(v, "False", "y")],
+                vec![condition(v, "False", "x")],
+                vec![condition(v, "False", "y")],
                 true,
             ),
             (
                 "fixed",
-                vec![cond(v, "False", "x")],
-                vec![cond(v, "True", "ok")],
+                vec![condition(v, "False", "x")],
+                vec![condition(v, "True", "ok")],
                 false,
             ),
             (
                 "valid all along",
-                vec![cond(v, "True", "ok")],
-                vec![cond(v, "True", "ok")],
+                vec![condition(v, "True", "ok")],
+                vec![condition(v, "True", "ok")],
                 false,
             ),
             ("no condition", vec![], vec![], false),
         ];
         for (name, a, b, want) in cases {
             assert_eq!(
-                newly_invalid(&with(None, a), &with(None, b)),
+                newly_invalid(&status_with(None, a), &status_with(None, b)),
                 want,
                 "case: {name}"
             );
@@ -1042,7 +1016,7 @@ mod tests {
     fn news_is_what_the_skyhook_as_a_whole_says_not_progress() {
         use Status::*;
         let base = || {
-            let mut s = with(Some(InProgress), vec![cond("A", "True", "1/10 nodes")]);
+            let mut s = status_with(Some(InProgress), vec![condition("A", "True", "1/10 nodes")]);
             s.complete_nodes = "1/10".into();
             s.observed_generation = 2;
             s
@@ -1078,7 +1052,7 @@ mod tests {
             ),
             (
                 "a condition appeared",
-                |s| s.conditions.push(cond("B", "True", "")),
+                |s| s.conditions.push(condition("B", "True", "")),
                 true,
             ),
             (

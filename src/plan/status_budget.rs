@@ -167,23 +167,16 @@ pub fn newly_trimmed(prior: &SkyhookStatus, desired: &SkyhookStatus) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::fixtures::{self, node_state};
     use crate::schema::{NodeState, PackageStatus, Stage, State};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+    /// Two packages at `st`, with an image as long as a real one (the sizes are what is tested).
     fn state(st: State) -> NodeState {
-        let mut s = NodeState::default();
-        for p in ["alpha", "beta"] {
-            s.upsert(PackageStatus {
-                name: p.into(),
-                version: "1.0.0".into(),
-                image: "ghcr.io/example/pkg".into(),
-                container_sha: None,
-                stage: Stage::Apply,
-                state: Some(st),
-                restarts: 0,
-            });
-        }
-        s
+        node_state(["alpha", "beta"].map(|p| PackageStatus {
+            image: "ghcr.io/example/pkg".into(),
+            ..fixtures::entry(p, Stage::Apply, st)
+        }))
     }
 
     /// `(node, status)` pairs, each node with two packages and a boot id.

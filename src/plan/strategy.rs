@@ -103,33 +103,7 @@ pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Fin
 mod tests {
     use super::*;
     use crate::crd::StrategyParams;
-
-    fn params(initial: i64, threshold: i64, failures: Option<i64>, safety: i64) -> StrategyParams {
-        StrategyParams {
-            initial_batch: initial,
-            batch_threshold: threshold,
-            failure_threshold: failures,
-            safety_limit: safety,
-        }
-    }
-
-    fn fixed(initial: i64) -> EffectiveStrategy {
-        EffectiveStrategy::Fixed(params(initial, 100, None, 50))
-    }
-
-    fn linear(initial: i64, delta: i64) -> EffectiveStrategy {
-        EffectiveStrategy::Linear {
-            params: params(initial, 100, None, 50),
-            delta,
-        }
-    }
-
-    fn exponential(initial: i64, growth_factor: i64) -> EffectiveStrategy {
-        EffectiveStrategy::Exponential {
-            params: params(initial, 100, None, 50),
-            growth_factor,
-        }
-    }
+    use crate::plan::fixtures::{exponential, fixed, linear, params};
 
     fn state(last: i64, failed: bool, completed: i64, erroring: i64) -> BatchState {
         BatchState {
@@ -327,8 +301,15 @@ mod tests {
 
     #[test]
     fn evaluation_of_a_finished_batch() {
-        let strict = EffectiveStrategy::Fixed(params(2, 100, Some(1), 50));
-        let lenient = EffectiveStrategy::Fixed(params(2, 50, Some(2), 50));
+        let strict = EffectiveStrategy::Fixed(StrategyParams {
+            failure_threshold: Some(1),
+            ..params(2)
+        });
+        let lenient = EffectiveStrategy::Fixed(StrategyParams {
+            batch_threshold: 50,
+            failure_threshold: Some(2),
+            ..params(2)
+        });
         // (case, strategy, state before, complete, erroring, total, changed, state after)
         let cases: Vec<(
             &str,

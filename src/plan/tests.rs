@@ -5,65 +5,31 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::NodeView;
-use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::crd::Skyhook;
+use crate::crd::Package;
 use crate::jobs::{JobView, Outcome};
+use crate::plan::fixtures::{
+    SkyhookB, config, failure, go_pod, job, node, now, package, policy, skyhook,
+};
 use crate::schema::{NodeState, Stage, State, Status};
-use crate::settings::Config;
-
-fn config() -> Config {
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        settings: crate::settings::Settings,
-    }
-    let cli = <Cli as clap::Parser>::parse_from(["skyhook-operator"]);
-    cli.settings.validate().expect("default settings are valid")
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_second(1_800_000_000).expect("time")
-}
 
 const PLAIN: &str = "tuned";
 const REBOOT: &str = "driver";
 
-/// A Skyhook `sh` with the finalizer, from its spec and annotations.
-fn skyhook(spec: Value, annotations: Value) -> Skyhook {
-    let mut sk: Skyhook = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-        "metadata": {"name": "sh", "uid": "u1", "generation": 1,
-                     "finalizers": [schema::FINALIZER], "annotations": annotations},
-        "spec": spec,
-    }))
-    .expect("skyhook");
-    crate::crd::normalize(&mut sk);
-    sk
+fn tuned() -> Package {
+    package(PLAIN).build()
 }
 
-fn one_package(interrupt: bool) -> Value {
-    let name = if interrupt { REBOOT } else { PLAIN };
-    let mut p = json!({"version": "1.0.0", "image": format!("ghcr.io/x/{name}")});
-    if interrupt {
-        p["interrupt"] = json!({"type": "reboot"});
-    }
-    json!({"packages": {name: p}})
-}
-
-fn node(name: &str, age: i64, annotations: Value, labels: Value, cordoned: bool) -> Arc<NodeView> {
-    let mut n: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": annotations, "labels": labels},
-        "spec": {"unschedulable": cordoned},
-    }))
-    .expect("node");
-    let created = Timestamp::from_second(1_700_000_000 + age).expect("time");
-    n.metadata.creation_timestamp = Some(Time(created));
-    Arc::new(n.into())
+/// The Skyhook `sh` as a pass sees it, with one package: `driver` (a reboot) or `tuned`.
+fn one_package(interrupt: bool) -> SkyhookB {
+    let p = if interrupt {
+        package(REBOOT).reboot()
+    } else {
+        package(PLAIN)
+    };
+    skyhook("sh").live().package(p)
 }
 
 /// The node-state annotation of one package as the Go operator writes it.
@@ -72,32 +38,6 @@ fn go_state(package: &str, stage: &str, state: &str) -> Value {
         r#"{{"{package}|1.0.0":{{"name":"{package}","version":"1.0.0","image":"ghcr.io/x/{package}","stage":"{stage}","state":"{state}"}}}}"#
     );
     json!({schema::node_state_annotation("sh"): raw})
-}
-
-fn job(package: &str, stage: Stage, node: &str, attempt: u32, outcome: Outcome) -> JobView {
-    JobView {
-        name: format!("{package}-{}-{node}-{attempt}", stage.as_str()).into(),
-        skyhook: "sh".into(),
-        package: package.into(),
-        version: "1.0.0".into(),
-        stage,
-        node: node.into(),
-        attempt,
-        outcome,
-        recorded: false,
-        spec_hash: spec::spec_hash(
-            &serde_json::from_value(json!({"name": package, "version": "1.0.0",
-                "image": format!("ghcr.io/x/{package}")}))
-            .expect("package"),
-            &[],
-        )
-        .into(),
-        created: None,
-        deleting: false,
-        node_version: None,
-        counted: false,
-        stuck: None,
-    }
 }
 
 struct World {
@@ -335,8 +275,11 @@ fn go_operator_state_is_continued_in_every_stage_and_state() {
         if *interrupt {
             annotations[schema::cordon_annotation("sh")] = json!("true");
         }
-        let n = node("n1", 0, annotations, json!({}), *interrupt);
-        let mut w = World::new(skyhook(one_package(*interrupt), json!({})), vec![n]);
+        let n = node("n1")
+            .annotations(annotations)
+            .cordoned(*interrupt)
+            .arc();
+        let mut w = World::new(one_package(*interrupt).build(), vec![n]);
         w.pods.insert("n1".into(), Vec::new());
         let plan = w.plan();
         let want: Vec<(String, String)> = job
@@ -417,12 +360,13 @@ fn switches_and_node_blocks_decide_what_starts() {
         ),
     ];
     for (case, annotations, labels, taints, jobs, status) in cases {
-        let n = node("n1", 0, json!({}), labels.clone(), false);
-        let mut n = (*n).clone();
-        n.taints = serde_json::from_value(taints.clone()).unwrap_or_default();
+        let n = node("n1")
+            .labels(labels.clone())
+            .taints(taints.clone())
+            .arc();
         let w = World::new(
-            skyhook(one_package(false), annotations.clone()),
-            vec![Arc::new(n)],
+            one_package(false).annotations(annotations.clone()).build(),
+            vec![n],
         );
         let plan = w.plan();
         assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
@@ -453,20 +397,14 @@ fn budget_limits_the_nodes_that_start() {
         ("a busy node holds the batch", json!({"count": 3}), 5, 1, 0),
     ];
     for (case, budget, count, busy, jobs) in cases {
-        let mut spec = one_package(false);
-        spec["interruptionBudget"] = budget.clone();
+        let sk = one_package(false).set("interruptionBudget", budget.clone());
         let nodes: Vec<Arc<NodeView>> = (0..*count)
-            .map(|i| node(&format!("n{i}"), i as i64, json!({}), json!({}), false))
+            .map(|i| node(&format!("n{i}")).created(i as i64).arc())
             .collect();
-        let mut w = World::new(skyhook(spec, json!({})), nodes);
+        let mut w = World::new(sk.build(), nodes);
         for i in 0..*busy {
-            w.jobs.push(job(
-                PLAIN,
-                Stage::Apply,
-                &format!("n{i}"),
-                0,
-                Outcome::Running,
-            ));
+            w.jobs
+                .push(job(&tuned(), Stage::Apply).on(&format!("n{i}")).build());
         }
         let plan = w.plan();
         assert_eq!(plan.create_jobs.len(), *jobs, "{case}");
@@ -475,16 +413,14 @@ fn budget_limits_the_nodes_that_start() {
 
 #[test]
 fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
-    let mut spec = one_package(false);
-    spec["interruptionBudget"] = json!({"count": 1});
+    let sk = one_package(false).set("interruptionBudget", json!({"count": 1}));
     let nodes = vec![
-        node("young", 50, json!({}), json!({}), false),
-        node("old", 1, json!({}), json!({}), false),
+        node("young").created(50).arc(),
+        node("old").created(1).arc(),
     ];
-    let mut w = World::new(skyhook(spec, json!({})), nodes);
+    let mut w = World::new(sk.build(), nodes);
     assert_eq!(created(&w.plan()), vec![("old".into(), "apply".into())]);
-    w.jobs
-        .push(job(PLAIN, Stage::Apply, "old", 0, Outcome::Running));
+    w.jobs.push(job(&tuned(), Stage::Apply).on("old").build());
     let plan = w.plan();
     assert!(plan.create_jobs.is_empty(), "the busy node keeps the batch");
     assert_eq!(node_status(&plan, "young"), Some(Status::Waiting));
@@ -492,20 +428,19 @@ fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
 
 #[test]
 fn an_invalid_skyhook_only_writes_its_status() {
-    let n = node(
-        "n1",
-        0,
-        go_state(PLAIN, "apply", "in_progress"),
-        json!({}),
-        false,
-    );
-    let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+    let n = node("n1")
+        .annotations(go_state(PLAIN, "apply", "in_progress"))
+        .arc();
+    let mut w = World::new(one_package(false).build(), vec![n]);
     w.invalid = vec!["spec.packages.tuned.version: not a semver".into()];
     // A finished Job's outcome is not stored while the spec is invalid, so the Job must not be
     // marked recorded either: it is read again once the Skyhook is valid.
     let at = now();
-    w.jobs
-        .push(job(PLAIN, Stage::Apply, "n1", 0, Outcome::Complete { at }));
+    w.jobs.push(
+        job(&tuned(), Stage::Apply)
+            .outcome(Outcome::Complete { at })
+            .build(),
+    );
     let plan = w.plan();
     let recorded = plan
         .job_ops
@@ -525,8 +460,7 @@ fn an_invalid_skyhook_only_writes_its_status() {
 
 #[test]
 fn a_lower_priority_skyhook_waits_for_the_one_before_it() {
-    let mut first = skyhook(one_package(false), json!({}));
-    first.metadata.name = Some("aaa".into());
+    let first = skyhook("aaa").live().package(tuned()).build();
     let cases: &[(&str, &str, usize, Status)] = &[
         (
             "earlier skyhook incomplete gates: waiting (§3.14)",
@@ -543,8 +477,8 @@ fn a_lower_priority_skyhook_waits_for_the_one_before_it() {
     ];
     for (case, earlier, jobs, status) in cases {
         let annotations = json!({schema::status_annotation("aaa"): earlier});
-        let n = node("n1", 0, annotations, json!({}), false);
-        let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+        let n = node("n1").annotations(annotations).arc();
+        let mut w = World::new(one_package(false).build(), vec![n]);
         w.others.push(Arc::new(first.clone()));
         let plan = w.plan();
         assert_eq!(plan.create_jobs.len(), *jobs, "{case}");
@@ -560,10 +494,12 @@ fn interrupt_waits_for_other_work_on_the_node() {
         ("another Skyhook's Job runs: it waits", true, 0),
     ];
     for (case, other_busy, jobs) in cases {
-        let mut annotations = go_state(REBOOT, "config", "complete");
-        annotations[schema::cordon_annotation("sh")] = json!("true");
-        let n = node("n1", 0, annotations, json!({}), true);
-        let mut w = World::new(skyhook(one_package(true), json!({})), vec![n]);
+        let n = node("n1")
+            .annotations(go_state(REBOOT, "config", "complete"))
+            .annotation(&schema::cordon_annotation("sh"), "true")
+            .cordoned(true)
+            .arc();
+        let mut w = World::new(one_package(true).build(), vec![n]);
         w.pods.insert("n1".into(), Vec::new());
         if *other_busy {
             w.busy.insert("n1".into());
@@ -609,8 +545,11 @@ fn drain_cordons_then_evicts_then_runs() {
         } else {
             json!({})
         };
-        let n = node("n1", 0, annotations, json!({}), *cordoned);
-        let mut w = World::new(skyhook(one_package(true), json!({})), vec![n]);
+        let n = node("n1")
+            .annotations(annotations)
+            .cordoned(*cordoned)
+            .arc();
+        let mut w = World::new(one_package(true).build(), vec![n]);
         if let Some(p) = pods {
             w.pods.insert("n1".into(), p.clone());
         }
@@ -628,11 +567,7 @@ fn drain_cordons_then_evicts_then_runs() {
 #[test]
 fn finished_jobs_are_folded_and_the_node_moves_on() {
     let at = now();
-    let failed = Outcome::Failed {
-        at,
-        reason: "PodFailurePolicy".into(),
-        message: "exit 1".into(),
-    };
+    let failed = failure(at);
     // (case, Job outcome, stage and state after, Jobs started, Job operations)
     let cases: &[(&str, Outcome, (Stage, State), usize, usize)] = &[
         (
@@ -658,16 +593,12 @@ fn finished_jobs_are_folded_and_the_node_moves_on() {
         ),
     ];
     for (case, outcome, (stage, state), jobs, ops) in cases {
-        let n = node(
-            "n1",
-            0,
-            go_state(PLAIN, "apply", "in_progress"),
-            json!({}),
-            false,
-        );
-        let mut w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+        let n = node("n1")
+            .annotations(go_state(PLAIN, "apply", "in_progress"))
+            .arc();
+        let mut w = World::new(one_package(false).build(), vec![n]);
         w.jobs
-            .push(job(PLAIN, Stage::Apply, "n1", 0, outcome.clone()));
+            .push(job(&tuned(), Stage::Apply).outcome(outcome.clone()).build());
         let plan = w.plan();
         assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
         assert_eq!(plan.job_ops.len(), *ops, "{case}: Job operations");
@@ -693,8 +624,8 @@ fn finished_jobs_are_folded_and_the_node_moves_on() {
 
 #[test]
 fn an_unchanged_world_writes_nothing() {
-    let n = node("n1", 0, json!({}), json!({}), false);
-    let w = World::new(skyhook(one_package(false), json!({})), vec![n]);
+    let n = node("n1").arc();
+    let w = World::new(one_package(false).build(), vec![n]);
     let first = w.plan();
     // Feed the first pass's writes back in, then plan again.
     let mut annotations = serde_json::Map::new();
@@ -707,14 +638,10 @@ fn an_unchanged_world_writes_nothing() {
             labels.insert(k.clone(), json!(v));
         }
     }
-    let mut node_after = (*node(
-        "n1",
-        0,
-        Value::Object(annotations),
-        Value::Object(labels),
-        false,
-    ))
-    .clone();
+    let mut node_after = node("n1")
+        .annotations(Value::Object(annotations))
+        .labels(Value::Object(labels))
+        .build();
     node_after.conditions = first.node_conditions[0]
         .1
         .iter()
@@ -724,8 +651,7 @@ fn an_unchanged_world_writes_nothing() {
     let mut sk = w.sk.clone();
     sk.status = first.status.clone();
     let mut w2 = World::new(sk, vec![Arc::new(node_after)]);
-    w2.jobs
-        .push(job(PLAIN, Stage::Apply, "n1", 0, Outcome::Running));
+    w2.jobs.push(job(&tuned(), Stage::Apply).build());
     let second = w2.plan();
     assert!(second.create_jobs.is_empty(), "no twin Job");
     assert!(second.node_patches.is_empty(), "{:?}", second.node_patches);
@@ -735,16 +661,16 @@ fn an_unchanged_world_writes_nothing() {
 
 #[test]
 fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged_not_fatal() {
-    let mut spec = one_package(false);
-    spec["packages"][PLAIN]["gracefulShutdown"] = json!("1000000000h");
-    let sk = skyhook(spec, json!({}));
+    let sk = one_package(false)
+        .package(package(PLAIN).with(json!({"gracefulShutdown": "1000000000h"})))
+        .build();
     let problems = crate::crd::validate_skyhook(&sk).expect_err("rejected by the operator");
     let text: Vec<String> = problems.iter().map(|e| e.to_string()).collect();
     assert!(
         text.iter().any(|t| t.contains("gracefulShutdown")),
         "{text:?}"
     );
-    let n = node("n1", 0, json!({}), json!({}), false);
+    let n = node("n1").arc();
     let mut w = World::new(sk.clone(), vec![n]);
     w.invalid = text;
     let plan = w.plan();
@@ -772,25 +698,19 @@ fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged_not_fatal() {
 
 #[test]
 fn a_node_leaving_the_batch_is_written_before_the_next_one_starts() {
-    let mut spec = one_package(false);
-    spec["interruptionBudget"] = json!({"count": 1});
-    let done = node(
-        "done",
-        0,
-        go_state(PLAIN, "config", "in_progress"),
-        json!({}),
-        false,
-    );
-    let next = node("next", 1, json!({}), json!({}), false);
-    let mut w = World::new(skyhook(spec, json!({})), vec![done, next]);
+    let sk = one_package(false).set("interruptionBudget", json!({"count": 1}));
+    let done = node("done")
+        .annotations(go_state(PLAIN, "config", "in_progress"))
+        .arc();
+    let next = node("next").created(1).arc();
+    let mut w = World::new(sk.build(), vec![done, next]);
     let at = now();
-    w.jobs.push(job(
-        PLAIN,
-        Stage::Config,
-        "done",
-        0,
-        Outcome::Complete { at },
-    ));
+    w.jobs.push(
+        job(&tuned(), Stage::Config)
+            .on("done")
+            .outcome(Outcome::Complete { at })
+            .build(),
+    );
     let plan = w.plan();
     assert_eq!(created(&plan), vec![("next".into(), "apply".into())]);
     let starts = |n: &str| {
@@ -833,9 +753,9 @@ fn unreadable_node_state_leaves_the_node_untouched_and_says_so() {
         ),
     ];
     for (name, annotations, key) in cases {
-        let bad = node("n1", 0, annotations, json!({}), false);
-        let good = node("n2", 1, json!({}), json!({}), false);
-        let w = World::new(skyhook(one_package(false), json!({})), vec![bad, good]);
+        let bad = node("n1").annotations(annotations).arc();
+        let good = node("n2").created(1).arc();
+        let w = World::new(one_package(false).build(), vec![bad, good]);
         let plan = w.plan();
         assert!(
             plan.node_patches.iter().all(|p| p.node != "n1"),
@@ -910,10 +830,7 @@ fn unreadable_node_state_leaves_the_node_untouched_and_says_so() {
 
 #[test]
 fn a_skyhook_without_unreadable_nodes_carries_no_such_condition() {
-    let w = World::new(
-        skyhook(one_package(false), json!({})),
-        vec![node("n1", 0, json!({}), json!({}), false)],
-    );
+    let w = World::new(one_package(false).build(), vec![node("n1").arc()]);
     let status = w.plan().status.expect("status");
     assert!(
         status
@@ -925,21 +842,16 @@ fn a_skyhook_without_unreadable_nodes_carries_no_such_condition() {
 
 #[test]
 fn the_version_annotation_is_written_once() {
-    let mut w = World::new(
-        skyhook(one_package(false), json!({})),
-        vec![node("n1", 0, json!({}), json!({}), false)],
-    );
+    let mut w = World::new(one_package(false).build(), vec![node("n1").arc()]);
     let want = schema::skyhook_version_value("test");
     assert_eq!(w.plan().version_annotation, Some(want.clone()));
-    w.sk = skyhook(
-        one_package(false),
-        json!({schema::VERSION_ANNOTATION: want}),
-    );
+    w.sk = one_package(false)
+        .annotations(json!({schema::VERSION_ANNOTATION: want}))
+        .build();
     assert_eq!(w.plan().version_annotation, None);
-    w.sk = skyhook(
-        one_package(false),
-        json!({schema::VERSION_ANNOTATION: "v0.12.0"}),
-    );
+    w.sk = one_package(false)
+        .annotations(json!({schema::VERSION_ANNOTATION: "v0.12.0"}))
+        .build();
     assert!(
         w.plan().version_annotation.is_some(),
         "an older writer's value is replaced"
@@ -948,12 +860,13 @@ fn the_version_annotation_is_written_once() {
 
 #[test]
 fn an_interrupt_never_starts_beside_another_stage_in_one_pass() {
-    let mut spec = one_package(true);
-    spec["packages"][PLAIN] = json!({"version": "1.0.0", "image": format!("ghcr.io/x/{PLAIN}")});
-    let mut annotations = go_state(REBOOT, "config", "complete");
-    annotations[schema::cordon_annotation("sh")] = json!("true");
-    let n = node("n1", 0, annotations, json!({}), true);
-    let mut w = World::new(skyhook(spec, json!({})), vec![n]);
+    let sk = one_package(true).package(tuned());
+    let n = node("n1")
+        .annotations(go_state(REBOOT, "config", "complete"))
+        .annotation(&schema::cordon_annotation("sh"), "true")
+        .cordoned(true)
+        .arc();
+    let mut w = World::new(sk.build(), vec![n]);
     w.pods.insert("n1".into(), Vec::new());
     let plan = w.plan();
     let stages: Vec<String> = plan
@@ -977,18 +890,19 @@ fn an_interrupt_never_starts_beside_another_stage_in_one_pass() {
 
 #[test]
 fn nothing_starts_beside_a_running_interrupt_in_later_passes() {
-    let mut spec = one_package(true);
-    spec["packages"][PLAIN] = json!({"version": "1.0.0", "image": format!("ghcr.io/x/{PLAIN}")});
+    let sk = one_package(true).package(tuned());
     // (case, the interrupt Job is being deleted)
     for (case, deleting) in [("running", false), ("being deleted", true)] {
-        let mut annotations = go_state(REBOOT, "interrupt", "in_progress");
-        annotations[schema::cordon_annotation("sh")] = json!("true");
-        let n = node("n1", 0, annotations, json!({}), true);
-        let mut w = World::new(skyhook(spec.clone(), json!({})), vec![n]);
+        let n = node("n1")
+            .annotations(go_state(REBOOT, "interrupt", "in_progress"))
+            .annotation(&schema::cordon_annotation("sh"), "true")
+            .cordoned(true)
+            .arc();
+        let mut w = World::new(sk.clone().build(), vec![n]);
         w.pods.insert("n1".into(), Vec::new());
-        let mut running = job(REBOOT, Stage::Interrupt, "n1", 0, Outcome::Running);
-        running.deleting = deleting;
-        w.jobs.push(running);
+        let driver = package(REBOOT).reboot().build();
+        w.jobs
+            .push(job(&driver, Stage::Interrupt).deleting(deleting).build());
         let plan = w.plan();
         assert!(
             plan.create_jobs.is_empty(),
@@ -1013,11 +927,10 @@ fn an_unreadable_node_still_at_work_holds_the_budget() {
         } else {
             json!({schema::node_state_annotation("sh"): "{not json"})
         };
-        let bad = node("n1", 0, annotations, json!({}), busy);
-        let good = node("n2", 1, json!({}), json!({}), false);
-        let mut spec = one_package(false);
-        spec["interruptionBudget"] = json!({"count": 1});
-        let w = World::new(skyhook(spec, json!({})), vec![bad, good]);
+        let bad = node("n1").annotations(annotations).cordoned(busy).arc();
+        let good = node("n2").created(1).arc();
+        let sk = one_package(false).set("interruptionBudget", json!({"count": 1}));
+        let w = World::new(sk.build(), vec![bad, good]);
         let plan = w.plan();
         let nodes: BTreeSet<String> = plan
             .create_jobs
@@ -1032,15 +945,19 @@ fn an_unreadable_node_still_at_work_holds_the_budget() {
 #[test]
 fn packages_merged_into_a_starting_interrupt_are_skipped_in_the_same_pass() {
     let svc = |name: &str| {
-        json!({"version": "1.0.0", "image": format!("ghcr.io/x/{name}"),
-               "interrupt": {"type": "service", "services": [name]}})
+        package(name).with(json!({"interrupt": {"type": "service", "services": [name]}}))
     };
-    let spec = json!({"packages": {"alpha": svc("alpha"), "bravo": svc("bravo")}});
+    let sk = skyhook("sh")
+        .live()
+        .package(svc("alpha"))
+        .package(svc("bravo"));
     let raw = r#"{"alpha|1.0.0":{"name":"alpha","version":"1.0.0","image":"ghcr.io/x/alpha","stage":"config","state":"complete"},"bravo|1.0.0":{"name":"bravo","version":"1.0.0","image":"ghcr.io/x/bravo","stage":"config","state":"complete"}}"#;
-    let mut annotations = json!({schema::node_state_annotation("sh"): raw});
-    annotations[schema::cordon_annotation("sh")] = json!("true");
-    let n = node("n1", 0, annotations, json!({}), true);
-    let mut w = World::new(skyhook(spec, json!({})), vec![n]);
+    let n = node("n1")
+        .annotations(json!({schema::node_state_annotation("sh"): raw}))
+        .annotation(&schema::cordon_annotation("sh"), "true")
+        .cordoned(true)
+        .arc();
+    let mut w = World::new(sk.build(), vec![n]);
     w.pods.insert("n1".into(), Vec::new());
     let plan = w.plan();
     assert_eq!(plan.create_jobs.len(), 1, "one merged interrupt Job");
@@ -1063,9 +980,9 @@ fn packages_merged_into_a_starting_interrupt_are_skipped_in_the_same_pass() {
 fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
     let cap = launch::MAX_JOB_CREATES_PER_PASS;
     let nodes: Vec<Arc<NodeView>> = (0..cap + 50)
-        .map(|i| node(&format!("n{i:04}"), i as i64, json!({}), json!({}), false))
+        .map(|i| node(&format!("n{i:04}")).created(i as i64).arc())
         .collect();
-    let world = World::new(skyhook(one_package(false), json!({})), nodes);
+    let world = World::new(one_package(false).build(), nodes);
     let plan = world.plan();
     assert_eq!(plan.create_jobs.len(), cap);
     assert_eq!(plan.deferred_jobs, 50);
@@ -1109,7 +1026,7 @@ fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
         .collect();
     next.jobs = created(&plan)
         .iter()
-        .map(|(n, _)| job(PLAIN, Stage::Apply, n, 0, Outcome::Running))
+        .map(|(n, _)| job(&tuned(), Stage::Apply).on(n).build())
         .collect();
     let again = next.plan();
     assert_eq!(again.create_jobs.len(), 50, "the deferred Jobs");
@@ -1125,36 +1042,20 @@ fn one_pass_creates_a_bounded_number_of_jobs_and_comes_back_at_once() {
     );
 }
 
-fn policy(compartments: Value, default: Value) -> Arc<crate::crd::DeploymentPolicy> {
-    Arc::new(
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-            "metadata": {"name": "p"},
-            "spec": {"compartments": compartments, "default": default},
-        }))
-        .expect("policy"),
-    )
-}
-
-fn with_policy(mut spec: Value) -> Skyhook {
-    spec["deploymentPolicy"] = json!("p");
-    skyhook(spec, json!({}))
-}
-
 #[test]
 fn each_compartment_starts_its_own_batch_and_reports_it() {
     let nodes = vec![
-        node("n0", 0, json!({}), json!({"canary": "true"}), false),
-        node("n1", 1, json!({}), json!({}), false),
-        node("n2", 2, json!({}), json!({}), false),
-        node("n3", 3, json!({}), json!({}), false),
+        node("n0").labels(json!({"canary": "true"})).arc(),
+        node("n1").created(1).arc(),
+        node("n2").created(2).arc(),
+        node("n3").created(3).arc(),
     ];
-    let mut world = World::new(with_policy(one_package(false)), nodes);
-    world.policies = vec![policy(
+    let mut world = World::new(one_package(false).policy("p").build(), nodes);
+    world.policies = vec![Arc::new(policy(
         json!([{"name": "canary", "selector": {"matchLabels": {"canary": "true"}},
                 "budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}}]),
         json!({"budget": {"percent": 100}, "strategy": {"linear": {"initialBatch": 1, "delta": 1}}}),
-    )];
+    ))];
     let plan = world.plan();
     let nodes: Vec<String> = created(&plan).into_iter().map(|(n, _)| n).collect();
     assert_eq!(nodes, ["n0", "n1"], "one node per compartment");
@@ -1200,12 +1101,11 @@ fn each_compartment_starts_its_own_batch_and_reports_it() {
 
 #[test]
 fn a_legacy_skyhook_reports_its_default_compartment() {
-    let spec =
-        json!({"packages": one_package(false)["packages"], "interruptionBudget": {"count": 3}});
+    let sk = one_package(false).set("interruptionBudget", json!({"count": 3}));
     let nodes = (0..6)
-        .map(|i| node(&format!("n{i}"), i, json!({}), json!({}), false))
+        .map(|i| node(&format!("n{i}")).created(i).arc())
         .collect();
-    let plan = World::new(skyhook(spec, json!({})), nodes).plan();
+    let plan = World::new(sk.build(), nodes).plan();
     assert_eq!(created(&plan).len(), 3);
     let status = plan.status.expect("status");
     let c = &status.compartment_statuses["__default__"];
@@ -1215,8 +1115,8 @@ fn a_legacy_skyhook_reports_its_default_compartment() {
 
 #[test]
 fn a_missing_policy_blocks_new_work_and_says_why() {
-    let nodes = vec![node("n0", 0, json!({}), json!({}), false)];
-    let plan = World::new(with_policy(one_package(false)), nodes).plan();
+    let nodes = vec![node("n0").arc()];
+    let plan = World::new(one_package(false).policy("p").build(), nodes).plan();
     assert!(plan.create_jobs.is_empty());
     let status = plan.status.expect("status");
     assert_eq!(status.status, Some(Status::Blocked));
@@ -1242,20 +1142,16 @@ fn a_stopped_compartment_starts_nothing_until_reset() {
     // n0 failed in the first batch; its failure is the baseline after the reset, not a
     // further failed batch that would stop the compartment again.
     let nodes = vec![
-        node(
-            "n0",
-            0,
-            go_state(PLAIN, "apply", "erroring"),
-            json!({}),
-            false,
-        ),
-        node("n1", 1, json!({}), json!({}), false),
+        node("n0")
+            .annotations(go_state(PLAIN, "apply", "erroring"))
+            .arc(),
+        node("n1").created(1).arc(),
     ];
-    let mut world = World::new(with_policy(one_package(false)), nodes);
-    world.policies = vec![policy(
+    let mut world = World::new(one_package(false).policy("p").build(), nodes);
+    world.policies = vec![Arc::new(policy(
         json!([]),
         json!({"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 1, "failureThreshold": 1}}}),
-    )];
+    ))];
     let stopped = crate::crd::BatchState {
         current_batch: 2,
         consecutive_failures: 1,
@@ -1314,12 +1210,15 @@ fn a_version_change_resets_batch_state_when_the_options_say_so() {
         ("same version, reset on", Some(true), "tuned:1.0.0", 5),
     ];
     for &(case, option, stored, want) in cases {
-        let mut spec = one_package(false);
+        let mut sk = one_package(false);
         if let Some(on) = option {
-            spec["deploymentPolicyOptions"] = json!({"resetBatchStateOnCompletion": on});
+            sk = sk.set(
+                "deploymentPolicyOptions",
+                json!({"resetBatchStateOnCompletion": on}),
+            );
         }
-        let nodes = vec![node("n0", 0, json!({}), json!({}), false)];
-        let mut world = World::new(skyhook(spec, json!({})), nodes);
+        let nodes = vec![node("n0").arc()];
+        let mut world = World::new(sk.build(), nodes);
         let mut prior = crate::crd::SkyhookStatus {
             package_list: stored.into(),
             ..Default::default()
@@ -1349,10 +1248,10 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
         let raw = r#"{"alpha|1.0.0":{"name":"alpha","version":"1.0.0","image":"ghcr.io/x/alpha","stage":"apply","state":"complete"},"broken|1.0.0":{"name":"broken","version":"1.0.0","image":"ghcr.io/x/broken","stage":"apply","state":"erroring","restarts":1}}"#;
         json!({schema::node_state_annotation("sh"): raw, schema::status_annotation("sh"): node_status})
     };
-    let spec = json!({"packages": {
-        "alpha": {"version": "1.0.0", "image": "ghcr.io/x/alpha"},
-        "broken": {"version": "1.0.0", "image": "ghcr.io/x/broken"},
-    }});
+    let sk = skyhook("sh")
+        .live()
+        .package(package("alpha"))
+        .package(package("broken"));
     // (case, stored node status, nodes whose alpha config starts)
     let cases: &[(&str, &str, usize)] = &[
         (
@@ -1368,9 +1267,14 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
     ];
     for &(case, node_status, want) in cases {
         let nodes = (0..3)
-            .map(|i| node(&format!("n{i}"), i, state(node_status), json!({}), false))
+            .map(|i| {
+                node(&format!("n{i}"))
+                    .created(i)
+                    .annotations(state(node_status))
+                    .arc()
+            })
             .collect();
-        let mut world = World::new(skyhook(spec.clone(), json!({})), nodes);
+        let mut world = World::new(sk.clone().build(), nodes);
         let mut prior = crate::crd::SkyhookStatus::default();
         prior.compartment_statuses.insert(
             "__default__".into(),
@@ -1409,25 +1313,25 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
 #[test]
 fn a_node_patch_that_conflicts_takes_its_nodes_work_and_the_status_with_it() {
     let versioned = |name: &str, rv: &str, annotations: Value| {
-        let mut n = (*node(name, 0, annotations, json!({}), false)).clone();
-        n.resource_version = Some(rv.to_string());
-        Arc::new(n)
+        node(name)
+            .annotations(annotations)
+            .resource_version(rv)
+            .arc()
     };
     let n1 = versioned("n1", "41", go_state(PLAIN, "apply", "in_progress"));
     let n2 = versioned("n2", "42", json!({}));
-    let mut sk = skyhook(one_package(false), json!({}));
-    sk.status = Some(crate::crd::SkyhookStatus {
-        status: Some(Status::Waiting),
-        ..Default::default()
-    });
+    let sk = one_package(false)
+        .status(crate::crd::SkyhookStatus {
+            status: Some(Status::Waiting),
+            ..Default::default()
+        })
+        .build();
     let mut w = World::new(sk, vec![n1, n2]);
-    w.jobs.push(job(
-        PLAIN,
-        Stage::Apply,
-        "n1",
-        0,
-        Outcome::Complete { at: now() },
-    ));
+    w.jobs.push(
+        job(&tuned(), Stage::Apply)
+            .outcome(Outcome::Complete { at: now() })
+            .build(),
+    );
     let mut plan = w.plan();
     let rv: BTreeMap<&str, Option<&str>> = plan
         .node_patches
@@ -1483,20 +1387,8 @@ fn a_node_patch_that_conflicts_takes_its_nodes_work_and_the_status_with_it() {
 /// conflicting patch), and an invalid Skyhook deletes nothing whose outcome it cannot store.
 #[test]
 fn go_operator_pods_hold_their_stage_and_are_recorded_before_deletion() {
-    use crate::jobs::{GoOutcome, GoPod};
-    let pod = |outcome| GoPod {
-        name: "sh-tuned-1-0-0-apply-n1-0123abcd".into(),
-        skyhook: "sh".into(),
-        package: PLAIN.into(),
-        version: "1.0.0".into(),
-        stage: Stage::Apply,
-        image: format!("ghcr.io/x/{PLAIN}"),
-        container_sha: None,
-        node: "n1".into(),
-        invalid: false,
-        deleting: false,
-        outcome,
-    };
+    use crate::jobs::GoOutcome;
+    let pod = |outcome| go_pod(&tuned(), Stage::Apply).outcome(outcome).build();
     let succeeded = GoOutcome::Succeeded { restarts: 0 };
     // (case, Go pod on n1, Skyhook valid, Jobs created, pod deleted, tuned's state written (None:
     // unchanged, so not rewritten))
@@ -1542,14 +1434,10 @@ fn go_operator_pods_hold_their_stage_and_are_recorded_before_deletion() {
         ),
     ];
     for (case, outcome, valid, jobs, deleted, written) in cases {
-        let n1 = node(
-            "n1",
-            0,
-            go_state(PLAIN, "apply", "in_progress"),
-            json!({}),
-            false,
-        );
-        let mut w = World::new(skyhook(one_package(false), json!({})), vec![n1]);
+        let n1 = node("n1")
+            .annotations(go_state(PLAIN, "apply", "in_progress"))
+            .arc();
+        let mut w = World::new(one_package(false).build(), vec![n1]);
         if let Some(o) = outcome {
             w.go_pods.insert("n1".into(), vec![pod(o.clone())]);
         }
@@ -1585,14 +1473,22 @@ fn a_status_over_its_budget_lists_the_nodes_at_work_and_says_so() {
     let mut nodes: Vec<Arc<NodeView>> = (0..30)
         .map(|i| {
             let done = go_state(PLAIN, "config", "complete");
-            node(&format!("done-{i:02}"), i, done, json!({}), false)
+            node(&format!("done-{i:02}"))
+                .created(i)
+                .annotations(done)
+                .arc()
         })
         .collect();
     for i in 0..2 {
         let busy = go_state(PLAIN, "apply", "in_progress");
-        nodes.push(node(&format!("busy-{i}"), 40 + i, busy, json!({}), false));
+        nodes.push(
+            node(&format!("busy-{i}"))
+                .created(40 + i)
+                .annotations(busy)
+                .arc(),
+        );
     }
-    let mut world = World::new(skyhook(one_package(false), json!({})), nodes);
+    let mut world = World::new(one_package(false).build(), nodes);
     world.status_budget = 2_000;
     let plan = world.plan();
     let status = plan.status.clone().expect("status");

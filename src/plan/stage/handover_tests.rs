@@ -2,63 +2,14 @@
 //! their outcome lands in the node state as `PodReconcile` would write it, stale ones go.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-use jiff::Timestamp;
-use serde_json::json;
 
 use super::stale;
 use crate::crd::Package;
 use crate::jobs::{GoOutcome, GoPod};
+use crate::plan::fixtures::{entry_of, go_pod, input, node_state, package, packages, t};
 use crate::plan::spec::SpecView;
-use crate::plan::stage::{Host, NodeAction, NodeNote, NodeOutcome, RetryPolicy, StepInput, step};
+use crate::plan::stage::{Host, NodeAction, NodeNote, NodeOutcome, StepInput, step};
 use crate::schema::{NodeState, PackageStatus, Stage, State};
-
-fn package(name: &str, version: &str, interrupt: bool) -> Package {
-    let mut v = json!({"name": name, "version": version, "image": format!("ghcr.io/x/{name}")});
-    if interrupt {
-        v["interrupt"] = json!({"type": "reboot"});
-    }
-    serde_json::from_value(v).expect("package")
-}
-
-fn t(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + secs).expect("time")
-}
-
-const RETRY: RetryPolicy = RetryPolicy {
-    base: Duration::from_secs(10),
-    max: Duration::from_secs(300),
-};
-
-fn entry(p: &Package, stage: Stage, state: State, restarts: i32) -> PackageStatus {
-    PackageStatus {
-        name: p.name.as_str().into(),
-        version: p.version.as_str().into(),
-        image: p.image.as_str().into(),
-        container_sha: None,
-        stage,
-        state: Some(state),
-        restarts,
-    }
-}
-
-/// The Go operator's pod of `p` at `stage` on node n1.
-fn go_pod(p: &Package, stage: Stage, outcome: GoOutcome) -> GoPod {
-    GoPod {
-        name: format!("sh-{}-{}-{}-n1-0123abcd", p.name, p.version, stage.as_str()),
-        skyhook: "sh".into(),
-        package: p.name.clone(),
-        version: p.version.clone(),
-        stage,
-        image: p.image.clone(),
-        container_sha: None,
-        node: "n1".into(),
-        invalid: false,
-        deleting: false,
-        outcome,
-    }
-}
 
 /// Crash-looping since `at`, after `restarts` kubelet restarts.
 fn crashed(at: i64, restarts: i32) -> GoOutcome {
@@ -69,13 +20,6 @@ fn crashed(at: i64, restarts: i32) -> GoOutcome {
         reason: "CrashLoopBackOff".into(),
         message: "back-off restarting failed container".into(),
     }
-}
-
-fn specs(packages: &[&Package]) -> BTreeMap<String, Package> {
-    packages
-        .iter()
-        .map(|p| (p.name.clone(), (*p).clone()))
-        .collect()
 }
 
 fn runs(o: &NodeOutcome) -> Vec<(String, Stage)> {
@@ -100,18 +44,13 @@ fn deleted(o: &NodeOutcome) -> Vec<String> {
 
 #[test]
 fn stale_as_the_reference_validates_running_pods() {
-    let alpha = package("alpha", "1.0.0", false);
-    let old = package("alpha", "0.9.0", false);
-    let pk = specs(&[&alpha]);
+    let alpha = package("alpha").build();
+    let old = package("alpha").version("0.9.0").build();
+    let pk = packages([&alpha]);
     let none = BTreeMap::new();
     let sv = SpecView::new(&pk, &[], &none);
-    let at = |p: &Package, stage, state| {
-        let mut s = NodeState::default();
-        s.upsert(entry(p, stage, state, 0));
-        s
-    };
-    let running = || GoOutcome::Running;
-    let pod = |p: &Package, stage| go_pod(p, stage, running());
+    let at = |p: &Package, stage, state| node_state([entry_of(p, stage, state)]);
+    let pod = |p: &Package, stage| go_pod(p, stage).build();
     let with = |mut g: GoPod, f: fn(&mut GoPod)| {
         f(&mut g);
         g
@@ -164,7 +103,7 @@ fn stale_as_the_reference_validates_running_pods() {
         ),
         (
             "a package not in the spec",
-            pod(&package("gone", "1.0.0", false), Apply),
+            pod(&package("gone").build(), Apply),
             NodeState::default(),
             true,
         ),
@@ -225,15 +164,15 @@ struct Case {
 
 #[test]
 fn go_pods_are_awaited_recorded_and_cleared() {
-    let alpha = package("alpha", "1.0.0", false);
-    let old = package("alpha", "0.9.0", false);
-    let bravo = package("bravo", "1.0.0", false);
-    let pk = specs(&[&alpha, &bravo]);
+    let alpha = package("alpha").build();
+    let old = package("alpha").version("0.9.0").build();
+    let bravo = package("bravo").build();
+    let pk = packages([&alpha, &bravo]);
     let none = BTreeMap::new();
     let sv = SpecView::new(&pk, &[], &none);
     use Stage::*;
     use State::*;
-    let pod = |stage, outcome| go_pod(&alpha, stage, outcome);
+    let pod = |stage, outcome| go_pod(&alpha, stage).outcome(outcome).build();
     let cases = [
         Case {
             name: "running: awaited, nothing recorded",
@@ -372,24 +311,21 @@ fn go_pods_are_awaited_recorded_and_cleared() {
         },
     ];
     for c in cases {
-        let mut state = NodeState::default();
         let (stage, st, restarts) = c.prior;
-        state.upsert(entry(&alpha, stage, st, restarts));
+        let state = node_state([PackageStatus {
+            restarts,
+            ..entry_of(&alpha, stage, st)
+        }]);
         let pods = [c.pod.clone()];
         let o = step(StepInput {
-            spec: &sv,
             state,
-            applied: BTreeMap::new(),
-            folded: Default::default(),
             host: Host {
                 go_pods: &pods,
                 ..Host::default()
             },
-            jobs: &[],
             may_start: c.may_start,
-            retry: RETRY,
-            failed_jobs_kept: 3,
             now: t(c.now),
+            ..input(&sv)
         });
         let name = c.name;
         let e = o.state.get("alpha", "1.0.0").expect("alpha");
@@ -420,23 +356,14 @@ fn go_pods_are_awaited_recorded_and_cleared() {
 
     // An old version's pod, with the node state still at that version: the upgrade of alpha
     // waits for the pod to go, which it is made to.
-    let mut state = NodeState::default();
-    state.upsert(entry(&old, Apply, InProgress, 0));
-    let pods = [go_pod(&old, Apply, GoOutcome::Running)];
+    let pods = [go_pod(&old, Apply).build()];
     let o = step(StepInput {
-        spec: &sv,
-        state,
-        applied: BTreeMap::new(),
-        folded: Default::default(),
+        state: node_state([entry_of(&old, Apply, InProgress)]),
         host: Host {
             go_pods: &pods,
             ..Host::default()
         },
-        jobs: &[],
-        may_start: true,
-        retry: RETRY,
-        failed_jobs_kept: 3,
-        now: t(0),
+        ..input(&sv)
     });
     assert_eq!(deleted(&o), vec![pods[0].name.clone()], "old version");
     assert_eq!(runs(&o), vec![("bravo".into(), Apply)], "old version");
@@ -444,23 +371,17 @@ fn go_pods_are_awaited_recorded_and_cleared() {
 
 #[test]
 fn after_a_go_failure_our_attempt_keeps_the_count() {
-    let alpha = package("alpha", "1.0.0", false);
-    let pk = specs(&[&alpha]);
+    let alpha = package("alpha").build();
+    let pk = packages([&alpha]);
     let none = BTreeMap::new();
     let sv = SpecView::new(&pk, &[], &none);
-    let mut state = NodeState::default();
-    state.upsert(entry(&alpha, Stage::Apply, State::Erroring, 2));
+    let state = node_state([PackageStatus {
+        restarts: 2,
+        ..entry_of(&alpha, Stage::Apply, State::Erroring)
+    }]);
     let o = step(StepInput {
-        spec: &sv,
         state,
-        applied: BTreeMap::new(),
-        folded: Default::default(),
-        host: Host::default(),
-        jobs: &[],
-        may_start: true,
-        retry: RETRY,
-        failed_jobs_kept: 3,
-        now: t(0),
+        ..input(&sv)
     });
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply)]);
     let e = o.state.get("alpha", "1.0.0").expect("alpha");
@@ -472,17 +393,14 @@ fn after_a_go_failure_our_attempt_keeps_the_count() {
 
 #[test]
 fn a_go_pod_holds_interrupts_and_a_go_interrupt_holds_everything() {
-    let reboot = package("driver", "1.0.0", true);
-    let plain = package("tuned", "1.0.0", false);
-    let pk = specs(&[&reboot, &plain]);
+    let reboot = package("driver").reboot().build();
+    let plain = package("tuned").build();
+    let pk = packages([&reboot, &plain]);
     let none = BTreeMap::new();
     let sv = SpecView::new(&pk, &[], &none);
     let pass = |state: NodeState, pods: &[GoPod]| {
         step(StepInput {
-            spec: &sv,
             state,
-            applied: BTreeMap::new(),
-            folded: Default::default(),
             // Cordoned and drained already.
             host: Host {
                 cordoned: true,
@@ -490,34 +408,28 @@ fn a_go_pod_holds_interrupts_and_a_go_interrupt_holds_everything() {
                 go_pods: pods,
                 ..Host::default()
             },
-            jobs: &[],
-            may_start: true,
-            retry: RETRY,
-            failed_jobs_kept: 3,
-            now: t(0),
+            ..input(&sv)
         })
     };
     // driver is due for its interrupt while tuned's Go pod still applies: the interrupt waits.
-    let mut state = NodeState::default();
-    state.upsert(entry(&reboot, Stage::Config, State::Complete, 0));
-    state.upsert(entry(&plain, Stage::Apply, State::InProgress, 0));
-    let pods = [go_pod(&plain, Stage::Apply, GoOutcome::Running)];
+    let state = node_state([
+        entry_of(&reboot, Stage::Config, State::Complete),
+        entry_of(&plain, Stage::Apply, State::InProgress),
+    ]);
+    let pods = [go_pod(&plain, Stage::Apply).build()];
     let o = pass(state, &pods);
     assert_eq!(runs(&o), Vec::new(), "the interrupt waits for the Go pod");
     assert!(o.blocked.is_some());
     // The Go operator's interrupt pod runs: tuned, due to apply, waits for it.
-    let mut state = NodeState::default();
-    state.upsert(entry(&reboot, Stage::Interrupt, State::InProgress, 0));
-    let pods = [go_pod(&reboot, Stage::Interrupt, GoOutcome::Running)];
+    let state = node_state([entry_of(&reboot, Stage::Interrupt, State::InProgress)]);
+    let pods = [go_pod(&reboot, Stage::Interrupt).build()];
     let o = pass(state.clone(), &pods);
     assert_eq!(runs(&o), Vec::new(), "nothing starts beside a Go interrupt");
     // Once it succeeded: the interrupt is complete and the pod goes; until it is gone, neither
     // post-interrupt nor tuned starts.
-    let pods = [go_pod(
-        &reboot,
-        Stage::Interrupt,
-        GoOutcome::Succeeded { restarts: 0 },
-    )];
+    let pods = [go_pod(&reboot, Stage::Interrupt)
+        .outcome(GoOutcome::Succeeded { restarts: 0 })
+        .build()];
     let o = pass(state, &pods);
     let e = o.state.get("driver", "1.0.0").expect("driver");
     assert_eq!(

@@ -1,23 +1,12 @@
 use super::*;
 use crate::jobs::Outcome;
+use crate::plan::fixtures::{
+    RETRY, entry_of, failure, input, job, node_state, package, packages, t,
+};
 use crate::plan::spec::spec_hash;
-use crate::schema::{PackageStatus, folded_key};
+use crate::schema::PackageStatus;
+use crate::schema::folded_key;
 use serde_json::json;
-
-fn package(name: &str, version: &str, extra: serde_json::Value) -> Package {
-    let mut v = json!({"name": name, "version": version, "image": format!("ghcr.io/x/{name}")});
-    if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
-        m.extend(e.clone());
-    }
-    serde_json::from_value(v).expect("package")
-}
-
-fn spec(packages: &[Package]) -> BTreeMap<String, Package> {
-    packages
-        .iter()
-        .map(|p| (p.name.clone(), p.clone()))
-        .collect()
-}
 
 fn view<'a>(
     packages: &'a BTreeMap<String, Package>,
@@ -59,53 +48,10 @@ fn step(
 
 /// An `apply` attempt that failed at `at` with a non-zero exit.
 fn failed_apply(p: &Package, attempt: u32, at: Timestamp) -> JobView {
-    let outcome = Outcome::Failed {
-        at,
-        reason: "PodFailurePolicy".into(),
-        message: "exit 1".into(),
-    };
-    job(p, Stage::Apply, attempt, outcome)
-}
-
-fn entry(p: &Package, stage: Stage, state: State) -> PackageStatus {
-    PackageStatus {
-        name: p.name.as_str().into(),
-        version: p.version.as_str().into(),
-        image: p.image.as_str().into(),
-        container_sha: None,
-        stage,
-        state: Some(state),
-        restarts: 0,
-    }
-}
-
-fn job(p: &Package, stage: Stage, attempt: u32, outcome: Outcome) -> JobView {
-    JobView {
-        name: format!("{}-{}-{attempt}", p.name, stage.as_str()).into(),
-        skyhook: "sk".into(),
-        package: p.name.as_str().into(),
-        version: p.version.as_str().into(),
-        stage,
-        node: "n1".into(),
-        attempt,
-        outcome,
-        recorded: false,
-        spec_hash: applied_hash(p).into(),
-        created: None,
-        deleting: false,
-        node_version: None,
-        counted: false,
-        stuck: None,
-    }
-}
-
-const RETRY: RetryPolicy = RetryPolicy {
-    base: Duration::from_secs(10),
-    max: Duration::from_secs(300),
-};
-
-fn t(secs: i64) -> Timestamp {
-    Timestamp::from_second(1_800_000_000 + secs).expect("time")
+    job(p, Stage::Apply)
+        .attempt(attempt)
+        .outcome(failure(at))
+        .build()
 }
 
 fn runs(o: &NodeOutcome) -> Vec<(String, Stage, u32)> {
@@ -130,10 +76,12 @@ fn state_of(o: &NodeOutcome, p: &Package) -> (Stage, Option<State>, i32) {
 
 #[test]
 fn fresh_install_starts_roots_only_then_follows_dependencies() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let b = package("bravo", "1.0.0", json!({"dependsOn": {"alpha": "1.0.0"}}));
-    let c = package("charlie", "2.0.0", json!({}));
-    let pk = spec(&[a.clone(), b.clone(), c.clone()]);
+    let a = package("alpha").build();
+    let b = package("bravo")
+        .with(json!({"dependsOn": {"alpha": "1.0.0"}}))
+        .build();
+    let c = package("charlie").version("2.0.0").build();
+    let pk = packages([&a, &b, &c]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
     let o = step(
@@ -157,8 +105,10 @@ fn fresh_install_starts_roots_only_then_follows_dependencies() {
     assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::InProgress), 0));
 
     // alpha's apply Job completed: record it and move to config; bravo still waits.
-    let done = job(&a, Stage::Apply, 0, Outcome::Complete { at: t(5) });
-    let running = job(&c, Stage::Apply, 0, Outcome::Running);
+    let done = job(&a, Stage::Apply)
+        .outcome(Outcome::Complete { at: t(5) })
+        .build();
+    let running = job(&c, Stage::Apply).build();
     let o = step(
         &sv,
         o.state,
@@ -185,7 +135,7 @@ fn fresh_install_starts_roots_only_then_follows_dependencies() {
 
     // alpha complete at config: bravo starts, and alpha's spec is recorded as applied.
     let mut st = o.state.clone();
-    st.upsert(entry(&a, Stage::Config, State::Complete));
+    st.upsert(entry_of(&a, Stage::Config, State::Complete));
     let o = step(
         &sv,
         st,
@@ -203,13 +153,14 @@ fn fresh_install_starts_roots_only_then_follows_dependencies() {
 
 #[test]
 fn outside_the_batch_jobs_are_observed_but_nothing_starts() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha").build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&a, Stage::Apply, State::InProgress));
-    let done = job(&a, Stage::Apply, 0, Outcome::Complete { at: t(1) });
+    let st = node_state([entry_of(&a, Stage::Apply, State::InProgress)]);
+    let done = job(&a, Stage::Apply)
+        .outcome(Outcome::Complete { at: t(1) })
+        .build();
     let o = step(
         &sv,
         st,
@@ -227,12 +178,11 @@ fn outside_the_batch_jobs_are_observed_but_nothing_starts() {
 
 #[test]
 fn failures_retry_with_capped_backoff_and_never_twin() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha").build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&a, Stage::Apply, State::InProgress));
+    let st = node_state([entry_of(&a, Stage::Apply, State::InProgress)]);
     let failed = |attempt, at| failed_apply(&a, attempt, at);
     let f0 = failed(0, t(0));
     let o = step(
@@ -270,7 +220,7 @@ fn failures_retry_with_capped_backoff_and_never_twin() {
     assert_eq!(state_of(&o, &a).2, 1, "restarts survive the retry");
 
     // The retry is running: adopt it, never a second one.
-    let r1 = job(&a, Stage::Apply, 1, Outcome::Running);
+    let r1 = job(&a, Stage::Apply).attempt(1).build();
     let o = step(
         &sv,
         o.state,
@@ -292,27 +242,21 @@ fn failures_retry_with_capped_backoff_and_never_twin() {
 
 #[test]
 fn a_spec_change_retries_at_once_and_replaces_stale_running_jobs() {
-    let old = package(
-        "alpha",
-        "1.0.0",
-        json!({"env": [{"name": "EXIT_CODE", "value": "1"}]}),
-    );
-    let new = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&new));
+    let old = package("alpha")
+        .with(json!({"env": [{"name": "EXIT_CODE", "value": "1"}]}))
+        .build();
+    let new = package("alpha").build();
+    let pk = packages([&new]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&new, Stage::Apply, State::Erroring));
-    let failed = job(
-        &old,
-        Stage::Apply,
-        0,
-        Outcome::Failed {
+    let st = node_state([entry_of(&new, Stage::Apply, State::Erroring)]);
+    let failed = job(&old, Stage::Apply)
+        .outcome(Outcome::Failed {
             at: t(0),
             reason: "x".into(),
             message: String::new(),
-        },
-    );
+        })
+        .build();
     let o = step(
         &sv,
         st.clone(),
@@ -326,9 +270,8 @@ fn a_spec_change_retries_at_once_and_replaces_stale_running_jobs() {
     );
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 1)]);
 
-    let mut st = NodeState::default();
-    st.upsert(entry(&new, Stage::Apply, State::InProgress));
-    let stale = job(&old, Stage::Apply, 0, Outcome::Running);
+    let st = node_state([entry_of(&new, Stage::Apply, State::InProgress)]);
+    let stale = job(&old, Stage::Apply).build();
     let o = step(
         &sv,
         st,
@@ -348,13 +291,12 @@ fn a_spec_change_retries_at_once_and_replaces_stale_running_jobs() {
 
 #[test]
 fn stuck_pods_fail_the_job_with_their_reason() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha").build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&a, Stage::Apply, State::InProgress));
-    let mut j = job(&a, Stage::Apply, 0, Outcome::Running);
+    let st = node_state([entry_of(&a, Stage::Apply, State::InProgress)]);
+    let mut j = job(&a, Stage::Apply).build();
     j.stuck = Some(Box::new((
         "alpha-init".into(),
         "ImagePullBackOff".into(),
@@ -381,16 +323,15 @@ fn stuck_pods_fail_the_job_with_their_reason() {
 
 #[test]
 fn upgrade_downgrade_and_removal() {
-    let v1 = package("alpha", "1.0.0", json!({}));
-    let v2 = package("alpha", "1.1.0", json!({}));
-    let gone = package("old", "3.0.0", json!({}));
+    let v1 = package("alpha").build();
+    let v2 = package("alpha").version("1.1.0").build();
+    let gone = package("old").version("3.0.0").build();
     let none = BTreeMap::new();
 
     // Upgrade: the new version runs `upgrade`; on success the old entry goes.
-    let pk = spec(std::slice::from_ref(&v2));
+    let pk = packages([&v2]);
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&v1, Stage::Config, State::Complete));
+    let st = node_state([entry_of(&v1, Stage::Config, State::Complete)]);
     let o = step(
         &sv,
         st,
@@ -403,7 +344,9 @@ fn upgrade_downgrade_and_removal() {
         t(0),
     );
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Upgrade, 0)]);
-    let done = job(&v2, Stage::Upgrade, 0, Outcome::Complete { at: t(1) });
+    let done = job(&v2, Stage::Upgrade)
+        .outcome(Outcome::Complete { at: t(1) })
+        .build();
     let o = step(
         &sv,
         o.state,
@@ -419,10 +362,9 @@ fn upgrade_downgrade_and_removal() {
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
 
     // Downgrade: the old version uninstalls first while the new one is skipped.
-    let pk = spec(std::slice::from_ref(&v1));
+    let pk = packages([&v1]);
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&v2, Stage::Config, State::Complete));
+    let st = node_state([entry_of(&v2, Stage::Config, State::Complete)]);
     let o = step(
         &sv,
         st,
@@ -439,7 +381,9 @@ fn upgrade_downgrade_and_removal() {
         state_of(&o, &v1),
         (Stage::Uninstall, Some(State::Skipped), 0)
     );
-    let done = job(&v2, Stage::Uninstall, 0, Outcome::Complete { at: t(1) });
+    let done = job(&v2, Stage::Uninstall)
+        .outcome(Outcome::Complete { at: t(1) })
+        .build();
     let o = step(
         &sv,
         o.state,
@@ -455,10 +399,9 @@ fn upgrade_downgrade_and_removal() {
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 0)]);
 
     // Removal: uninstall with the old image, then the entry disappears.
-    let pk = spec(&[]);
+    let pk = packages([]);
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&gone, Stage::Config, State::Complete));
+    let st = node_state([entry_of(&gone, Stage::Config, State::Complete)]);
     let o = step(
         &sv,
         st,
@@ -483,7 +426,9 @@ fn upgrade_downgrade_and_removal() {
         (uninstall.version.as_str(), uninstall.image.as_str()),
         ("3.0.0", "ghcr.io/x/old")
     );
-    let done = job(&gone, Stage::Uninstall, 0, Outcome::Complete { at: t(1) });
+    let done = job(&gone, Stage::Uninstall)
+        .outcome(Outcome::Complete { at: t(1) })
+        .build();
     let o = step(
         &sv,
         o.state,
@@ -501,13 +446,16 @@ fn upgrade_downgrade_and_removal() {
 
 #[test]
 fn drift_reruns_config_or_apply_and_unrecorded_state_is_adopted() {
-    let a = package("alpha", "1.0.0", json!({"configMap": {"k": "new"}}));
-    let old = package("alpha", "1.0.0", json!({"configMap": {"k": "old"}}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha")
+        .with(json!({"configMap": {"k": "new"}}))
+        .build();
+    let old = package("alpha")
+        .with(json!({"configMap": {"k": "old"}}))
+        .build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&a, Stage::Config, State::Complete));
+    let st = node_state([entry_of(&a, Stage::Config, State::Complete)]);
 
     // No record (e.g. Go-operator state): adopted as current, nothing re-runs.
     let o = step(
@@ -542,11 +490,9 @@ fn drift_reruns_config_or_apply_and_unrecorded_state_is_adopted() {
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
 
     // Install drift (env) re-runs apply.
-    let other = package(
-        "alpha",
-        "1.0.0",
-        json!({"configMap": {"k": "new"}, "env": [{"name": "X", "value": "1"}]}),
-    );
+    let other = package("alpha")
+        .with(json!({"configMap": {"k": "new"}, "env": [{"name": "X", "value": "1"}]}))
+        .build();
     let applied: BTreeMap<String, String> =
         [("alpha|1.0.0".to_string(), applied_hash(&other))].into();
     let o = step(&sv, st, applied, Host::default(), &[], true, RETRY, 3, t(0));
@@ -555,8 +501,8 @@ fn drift_reruns_config_or_apply_and_unrecorded_state_is_adopted() {
 
 #[test]
 fn legacy_unversioned_entries_are_migrated() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha").build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
     let st = NodeState::parse(r#"{"alpha":{"name":"alpha","version":"1.0.0","image":"","stage":"config","state":"complete"},"gone":{"name":"gone","version":"1","image":"","stage":"config","state":"complete"}}"#)
@@ -593,13 +539,7 @@ type Transition = (
 #[test]
 fn stage_machine_transitions() {
     let ok = || Some(Outcome::Complete { at: t(0) });
-    let failed = |at: i64| {
-        Some(Outcome::Failed {
-            at: t(at),
-            reason: "PodFailurePolicy".into(),
-            message: "exit 1".into(),
-        })
-    };
+    let failed = |at: i64| Some(failure(t(at)));
     use Stage::*;
     use State::*;
     let cases: &[Transition] = &[
@@ -700,19 +640,19 @@ fn stage_machine_transitions() {
             None,
         ),
     ];
-    let plain = package("pkg", "1.0.0", json!({}));
-    let reboot = package("pkg", "1.0.0", json!({"interrupt": {"type": "reboot"}}));
+    let plain = package("pkg").build();
+    let reboot = package("pkg").reboot().build();
     let none = BTreeMap::new();
     for (case, interrupt, prior, latest, after, run) in cases {
         let p = if *interrupt { &reboot } else { &plain };
-        let pk = spec(std::slice::from_ref(p));
+        let pk = packages([p]);
         let sv = view(&pk, &none);
         let mut state = NodeState::default();
         if let Some((stage, st)) = prior {
-            state.upsert(entry(p, *stage, *st));
+            state.upsert(entry_of(p, *stage, *st));
         }
         let jobs: Vec<JobView> = match (prior, latest) {
-            (Some((stage, _)), Some(o)) => vec![job(p, *stage, 0, o.clone())],
+            (Some((stage, _)), Some(o)) => vec![job(p, *stage).outcome(o.clone()).build()],
             _ => Vec::new(),
         };
         let refs: Vec<&JobView> = jobs.iter().collect();
@@ -753,8 +693,8 @@ fn stage_machine_transitions() {
 /// follows it up to its cap.
 #[test]
 fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha").build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
     let failed = |attempt, at| failed_apply(&a, attempt, at);
@@ -772,10 +712,10 @@ fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
         )
     };
     // Four failures so far; only the newest failed Job is kept (FAILED_JOBS_KEPT=1).
-    let mut st = NodeState::default();
-    let mut e = entry(&a, Stage::Apply, State::Erroring);
-    e.restarts = 4;
-    st.upsert(e);
+    let st = node_state([PackageStatus {
+        restarts: 4,
+        ..entry_of(&a, Stage::Apply, State::Erroring)
+    }]);
     let f4 = failed(4, t(0));
     // delay(4) = 10 s · 2³ = 80 s, not the delay of one failed Job (10 s).
     let o = go(st.clone(), &[&f4], t(79));
@@ -807,10 +747,10 @@ fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
     let o = go(o.state, &[&f5], t(92));
     assert_eq!(state_of(&o, &a).2, 5);
     // The cap: 300 s however many failures.
-    let mut st = NodeState::default();
-    let mut e = entry(&a, Stage::Apply, State::Erroring);
-    e.restarts = 40;
-    st.upsert(e);
+    let st = node_state([PackageStatus {
+        restarts: 40,
+        ..entry_of(&a, Stage::Apply, State::Erroring)
+    }]);
     let f40 = failed(40, t(0));
     assert_eq!(go(st, &[&f40], t(1)).retry_at, Some(t(300)));
 }
@@ -819,8 +759,8 @@ fn restarts_outlive_pruned_jobs_and_drive_the_backoff() {
 /// was stored but never created) restores `erroring` without counting or reporting it again.
 #[test]
 fn a_counted_failure_is_not_counted_again() {
-    let a = package("alpha", "1.0.0", json!({}));
-    let pk = spec(std::slice::from_ref(&a));
+    let a = package("alpha").build();
+    let pk = packages([&a]);
     let none = BTreeMap::new();
     let sv = view(&pk, &none);
     let mut f = failed_apply(&a, 2, t(0));
@@ -840,10 +780,10 @@ fn a_counted_failure_is_not_counted_again() {
     ];
     for (case, counted, stored, restarts, marks, notes) in cases {
         f.counted = counted;
-        let mut st = NodeState::default();
-        let mut e = entry(&a, Stage::Apply, stored);
-        e.restarts = 2;
-        st.upsert(e);
+        let st = node_state([PackageStatus {
+            restarts: 2,
+            ..entry_of(&a, Stage::Apply, stored)
+        }]);
         let o = step(
             &sv,
             st,
@@ -880,16 +820,19 @@ fn a_finished_upgrade_is_not_undone_by_the_old_versions_stale_entry() {
     // The new version's key sorts before the old one's ("1.0.0" < "1.0.0-rc"), so its upgrade is
     // folded first and drops the old entry; the old entry's running Job (its pod already gone)
     // must not put the entry back, or the next pass would start the upgrade over.
-    let old = package("alpha", "1.0.0-rc", json!({}));
-    let new = package("alpha", "1.0.0", json!({}));
+    let old = package("alpha").version("1.0.0-rc").build();
+    let new = package("alpha").build();
     let none = BTreeMap::new();
-    let pk = spec(std::slice::from_ref(&new));
+    let pk = packages([&new]);
     let sv = view(&pk, &none);
-    let mut st = NodeState::default();
-    st.upsert(entry(&old, Stage::Apply, State::Erroring));
-    st.upsert(entry(&new, Stage::Upgrade, State::InProgress));
-    let upgraded = job(&new, Stage::Upgrade, 0, Outcome::Complete { at: t(1) });
-    let stale = job(&old, Stage::Apply, 0, Outcome::Running);
+    let st = node_state([
+        entry_of(&old, Stage::Apply, State::Erroring),
+        entry_of(&new, Stage::Upgrade, State::InProgress),
+    ]);
+    let upgraded = job(&new, Stage::Upgrade)
+        .outcome(Outcome::Complete { at: t(1) })
+        .build();
+    let stale = job(&old, Stage::Apply).build();
     let o = step(
         &sv,
         st,
@@ -904,9 +847,10 @@ fn a_finished_upgrade_is_not_undone_by_the_old_versions_stale_entry() {
     assert!(o.state.get("alpha", "1.0.0-rc").is_none(), "{:?}", o.state);
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
     // And a new version already past its upgrade is never sent back to it.
-    let mut st = NodeState::default();
-    st.upsert(entry(&old, Stage::Apply, State::Erroring));
-    st.upsert(entry(&new, Stage::Config, State::InProgress));
+    let st = node_state([
+        entry_of(&old, Stage::Apply, State::Erroring),
+        entry_of(&new, Stage::Config, State::InProgress),
+    ]);
     let o = step(
         &sv,
         st,
@@ -923,15 +867,11 @@ fn a_finished_upgrade_is_not_undone_by_the_old_versions_stale_entry() {
 
 #[test]
 fn running_jobs_the_state_no_longer_asks_for_are_deleted() {
-    let p = package("alpha", "1.0.0", json!({}));
+    let p = package("alpha").build();
     let none = BTreeMap::new();
-    let pk = spec(std::slice::from_ref(&p));
+    let pk = packages([&p]);
     let sv = view(&pk, &none);
-    let with = |stage: Stage, state: State| {
-        let mut st = NodeState::default();
-        st.upsert(entry(&p, stage, state));
-        st
-    };
+    let with = |stage: Stage, state: State| node_state([entry_of(&p, stage, state)]);
     // (case, stored state, running Job's stage, its node version, node version read,
     //  may start, Job deleted, stages started)
     type Case<'a> = (
@@ -1017,8 +957,7 @@ fn running_jobs_the_state_no_longer_asks_for_are_deleted() {
         ),
     ];
     for (case, state, stage, job_version, seen, may_start, deleted, started) in cases {
-        let mut running = job(&p, stage, 0, Outcome::Running);
-        running.node_version = job_version;
+        let running = job(&p, stage).node_version(job_version).build();
         let host = Host {
             node_version: Some(seen),
             ..Host::default()
@@ -1049,20 +988,12 @@ fn finished_jobs_the_state_no_longer_asks_for_are_set_aside() {
     // A Job that finished before its outcome was folded (the operator was down, or the reset
     // landed between the Job's end and the next pass) belongs to the run that was reset: it is
     // recorded without touching the state, and the stage runs again as a new attempt.
-    let p = package("alpha", "1.0.0", json!({"interrupt": {"type": "reboot"}}));
+    let p = package("alpha").reboot().build();
     let none = BTreeMap::new();
-    let pk = spec(std::slice::from_ref(&p));
+    let pk = packages([&p]);
     let sv = view(&pk, &none);
-    let with = |stage: Stage, state: State| {
-        let mut st = NodeState::default();
-        st.upsert(entry(&p, stage, state));
-        st
-    };
-    let failed = Outcome::Failed {
-        at: t(0),
-        reason: "PodFailurePolicy".into(),
-        message: "exit 1".into(),
-    };
+    let with = |stage: Stage, state: State| node_state([entry_of(&p, stage, state)]);
+    let failed = failure(t(0));
     let complete = Outcome::Complete { at: t(0) };
     // (case, stored state, finished Job's stage and outcome, its node version, recorded,
     //  stages started)
@@ -1123,8 +1054,10 @@ fn finished_jobs_the_state_no_longer_asks_for_are_set_aside() {
         ),
     ];
     for (case, state, stage, outcome, job_version, want_recorded, started) in cases {
-        let mut done = job(&p, stage, 0, outcome);
-        done.node_version = job_version;
+        let done = job(&p, stage)
+            .outcome(outcome)
+            .node_version(job_version)
+            .build();
         let host = Host {
             cordoned: true,
             pods: Some(&[]),
@@ -1156,17 +1089,18 @@ fn finished_jobs_the_state_no_longer_asks_for_are_set_aside() {
 fn folded_attempts_are_never_folded_again() {
     // The node's `folded` record says which attempts its state holds: a later run of the same
     // stage must not take an old attempt's outcome for its own.
-    let p = package("alpha", "1.0.0", json!({}));
+    let p = package("alpha").build();
     let none = BTreeMap::new();
-    let pk = spec(std::slice::from_ref(&p));
+    let pk = packages([&p]);
     let sv = view(&pk, &none);
-    let in_progress = |stage: Stage| {
-        let mut st = NodeState::default();
-        st.upsert(entry(&p, stage, State::InProgress));
-        st
-    };
+    let in_progress = |stage: Stage| node_state([entry_of(&p, stage, State::InProgress)]);
     let complete = Outcome::Complete { at: t(0) };
-    let apply = |attempt: u32, outcome: Outcome| job(&p, Stage::Apply, attempt, outcome);
+    let apply = |attempt: u32, outcome: Outcome| {
+        job(&p, Stage::Apply)
+            .attempt(attempt)
+            .outcome(outcome)
+            .build()
+    };
     let key = folded_key(&p.name, &p.version, Stage::Apply);
     // (case, stored state, Jobs, folded before, (stage, state) after, started, folded after)
     type Case<'a> = (
@@ -1218,7 +1152,7 @@ fn folded_attempts_are_never_folded_again() {
         (
             "every Job of the stage gone (TTL): the entry goes too",
             in_progress(Stage::Config),
-            vec![job(&p, Stage::Config, 0, Outcome::Running)],
+            vec![job(&p, Stage::Config).build()],
             Some(4),
             (Stage::Config, Some(State::InProgress)),
             vec![],
@@ -1237,16 +1171,11 @@ fn folded_attempts_are_never_folded_again() {
     for (case, state, jobs, before, (stage, st), started, after) in cases {
         let refs: Vec<&JobView> = jobs.iter().collect();
         let o = super::step(StepInput {
-            spec: &sv,
             state,
-            applied: BTreeMap::new(),
             folded: before.map(|a| (key.clone(), a)).into_iter().collect(),
-            host: Host::default(),
             jobs: &refs,
-            may_start: true,
-            retry: RETRY,
-            failed_jobs_kept: 3,
             now: t(1),
+            ..input(&sv)
         });
         let got = state_of(&o, &p);
         assert_eq!((got.0, got.1), (stage, st), "{case}: state");
