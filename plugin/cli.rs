@@ -1,10 +1,10 @@
-//! Command line: global kubectl-style flags, the command tree, and one-line usage errors.
+//! Command line: global kubectl-style flags and the command tree. What a command line clap or
+//! the plugin rejects gets (one line, exit 2) is in `crate::usage`.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use skyhook::schema::Stage;
@@ -13,10 +13,7 @@ use clap_complete::engine::ArgValueCandidates;
 
 use crate::app::complete as completion;
 use crate::app::global::{GlobalArgs, parse_duration};
-#[cfg(test)]
-use crate::app::global::{Timeout, parse_timeout};
-use crate::app::output::OutputFormat;
-use crate::app::sort::Sortable;
+use crate::usage::{check_listing_flags, from_clap_error, resolve_output};
 
 /// How kubectl finds plugins: `kubectl skyhook` runs `kubectl-skyhook`.
 const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
@@ -432,128 +429,6 @@ pub fn parse(args: Vec<OsString>) -> Parsed {
     }
 }
 
-/// `-o` is a format for every command but `debug collect`, where it is the deprecated spelling
-/// of `--output-file`; clap cannot give one global flag two types, so the format is checked
-/// here, with clap's own error.
-fn resolve_output(cmd: &clap::Command, cli: &mut Cli) -> Result<(), clap::Error> {
-    if let Some(Command::Debug(DebugCommand::Collect(args))) = &cli.command {
-        if args.output_file.is_some() && cli.global.output_arg.is_some() {
-            return Err(cmd.clone().error(
-                ErrorKind::ArgumentConflict,
-                "the argument '--output-file <PATH>' cannot be used with '--output <PATH>'",
-            ));
-        }
-        return Ok(());
-    }
-    let Some(raw) = cli.global.output_arg.as_deref() else {
-        return Ok(());
-    };
-    let arg = cmd
-        .get_arguments()
-        .find(|a| a.get_id() == "output_arg")
-        .cloned()
-        .unwrap_or_else(|| clap::Arg::new("output_arg").long("output"))
-        .value_name("FORMAT")
-        .ignore_case(true);
-    let parser = clap::builder::EnumValueParser::<OutputFormat>::new();
-    cli.global.output =
-        clap::builder::TypedValueParser::parse_ref(&parser, cmd, Some(&arg), OsStr::new(raw))?;
-    Ok(())
-}
-
-/// The listings that take `-o name` and `--sort-by`: their command words, the resource their
-/// rows name, and the JSON fields they sort by.
-const LISTINGS: &str = "node list, node status, package status and jobs";
-
-fn listing(command: Option<&Command>) -> Option<(&'static str, Sortable)> {
-    let (words, fields, name_field): (_, &'static [&'static str], _) = match command? {
-        Command::Node(NodeCommand::List { .. }) => (
-            "node list",
-            &[
-                "nodeName",
-                "status",
-                "packagesComplete",
-                "packagesTotal",
-                "restarts",
-            ],
-            "nodeName",
-        ),
-        Command::Node(NodeCommand::Status { .. }) => (
-            "node status",
-            &[
-                "nodeName",
-                "skyhookName",
-                "status",
-                "packagesComplete",
-                "packagesTotal",
-                "compartment",
-            ],
-            "nodeName",
-        ),
-        Command::Package(PackageCommand::Status { .. }) => (
-            "package status",
-            &[
-                "nodeName", "name", "version", "image", "stage", "state", "restarts",
-            ],
-            "nodeName",
-        ),
-        Command::Jobs(_) => (
-            "jobs",
-            &[
-                "nodeName",
-                "skyhookName",
-                "package",
-                "version",
-                "stage",
-                "attempt",
-                "status",
-                "reason",
-                "startTime",
-                "durationSeconds",
-                "jobName",
-                "podName",
-                "resourceId",
-            ],
-            "jobName",
-        ),
-        _ => return None,
-    };
-    Some((words, Sortable { fields, name_field }))
-}
-
-/// `-o name` and `--sort-by` only mean something for listings; `--sort-by` must name one of the
-/// listing's fields. The error text (exit 2) when not.
-fn check_listing_flags(
-    global: &mut GlobalArgs,
-    command: Option<&Command>,
-    bin: &str,
-) -> Result<(), String> {
-    let found = listing(command);
-    if global.output == OutputFormat::Name && found.is_none() {
-        return Err(format!(
-            "error: -o name only applies to {LISTINGS}; see '{bin} --help'\n"
-        ));
-    }
-    let Some(raw) = global.sort_by.as_deref() else {
-        return Ok(());
-    };
-    let Some((words, sortable)) = found else {
-        return Err(format!(
-            "error: --sort-by only applies to {LISTINGS}; see '{bin} --help'\n"
-        ));
-    };
-    match sortable.key(raw) {
-        Ok(key) => {
-            global.sort_key = Some(key);
-            Ok(())
-        }
-        Err(why) => Err(format!(
-            "error: invalid value '{raw}' for '--sort-by <JSONPATH>': {why}; {words} sorts by {}; see '{bin} {words} --help'\n",
-            sortable.describe()
-        )),
-    }
-}
-
 /// A stage name, any of the six.
 fn parse_any_stage(s: &str) -> Result<Stage, String> {
     s.parse::<Stage>().map_err(|_| {
@@ -578,89 +453,12 @@ fn parse_rerun_stage(s: &str) -> Result<Stage, String> {
     }
 }
 
-fn from_clap_error(err: &clap::Error, bin: &str) -> Parsed {
-    match err.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Parsed::Exit {
-            text: err.render().to_string(),
-            code: 0,
-        },
-        // `kubectl skyhook node` without a subcommand: the full help is the useful answer.
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Parsed::Exit {
-            text: err.render().to_string(),
-            code: 2,
-        },
-        _ => Parsed::Exit {
-            text: format!("{}\n", usage_error_line(&err.render().to_string(), bin)),
-            code: 2,
-        },
-    }
-}
-
-/// Folds clap's multi-line error into one line that ends with where to get help.
-pub fn usage_error_line(rendered: &str, bin: &str) -> String {
-    let mut line = String::new();
-    let mut command = bin.to_string();
-    for raw in rendered.lines() {
-        let text = raw.trim();
-        if let Some(usage) = text.strip_prefix("Usage:") {
-            command = command_path(usage, bin);
-            break;
-        }
-        // The "to pass '--x' as a value, use '-- --x'" tip only adds noise.
-        if text.is_empty()
-            || text.starts_with("For more information")
-            || text.starts_with("tip: to pass")
-        {
-            continue;
-        }
-        if line.is_empty() {
-            line.push_str(text);
-        } else if line.ends_with(':') || text.starts_with('[') {
-            line.push(' ');
-            line.push_str(text);
-        } else {
-            line.push_str("; ");
-            line.push_str(text);
-        }
-    }
-    if !line.starts_with("error:") {
-        line = format!("error: {line}");
-    }
-    format!("{line}; see '{command} --help'")
-}
-
-/// The command words of a usage line (`kubectl skyhook node status [OPTIONS] ...`).
-fn command_path(usage: &str, bin: &str) -> String {
-    let words: Vec<&str> = usage
-        .split_whitespace()
-        .take_while(|w| {
-            !w.starts_with(['[', '<', '-'])
-                && !w.chars().any(|c| c.is_ascii_uppercase())
-                && !w.ends_with("...")
-        })
-        .collect();
-    if words.is_empty() {
-        bin.to_string()
-    } else {
-        words.join(" ")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::global::DEFAULT_NAMESPACE;
-
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
-    }
-
-    fn exit_of(list: &[&str]) -> (String, u8) {
-        match parse(args(list)) {
-            Parsed::Exit { text, code } => (text, code),
-            Parsed::Run(cli) => panic!("expected an exit, parsed {cli:?}"),
-        }
-    }
+    use crate::app::global::{DEFAULT_NAMESPACE, Timeout, parse_timeout};
+    use crate::app::output::OutputFormat;
+    use crate::usage::tests::{args, exit_of, run_of};
 
     #[test]
     fn cli_definition_is_consistent() {
@@ -733,44 +531,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn usage_errors_are_one_line_with_exit_code_2() {
-        for (argv, want) in [
-            (
-                &["kubectl-skyhook", "node", "list"][..],
-                "error: the following required arguments were not provided: --skyhook <SKYHOOK>; see 'kubectl skyhook node list --help'",
-            ),
-            (
-                &["kubectl-skyhook", "-o", "xml", "version"][..],
-                "error: invalid value 'xml' for '--output <FORMAT>' [possible values: table, wide, json, yaml, name]; tip: a similar value exists: 'yaml'; see 'kubectl skyhook --help'",
-            ),
-            (
-                &["kubectl-skyhook", "frobnicate"][..],
-                "error: unrecognized subcommand 'frobnicate'; see 'kubectl skyhook --help'",
-            ),
-            (
-                &["kubectl-skyhook", "pause"][..],
-                "error: the following required arguments were not provided: <SKYHOOK>; see 'kubectl skyhook pause --help'",
-            ),
-        ] {
-            let (text, code) = exit_of(argv);
-            assert_eq!(code, 2, "{argv:?}");
-            assert_eq!(text.lines().count(), 1, "{argv:?}: {text}");
-            assert_eq!(text.trim_end(), want, "{argv:?}");
-        }
-        let (text, code) = exit_of(&["kubectl-skyhook", "node", "status", "--bogus"]);
-        assert_eq!(code, 2);
-        assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(
-            text.starts_with("error: unexpected argument '--bogus' found"),
-            "{text}"
-        );
-        assert!(
-            text.trim_end()
-                .ends_with("see 'kubectl skyhook node status --help'")
-        );
-    }
-
     /// Every command form of the reference plugin (spec §8.8) parses with the same flags.
     #[test]
     fn reference_command_lines_parse() {
@@ -809,40 +569,6 @@ mod tests {
         let (text, code) = exit_of(&["kubectl-skyhook", "package", "rerun", "p", "--skyhook", "s"]);
         assert_eq!(code, 2);
         assert!(text.contains("--node <NODE-PATTERN>"), "{text}");
-    }
-
-    #[test]
-    fn debug_collect_takes_a_path_for_dash_o() {
-        let Parsed::Run(cli) = parse(args(&[
-            "kubectl-skyhook",
-            "debug",
-            "collect",
-            "-o",
-            "ticket.tar.gz",
-        ])) else {
-            panic!("did not parse");
-        };
-        assert_eq!(cli.global.output_arg.as_deref(), Some("ticket.tar.gz"));
-        let (text, code) = exit_of(&[
-            "kubectl-skyhook",
-            "jobs",
-            "--skyhook",
-            "s",
-            "-o",
-            "ticket.tar.gz",
-        ]);
-        assert_eq!(code, 2);
-        assert!(
-            text.starts_with("error: invalid value 'ticket.tar.gz' for '--output <FORMAT>'"),
-            "{text}"
-        );
-    }
-
-    fn run_of(list: &[&str]) -> Cli {
-        match parse(args(list)) {
-            Parsed::Run(cli) => *cli,
-            Parsed::Exit { text, code } => panic!("{list:?}: exit {code}: {text}"),
-        }
     }
 
     #[test]
@@ -898,109 +624,6 @@ mod tests {
         ]);
         assert_eq!(code, 2);
         assert!(text.contains("cannot be used with"), "{text}");
-    }
-
-    #[test]
-    fn output_name_no_headers_and_sort_by() {
-        for line in [
-            "node list --skyhook s -o name",
-            "node status -o name --sort-by .status",
-            "package status p --skyhook s -o name --sort-by {.metadata.name}",
-            "jobs --skyhook s -o name --sort-by .startTime",
-            "node status --no-headers --sort-by skyhookName",
-            "pause s --no-headers",
-        ] {
-            let mut argv = vec!["kubectl-skyhook"];
-            argv.extend(line.split_whitespace());
-            run_of(&argv);
-        }
-        let cli = run_of(&[
-            "kubectl-skyhook",
-            "node",
-            "list",
-            "--skyhook",
-            "s",
-            "--sort-by",
-            ".metadata.name",
-            "-o",
-            "name",
-            "--no-headers",
-        ]);
-        assert_eq!(cli.global.output, OutputFormat::Name);
-        assert!(cli.global.no_headers);
-        assert_eq!(
-            cli.global.sort_key,
-            Some(crate::app::sort::SortKey(vec!["nodeName".into()]))
-        );
-        let cli = run_of(&[
-            "kubectl-skyhook",
-            "jobs",
-            "--skyhook",
-            "s",
-            "--sort-by",
-            ".metadata.name",
-        ]);
-        assert_eq!(
-            cli.global.sort_key,
-            Some(crate::app::sort::SortKey(vec!["jobName".into()]))
-        );
-
-        let (text, code) = exit_of(&[
-            "kubectl-skyhook",
-            "node",
-            "list",
-            "--skyhook",
-            "s",
-            "--sort-by",
-            ".bogus",
-        ]);
-        assert_eq!(code, 2);
-        assert_eq!(
-            text,
-            "error: invalid value '.bogus' for '--sort-by <JSONPATH>': unknown field \".bogus\"; node list sorts by .nodeName, .status, .packagesComplete, .packagesTotal, .restarts (or .metadata.name); see 'kubectl skyhook node list --help'\n"
-        );
-        let (text, code) = exit_of(&["kubectl-skyhook", "pause", "s", "--sort-by", ".status"]);
-        assert_eq!(code, 2);
-        assert_eq!(
-            text,
-            "error: --sort-by only applies to node list, node status, package status and jobs; see 'kubectl skyhook --help'\n"
-        );
-        let (text, code) = exit_of(&["kubectl-skyhook", "version", "-o", "name"]);
-        assert_eq!(code, 2);
-        assert!(
-            text.starts_with("error: -o name only applies to node list"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn debug_collect_has_its_own_destination_flag() {
-        let cli = run_of(&[
-            "kubectl-skyhook",
-            "debug",
-            "collect",
-            "--output-file",
-            "t.tar.gz",
-        ]);
-        let Some(Command::Debug(DebugCommand::Collect(args))) = &cli.command else {
-            panic!("not debug collect");
-        };
-        assert_eq!(args.output_file, Some(PathBuf::from("t.tar.gz")));
-        assert_eq!(cli.global.output_arg, None);
-        let (text, code) = exit_of(&[
-            "kubectl-skyhook",
-            "debug",
-            "collect",
-            "--output-file",
-            "a.tgz",
-            "-o",
-            "b.tgz",
-        ]);
-        assert_eq!(code, 2);
-        assert!(
-            text.contains("'--output-file <PATH>' cannot be used with"),
-            "{text}"
-        );
     }
 
     #[test]

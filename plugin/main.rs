@@ -7,6 +7,7 @@
 mod app;
 mod cli;
 mod commands;
+mod usage;
 
 use std::io::{self, Write};
 use std::process::ExitCode;

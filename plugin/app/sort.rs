@@ -106,6 +106,21 @@ fn compare(a: &Value, b: &Value) -> Ordering {
 }
 
 #[cfg(test)]
+impl Sortable {
+    /// The fields (and name field) missing from `row`'s JSON, so a listing's tests catch a
+    /// field list that no longer matches its row struct.
+    pub fn absent_from<T: Serialize>(&self, row: &T) -> Vec<&'static str> {
+        let value = serde_json::to_value(row).unwrap_or(Value::Null);
+        self.fields
+            .iter()
+            .chain([&self.name_field])
+            .copied()
+            .filter(|f| f.split('.').try_fold(&value, |v, k| v.get(k)).is_none())
+            .collect()
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -154,6 +169,21 @@ mod tests {
             ROWS.describe(),
             ".nodeName, .restarts, .status (or .metadata.name)"
         );
+    }
+
+    #[test]
+    fn absent_fields_are_found() {
+        assert_eq!(
+            ROWS.absent_from(&row("a", 1, Some("complete"))),
+            Vec::<&str>::new()
+        );
+        assert_eq!(ROWS.absent_from(&row("a", 1, None)), ["status"]);
+        let nested = Sortable {
+            fields: &["a.b", "a.c"],
+            name_field: "id",
+        };
+        let value = serde_json::json!({"a": {"b": 1}, "id": "x"});
+        assert_eq!(nested.absent_from(&value), ["a.c"]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::jobs::{Found, find, waiting_reason};
 use crate::app::output::{Field, OutputFormat, Painter, Tone, names, structured};
-use crate::app::sort::sort_by_key;
+use crate::app::sort::{Sortable, sort_by_key};
 use crate::cli::JobsArgs;
 
 /// One row of `jobs`, as scripts see it in `-o json|yaml`.
@@ -42,6 +42,29 @@ pub struct JobRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_name: Option<String>,
     pub resource_id: String,
+}
+
+impl JobRow {
+    /// What `jobs --sort-by` accepts: these rows' JSON keys (not `message`); `-o name` prints
+    /// `jobName`.
+    pub const SORTABLE: Sortable = Sortable {
+        fields: &[
+            "nodeName",
+            "skyhookName",
+            "package",
+            "version",
+            "stage",
+            "attempt",
+            "status",
+            "reason",
+            "startTime",
+            "durationSeconds",
+            "jobName",
+            "podName",
+            "resourceId",
+        ],
+        name_field: "jobName",
+    };
 }
 
 /// The row of one Job; `now` measures running Jobs.
@@ -440,6 +463,29 @@ mod tests {
                 ("x1", Some(119)),
                 ("c1", Some(119))
             ]
+        );
+    }
+
+    /// `--sort-by` and `-o name` name JSON keys; a renamed field must take its name along.
+    #[test]
+    fn sortable_fields_are_keys_of_the_rows() {
+        // The failed attempt: it has every optional field (reason, start, duration, pod).
+        let failed = sample().remove(0);
+        assert_eq!(failed.reason.as_deref(), Some("PodFailurePolicy"));
+        let sortable = JobRow::SORTABLE;
+        assert_eq!(sortable.absent_from(&failed), Vec::<&str>::new());
+        let json = serde_json::to_value(&failed).unwrap();
+        assert_eq!(
+            render(
+                &Painter::new(false),
+                OutputFormat::Name,
+                std::slice::from_ref(&failed)
+            )
+            .unwrap(),
+            format!(
+                "job.batch/{}\n",
+                json[sortable.name_field].as_str().unwrap()
+            )
         );
     }
 

@@ -19,7 +19,7 @@ use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta};
 use crate::app::nodes::{parse_state, select_nodes, skyhook_states};
 use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
-use crate::app::sort::sort_by_key;
+use crate::app::sort::{Sortable, sort_by_key};
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +70,20 @@ pub struct NodeListEntry {
     pub packages_complete: usize,
     pub packages_total: usize,
     pub restarts: i64,
+}
+
+impl NodeListEntry {
+    /// What `node list --sort-by` accepts: these rows' JSON keys; `-o name` prints `nodeName`.
+    pub const SORTABLE: Sortable = Sortable {
+        fields: &[
+            "nodeName",
+            "status",
+            "packagesComplete",
+            "packagesTotal",
+            "restarts",
+        ],
+        name_field: "nodeName",
+    };
 }
 
 #[derive(Debug, Serialize)]
@@ -210,6 +224,22 @@ pub struct NodeSkyhookSummary {
     /// The node's DeploymentPolicy compartment for this Skyhook (`-o wide` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compartment: Option<String>,
+}
+
+impl NodeSkyhookSummary {
+    /// What `node status --sort-by` accepts: these rows' JSON keys (not `packages`, a list);
+    /// `-o name` prints `nodeName`.
+    pub const SORTABLE: Sortable = Sortable {
+        fields: &[
+            "nodeName",
+            "skyhookName",
+            "status",
+            "packagesComplete",
+            "packagesTotal",
+            "compartment",
+        ],
+        name_field: "nodeName",
+    };
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -698,6 +728,31 @@ mod tests {
             "No Skyhook activity found on specified nodes\n"
         );
         assert_eq!(render_status(&p, OutputFormat::Json, &[]).unwrap(), "[]\n");
+    }
+
+    /// `--sort-by` and `-o name` name JSON keys; a renamed field must take its name along.
+    #[test]
+    fn sortable_fields_are_keys_of_the_rows() {
+        let p = Painter::new(false);
+        let entries = list_entries(&ctx(), &fixture(), "sh");
+        let sortable = NodeListEntry::SORTABLE;
+        assert_eq!(sortable.absent_from(&entries[0]), Vec::<&str>::new());
+        let json = serde_json::to_value(&entries[0]).unwrap();
+        assert_eq!(
+            render_list(&p, OutputFormat::Name, "sh", &entries[..1]).unwrap(),
+            format!("node/{}\n", json[sortable.name_field].as_str().unwrap())
+        );
+
+        let mut summary = status_summaries(&ctx(), &fixture(), None, Some("sh"), true).remove(0);
+        // Only read for -o wide or a sort by it, so the fixture has none.
+        summary.compartment = Some("rack-1".into());
+        let sortable = NodeSkyhookSummary::SORTABLE;
+        assert_eq!(sortable.absent_from(&summary), Vec::<&str>::new());
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(
+            render_status(&p, OutputFormat::Name, std::slice::from_ref(&summary)).unwrap(),
+            format!("node/{}\n", json[sortable.name_field].as_str().unwrap())
+        );
     }
 
     #[test]

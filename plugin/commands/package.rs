@@ -11,7 +11,7 @@ use crate::app::error::CliError;
 use crate::app::kube::NodeMeta;
 use crate::app::nodes::{parse_state, select_nodes};
 use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
-use crate::app::sort::sort_by_key;
+use crate::app::sort::{Sortable, sort_by_key};
 
 /// A node-state entry with its node: the `PackageStatus` fields inlined, then `nodeName`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -20,6 +20,17 @@ pub struct NodePackageStatus {
     pub status: PackageStatus,
     #[serde(rename = "nodeName")]
     pub node_name: String,
+}
+
+impl NodePackageStatus {
+    /// What `package status --sort-by` accepts: these rows' JSON keys, the inlined
+    /// `PackageStatus` ones among them; `-o name` prints `nodeName`.
+    pub const SORTABLE: Sortable = Sortable {
+        fields: &[
+            "nodeName", "name", "version", "image", "stage", "state", "restarts",
+        ],
+        name_field: "nodeName",
+    };
 }
 
 /// `name:version` of every spec package, sorted, `, `-separated.
@@ -255,6 +266,24 @@ mod tests {
         assert_eq!(
             render(&p, OutputFormat::Table, "sh", &list, &[]).unwrap(),
             "No package status found for skyhook \"sh\"\n"
+        );
+    }
+
+    /// `--sort-by` and `-o name` name JSON keys; a renamed field must take its name along.
+    #[test]
+    fn sortable_fields_are_keys_of_the_rows() {
+        // Erroring, so `state` and `restarts` (left out when empty or zero) are in the JSON.
+        let nodes = vec![node(
+            "node-a",
+            &[entry("pkg", "1.0.0", Stage::Apply, Some(State::Erroring))],
+        )];
+        let rows = collect(&Ctx::for_tests(), &nodes, "sh", "pkg", None);
+        let sortable = NodePackageStatus::SORTABLE;
+        assert_eq!(sortable.absent_from(&rows[0]), Vec::<&str>::new());
+        let json = serde_json::to_value(&rows[0]).unwrap();
+        assert_eq!(
+            render(&Painter::new(false), OutputFormat::Name, "sh", "", &rows).unwrap(),
+            format!("node/{}\n", json[sortable.name_field].as_str().unwrap())
         );
     }
 }

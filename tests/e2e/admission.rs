@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::deploy::{apply_crds, repo};
 use crate::support::TestCtx;
+use crate::support::deploy::{apply_crds, repo};
 
 /// Who must reject a fixture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

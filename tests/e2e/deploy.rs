@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -20,175 +19,13 @@ use kube::api::Api;
 use serde_json::Value;
 
 use crate::support::TestCtx;
+use crate::support::deploy::{
+    APPLY_LOCK, OPERATOR_NS, apply_deploy, deploy_dir, expected_objects, kubectl_retrying,
+    object_ids, parse_json, repo, require_crd_files, text, wait_established,
+};
 
-/// The operator namespace `deploy/` installs into.
-pub const OPERATOR_NS: &str = "skyhook";
 /// The operator's ServiceAccount, as a user name for `kubectl auth can-i --as`.
 const OPERATOR_SA: &str = "system:serviceaccount:skyhook:skyhook-operator";
-/// The two CRDs, by object name.
-pub const CRD_NAMES: [&str; 2] = [
-    "skyhooks.skyhook.nvidia.com",
-    "deploymentpolicies.skyhook.nvidia.com",
-];
-/// The two generated CRD files, relative to the repository root.
-pub const CRD_FILES: [&str; 2] = [
-    "deploy/crds/skyhook.nvidia.com_skyhooks.yaml",
-    "deploy/crds/skyhook.nvidia.com_deploymentpolicies.yaml",
-];
-
-/// Serialises this binary's applies of `deploy/`: two concurrent first-time applies of the same
-/// object race (one of them gets AlreadyExists), and the idempotence check must not see another
-/// test's changes between its two applies.
-pub(crate) static APPLY_LOCK: Mutex<()> = Mutex::new(());
-
-/// The repository root.
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Panic with a clear message when the generated CRD files are missing.
-fn require_crd_files() {
-    for f in CRD_FILES {
-        let path = repo().join(f);
-        assert!(
-            path.is_file(),
-            "{} does not exist; generate it with `cargo run --bin skyhook-operator -- crd --write deploy/crds`",
-            path.display()
-        );
-    }
-}
-
-/// `kubectl <args>`, retried a few times when it lost a race with another applier (possibly from
-/// a parallel test in another binary); panics with its output when it keeps failing.
-fn kubectl_retrying(ctx: &TestCtx, args: &[&str]) -> Output {
-    const TRANSIENT: [&str; 4] = [
-        "AlreadyExists",
-        "already exists",
-        "the object has been modified",
-        "Operation cannot be fulfilled",
-    ];
-    let mut attempt = 1;
-    loop {
-        let out = ctx.kubectl(args);
-        if out.status.success() {
-            return out;
-        }
-        let err = text(&out.stderr);
-        if attempt >= 5 || !TRANSIENT.iter().any(|t| err.contains(t)) {
-            panic!(
-                "kubectl {} failed ({}):\nstdout:\n{}\nstderr:\n{err}",
-                args.join(" "),
-                out.status,
-                text(&out.stdout)
-            );
-        }
-        attempt += 1;
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
-/// Wait until both CRDs are Established (served).
-fn wait_established(ctx: &TestCtx) {
-    let crds: Vec<String> = CRD_NAMES.iter().map(|n| format!("crd/{n}")).collect();
-    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
-    args.extend(crds.iter().map(String::as_str));
-    let out = ctx.kubectl(&args);
-    assert!(
-        out.status.success(),
-        "the CRDs did not become Established:\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-}
-
-/// Install (or refresh) just the two CRDs from `deploy/crds/` and wait until they are served.
-pub fn apply_crds(ctx: &TestCtx) {
-    require_crd_files();
-    let files: Vec<String> = CRD_FILES
-        .iter()
-        .map(|f| repo().join(f).display().to_string())
-        .collect();
-    {
-        let _guard = APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let mut args = vec!["apply"];
-        for f in &files {
-            args.extend(["-f", f.as_str()]);
-        }
-        kubectl_retrying(ctx, &args);
-    }
-    wait_established(ctx);
-}
-
-fn deploy_dir() -> String {
-    repo().join("deploy").display().to_string()
-}
-
-/// `kubectl apply -k deploy/` (idempotent), then wait for the CRDs. Returns the apply's stdout.
-pub(crate) fn apply_deploy(ctx: &TestCtx) -> String {
-    require_crd_files();
-    let dir = deploy_dir();
-    let out = {
-        let _guard = APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        kubectl_retrying(ctx, &["apply", "-k", &dir])
-    };
-    wait_established(ctx);
-    text(&out.stdout)
-}
-
-/// `(kind, namespace, name)` of every object of a `kubectl ... -o json` List.
-pub(crate) fn object_ids(list: &Value) -> BTreeSet<(String, String, String)> {
-    let items = list["items"].as_array().cloned().unwrap_or_default();
-    items
-        .iter()
-        .map(|o| {
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-            (
-                s(&o["kind"]),
-                s(&o["metadata"]["namespace"]),
-                s(&o["metadata"]["name"]),
-            )
-        })
-        .collect()
-}
-
-pub(crate) fn parse_json(out: &Output, what: &str) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{what} printed no JSON ({e}):\n{}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        )
-    })
-}
-
-/// The objects `deploy/` must contain: `(kind, namespace, name)`.
-pub(crate) fn expected_objects() -> BTreeSet<(String, String, String)> {
-    let ns = OPERATOR_NS;
-    [
-        ("Namespace", "", ns),
-        ("CustomResourceDefinition", "", CRD_NAMES[0]),
-        ("CustomResourceDefinition", "", CRD_NAMES[1]),
-        ("ServiceAccount", ns, "skyhook-operator"),
-        ("ClusterRole", "", "skyhook-operator"),
-        ("ClusterRoleBinding", "", "skyhook-operator"),
-        ("Role", ns, "skyhook-operator"),
-        ("RoleBinding", ns, "skyhook-operator"),
-        ("Role", "default", "skyhook-operator-events"),
-        ("RoleBinding", "default", "skyhook-operator-events"),
-        ("ClusterRole", "", "skyhook-plugin-user"),
-        ("Role", ns, "skyhook-plugin-user"),
-        ("Deployment", ns, "skyhook-operator"),
-        ("Service", ns, "skyhook-operator-metrics"),
-        ("LimitRange", ns, "skyhook-default-limits"),
-    ]
-    .into_iter()
-    .map(|(k, n, m)| (k.to_string(), n.to_string(), m.to_string()))
-    .collect()
-}
 
 #[tokio::test]
 async fn apply_is_idempotent_and_creates_everything() {

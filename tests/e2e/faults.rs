@@ -7,10 +7,11 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use skyhook::schema::{self, Status};
 
-use crate::operator::{Env, label, pkg, skyhook, sleep};
 use crate::support::plugin::plugin_async;
 use crate::support::proxy::Held;
-use crate::support::{Operator, TestCtx, install_crds, jobs_per_attempt, proxy};
+use crate::support::{
+    Env, Operator, TestCtx, install_crds, jobs_per_attempt, label, pkg, proxy, skyhook, sleep,
+};
 
 /// Issue 13, acceptance 1: three nodes, three packages (one with an interrupt), 10% of the
 /// operator's requests failing (500, 429, or a lost response after the API server acted): the

@@ -11,8 +11,7 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, Stage, State};
 
-use crate::operator::{Env, label, skyhook};
-use crate::support::{Operator, TestCtx, install_crds};
+use crate::support::{Env, Operator, TestCtx, install_crds, label, skyhook};
 
 const IMAGE: &str = "ghcr.io/nvidia/skyhook-packages/shellscript";
 const PKG: &str = "spencer";

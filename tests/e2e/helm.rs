@@ -27,9 +27,8 @@ use serde_json::{Value, json};
 use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::schema;
 
-use crate::deploy::repo;
-use crate::operator::{pkg, skyhook, sleep};
-use crate::support::{Operator, TestCtx, cluster, install_crds};
+use crate::support::deploy::repo;
+use crate::support::{Operator, TestCtx, cluster, install_crds, pkg, skyhook, sleep};
 
 /// The labels Helm adds to what `deploy/` has; the comparison ignores exactly these.
 const HELM_LABELS: [&str; 3] = [
@@ -835,7 +834,7 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
 
     // The chart's ServiceAccount may do exactly what deploy/'s may (rules compared by the
     // API server, in the release namespace, in `default` and elsewhere).
-    crate::deploy::apply_deploy(&ctx);
+    crate::support::deploy::apply_deploy(&ctx);
     ctx.wait_for(
         "the chart's RBAC to reach the authorizer",
         Duration::from_secs(20),

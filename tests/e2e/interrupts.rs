@@ -18,9 +18,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use skyhook::schema::{self, Stage, State};
 
-use crate::operator::{Env, label, pkg, setup, skyhook};
 use crate::support::plugin::plugin_async;
-use crate::support::{TestCtx, cluster, jobs_per_attempt};
+use crate::support::{Env, TestCtx, cluster, jobs_per_attempt, label, pkg, setup, skyhook};
 
 /// A MutatingAdmissionPolicy (and its binding) that adds one env variable to the container of
 /// every interrupt pod created in the test's namespace. Removed on drop.

@@ -9,7 +9,7 @@ use serde_json::json;
 use skyhook::crd::Skyhook;
 use skyhook::schema;
 
-use crate::scale::{metrics, requests};
+use crate::support::metrics::{metrics, requests};
 use crate::support::{Operator, TestCtx, install_crds, jobs_per_attempt};
 
 const LEASE: &[(&str, &str)] = &[

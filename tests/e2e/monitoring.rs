@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use skyhook::crd::DeploymentPolicy;
 use skyhook::schema;
 
-use crate::deploy::repo;
-use crate::operator::{pkg, setup, skyhook, sleep};
+use crate::support::deploy::repo;
+use crate::support::{pkg, setup, skyhook, sleep};
 
 /// Labels Prometheus adds to every series at scrape time (the alerts filter on `namespace`);
 /// `/metrics` itself never carries them.

@@ -8,140 +8,9 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use skyhook::crd::Skyhook;
-use skyhook::schema::{self, NodeState, Stage, State};
+use skyhook::schema::{self, Stage, State};
 
-use crate::support::{Operator, TestCtx, install_crds};
-
-/// A Skyhook selecting exactly this test's nodes, reconciled only by this test's operator.
-pub(crate) fn skyhook(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
-    let (k, v) = ctx.test_label();
-    let mut spec = spec;
-    spec["nodeSelectors"] = json!({"matchLabels": {k.clone(): v.clone()}});
-    serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-        "metadata": {"name": name, "labels": {k: v}},
-        "spec": spec,
-    }))
-    .expect("valid Skyhook")
-}
-
-pub(crate) fn pkg(version: &str, env: Value) -> Value {
-    json!({"version": version, "image": "ghcr.io/nvidia/skyhook-packages/shellscript", "env": env})
-}
-
-pub(crate) fn sleep(s: &str) -> Value {
-    json!([{"name": "SLEEP_LEN", "value": s}])
-}
-
-pub(crate) struct Env {
-    pub(crate) ctx: TestCtx,
-    pub(crate) op: Operator,
-    pub(crate) nodes: Vec<String>,
-    pub(crate) skyhooks: Api<Skyhook>,
-    pub(crate) jobs: Api<Job>,
-    pub(crate) node_api: Api<Node>,
-}
-
-pub(crate) async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
-    install_crds();
-    let mut ctx = TestCtx::new(test).await;
-    let nodes = ctx.add_test_nodes(nodes);
-    let op = Operator::start(&ctx, operator_env);
-    Env::new(ctx, op, nodes)
-}
-
-impl Env {
-    /// The APIs of a test whose operator is already started.
-    pub(crate) fn new(mut ctx: TestCtx, op: Operator, nodes: Vec<String>) -> Env {
-        ctx.report_on_failure(&["get", "skyhooks", "-o", "yaml"]);
-        ctx.report_on_failure(&[
-            "get",
-            "nodes",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}",
-        ]);
-        Env {
-            skyhooks: Api::all(ctx.client.clone()),
-            jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
-            node_api: Api::all(ctx.client.clone()),
-            ctx,
-            op,
-            nodes,
-        }
-    }
-}
-
-impl Env {
-    pub(crate) async fn create(&self, sk: &Skyhook) {
-        self.skyhooks
-            .create(&PostParams::default(), sk)
-            .await
-            .expect("create Skyhook");
-    }
-
-    pub(crate) async fn node_state(&self, node: &str, sk: &str) -> Option<(String, NodeState)> {
-        let n = self.node_api.get(node).await.ok()?;
-        let raw = n
-            .annotations()
-            .get(&schema::node_state_annotation(sk))?
-            .clone();
-        let parsed = NodeState::parse(&raw).ok()?;
-        Some((raw, parsed))
-    }
-
-    /// The node's `folded_<sk>` record: which Job attempts its state holds.
-    pub(crate) async fn folded(&self, node: &str, sk: &str) -> schema::Folded {
-        let n = self.node_api.get(node).await.expect("node");
-        n.annotations()
-            .get(&schema::folded_annotation(sk))
-            .map(|raw| serde_json::from_str(raw).expect("folded record"))
-            .unwrap_or_default()
-    }
-
-    pub(crate) async fn wait_status(
-        &self,
-        sk: &str,
-        want: schema::Status,
-        timeout: Duration,
-    ) -> Skyhook {
-        self.ctx
-            .wait_for(
-                &format!("Skyhook {sk} status {}", want.as_str()),
-                timeout,
-                || async {
-                    let s = self.skyhooks.get(sk).await.ok()?;
-                    (s.status.as_ref()?.status == Some(want)).then_some(s)
-                },
-            )
-            .await
-    }
-
-    /// Waits up to 30 s for an Event about the object named `object` that `matches`.
-    pub(crate) async fn wait_event(
-        &self,
-        what: &str,
-        object: &str,
-        matches: impl Fn(&Event) -> bool,
-    ) -> Event {
-        let events: Api<Event> = Api::all(self.ctx.client.clone());
-        let lp = ListParams::default().fields(&format!("involvedObject.name={object}"));
-        self.ctx
-            .wait_for(what, Duration::from_secs(30), || async {
-                let list = events.list(&lp).await.ok()?;
-                list.items.into_iter().find(|e| matches(e))
-            })
-            .await
-    }
-
-    pub(crate) async fn jobs_of(&self, sk: &str) -> Vec<Job> {
-        self.jobs
-            .list(&ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL)))
-            .await
-            .expect("list jobs")
-            .items
-    }
-}
+use crate::support::{Env, TestCtx, label, pkg, setup, skyhook, sleep};
 
 /// Waits up to 30 s for Events on `object`, one for each group of phrases saying all of them.
 async fn events_say(ctx: &TestCtx, object: &str, wanted: &[[&str; 2]]) {
@@ -160,10 +29,6 @@ async fn events_say(ctx: &TestCtx, object: &str, wanted: &[[&str; 2]]) {
         },
     )
     .await
-}
-
-pub(crate) fn label<'a>(j: &'a Job, k: &str) -> &'a str {
-    j.labels().get(k).map(String::as_str).unwrap_or("")
 }
 
 #[tokio::test]

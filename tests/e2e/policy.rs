@@ -13,8 +13,8 @@ use skyhook::crd::{BatchState, CompartmentStatus, DeploymentPolicy, Skyhook};
 use skyhook::plan::CompartmentPlan;
 use skyhook::schema::{self, Status};
 
-use crate::operator::{Env, label, pkg, setup, skyhook, sleep};
 use crate::support::plugin::plugin;
+use crate::support::{Env, label, pkg, setup, skyhook, sleep};
 
 fn policy(name: &str, compartments: Value, default: Value, reset: bool) -> DeploymentPolicy {
     serde_json::from_value(json!({
@@ -297,7 +297,7 @@ async fn compartments_roll_out_batch_by_batch_within_their_ceilings() {
     assert_eq!(got.len(), 5);
 
     // The operator's metrics carry the policy, compartment and strategy.
-    let metrics = crate::scale::metrics(env.op.metrics_port);
+    let metrics = crate::support::metrics::metrics(env.op.metrics_port);
     let line = format!(
         "skyhook_rollout_progress_percent{{skyhook_name=\"{name}\",policy_name=\"{pname}\",compartment_name=\"production\",strategy=\"linear\"}} 100"
     );

@@ -23,8 +23,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-use crate::deploy::{APPLY_LOCK, OPERATOR_NS, expected_objects, object_ids, parse_json, repo};
 use crate::support::TestCtx;
+use crate::support::deploy::{
+    APPLY_LOCK, OPERATOR_NS, expected_objects, object_ids, parse_json, repo,
+};
 use crate::support::plugin::PLUGIN;
 
 const DEPLOYMENT: &str = "skyhook-operator";

@@ -19,8 +19,8 @@ use serde_json::json;
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, State};
 
-use crate::support::private::{Owned, PrivateCluster, alive, wait_complete};
-use crate::support::{cluster, free_port, jobs_per_attempt, run};
+use crate::support::private::{Owned, PrivateCluster, alive};
+use crate::support::{Complete, cluster, free_port, jobs_per_attempt, run, wait_complete};
 
 /// Kills one component of the private cluster, checks that the API no longer answers (for the
 /// API server and etcd), waits out `outage`, and starts it again with the same command line, in a
@@ -209,14 +209,8 @@ async fn a_rollout_survives_api_server_and_etcd_restarts() {
     restart(&pc, "kwok", Duration::ZERO, &kubectl);
     wait_jobs(15).await;
 
-    wait_complete(
-        &skyhooks,
-        "restarts",
-        &mut op,
-        &log,
-        Duration::from_secs(150),
-    )
-    .await;
+    let within = Complete::any_generation(Duration::from_secs(150)).while_running(&mut op, &log);
+    wait_complete(&skyhooks, "the Skyhook complete", "restarts", within).await;
     let all = jobs.list(&ListParams::default()).await.expect("jobs").items;
     for (key, n) in jobs_per_attempt(&all) {
         assert_eq!(n, 1, "{key:?} has {n} Jobs");

@@ -2,7 +2,6 @@
 //! (`skyhook_api_requests_total`): a bound on writes per (node, package, stage) that does not
 //! depend on machine speed, so a change that adds a write per stage fails here.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node};
@@ -12,6 +11,7 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, State};
 
+use crate::support::metrics::{metrics, requests};
 use crate::support::plugin::plugin;
 use crate::support::{Operator, TestCtx, install_crds};
 
@@ -25,43 +25,6 @@ const STAGES: usize = 2;
 /// node patches, node conditions and metadata ConfigMaps shared by a node's packages (3.2-3.35
 /// when every finished Job was marked recorded). The slack covers a loaded machine.
 const MAX_WRITES_PER_STAGE: f64 = 3.0;
-
-/// The operator's `/metrics` text; empty while it is not listening yet (callers poll).
-pub(crate) fn metrics(port: u16) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let mut out = String::new();
-    let sent = write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
-    if sent.is_err() || s.read_to_string(&mut out).is_err() {
-        return String::new();
-    }
-    out
-}
-
-/// (verb, resource) → count, successful or not, from `skyhook_api_requests_total`.
-pub(crate) fn requests(text: &str) -> BTreeMap<(String, String), f64> {
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("skyhook_api_requests_total{"))
-    {
-        let label = |k: &str| -> String {
-            let start = line.find(&format!("{k}=\"")).map(|i| i + k.len() + 2);
-            start
-                .and_then(|s| line[s..].find('"').map(|e| line[s..s + e].to_string()))
-                .unwrap_or_default()
-        };
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry((label("verb"), label("resource"))).or_default() += value;
-    }
-    out
-}
 
 /// Creates a Skyhook `sk` of `packages` one-second packages over the test's nodes, waits for it
 /// to complete, and returns its name and API.

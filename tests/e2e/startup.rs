@@ -8,8 +8,8 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use skyhook::crd::Skyhook;
 
-use crate::support::private::{Owned, PrivateCluster, alive, wait_complete};
-use crate::support::{cluster, free_port, run};
+use crate::support::private::{Owned, PrivateCluster, alive};
+use crate::support::{Complete, cluster, free_port, run, wait_complete};
 
 fn http_ok(port: u16, path: &str) -> bool {
     use std::io::{Read, Write};
@@ -119,7 +119,8 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         .create(&PostParams::default(), &sk)
         .await
         .expect("create Skyhook");
-    wait_complete(&skyhooks, "late", &mut op, &log, Duration::from_secs(120)).await;
+    let within = Complete::any_generation(Duration::from_secs(120)).while_running(&mut op, &log);
+    wait_complete(&skyhooks, "the Skyhook complete", "late", within).await;
     assert!(http_ok(probe_port, "/readyz"), "not ready after the CRDs");
     drop(op);
     pc.down();

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use skyhook::crd::{BatchState, DeploymentPolicy, Skyhook};
 use skyhook::schema::{self, Stage, State, Status};
 
-use crate::operator::{Env, label, setup, skyhook, sleep};
 use crate::support::plugin::{plugin, plugin_with};
+use crate::support::{Env, label, setup, skyhook, sleep};
 
 /// The scenarios' shellscript package: a configMap `apply.sh` that echoes `text`.
 fn shellscript(text: &str) -> Value {

@@ -10,7 +10,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use skyhook::schema::{self, NodeState, Stage, State};
 
-use crate::operator::{Env, label, setup, skyhook};
+use crate::support::expect::{INCOMPLETE, NOT_ERRORING};
+use crate::support::{
+    Complete, Env, NodeExpect, PackageExpect, SkyhookExpect, label, setup, skyhook, wait_complete,
+};
 
 const IMAGE: &str = "ghcr.io/nvidia/skyhook/agentless";
 const GAME: &str =
@@ -90,70 +93,30 @@ impl Scenario {
     }
 
     /// Waits for the Skyhook's current generation to be complete, then checks the node's
-    /// status label, annotation and conditions and the Skyhook's status as the scenario does.
-    async fn wait_complete(&self, step: &str, stages: &[(&str, Stage)]) {
-        self.env
-            .ctx
-            .wait_for(
-                &format!("{step}: the new generation complete"),
-                Duration::from_secs(120),
-                || async {
-                    let sk = self.env.skyhooks.get(&self.name).await.ok()?;
-                    let st = sk.status.clone()?;
-                    (st.status == Some(schema::Status::Complete)
-                        && st.observed_generation == sk.metadata.generation.unwrap_or(0))
-                    .then_some(())
-                },
-            )
-            .await;
+    /// status label, annotation, conditions and package stages and the Skyhook's status as the
+    /// scenario does.
+    async fn expect_complete(&self, step: &str, stages: &[(&str, Stage)]) {
+        let within = Complete::current(Duration::from_secs(120));
+        let done = format!("{step}: the new generation complete");
+        wait_complete(&self.env.skyhooks, &done, &self.name, within).await;
         let n = self.node().await;
-        let status =
-            |m: &BTreeMap<String, String>| m.get(&schema::status_label(&self.name)).cloned();
-        assert_eq!(
-            status(n.labels()).as_deref(),
-            Some("complete"),
-            "{step}: label"
-        );
-        assert_eq!(
-            n.annotations()
-                .get(&schema::status_annotation(&self.name))
-                .map(String::as_str),
-            Some("complete"),
-            "{step}: annotation"
-        );
-        assert_eq!(
-            condition(&n, &schema::node_not_ready_condition(&self.name)),
-            Some(("False".into(), schema::NOT_READY_REASON_COMPLETE.into())),
-            "{step}: NotReady"
-        );
-        assert_eq!(
-            condition(&n, &schema::node_erroring_condition(&self.name)),
-            Some(("False".into(), schema::ERRORING_REASON_NOT_ERRORING.into())),
-            "{step}: Erroring"
-        );
-        let state = self.state().await;
-        for (package, stage) in stages {
-            let e = state
-                .iter()
-                .map(|(_, e)| e)
-                .find(|e| e.name == *package)
-                .unwrap_or_else(|| panic!("{step}: {package} missing from {state:?}"));
-            assert_eq!(
-                (e.stage, e.state, e.image.as_str()),
-                (*stage, Some(State::Complete), IMAGE),
-                "{step}: {package}"
-            );
+        let packages = stages
+            .iter()
+            .map(|&(p, stage)| PackageExpect::new(p, stage, State::Complete).image(IMAGE))
+            .collect();
+        NodeExpect {
+            packages,
+            ..NodeExpect::complete()
         }
+        .assert(&n, &self.name, step);
+        let state = self.state().await;
         let sk = self.env.skyhooks.get(&self.name).await.expect("get");
+        SkyhookExpect {
+            node_status: Some(("complete", 1)),
+            ..Default::default()
+        }
+        .assert(&sk, step);
         let st = sk.status.expect("status");
-        assert_eq!(
-            st.node_status
-                .values()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>(),
-            vec!["complete"],
-            "{step}: nodeStatus"
-        );
         assert_eq!(
             st.node_state.get(&self.node).map(|s| s.iter().count()),
             Some(state.iter().count()),
@@ -162,17 +125,6 @@ impl Scenario {
         let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
         assert!(!cordoned, "{step}: node left cordoned");
     }
-}
-
-fn condition(n: &Node, type_: &str) -> Option<(String, String)> {
-    let c = n
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
 }
 
 fn stage_of(j: &Job) -> &str {
@@ -244,30 +196,17 @@ async fn config_skyhook() {
         )
         .await;
     let n = s.node().await;
-    let in_progress = Some(&"in_progress".to_string());
-    assert_eq!(
-        n.labels().get(&schema::status_label(&s.name)),
-        in_progress,
-        "step 1: label"
-    );
-    assert_eq!(
-        n.annotations().get(&schema::status_annotation(&s.name)),
-        in_progress
-    );
+    NodeExpect {
+        status: Some("in_progress"),
+        not_ready: Some(INCOMPLETE),
+        erroring: Some(NOT_ERRORING),
+        ..Default::default()
+    }
+    .assert(&n, &s.name, "step 1");
     assert_eq!(
         n.spec.as_ref().and_then(|x| x.unschedulable),
         Some(true),
         "step 1: cordon"
-    );
-    assert_eq!(
-        condition(&n, &schema::node_not_ready_condition(&s.name)),
-        Some(("True".into(), schema::NOT_READY_REASON_INCOMPLETE.into())),
-        "step 1: NotReady"
-    );
-    assert_eq!(
-        condition(&n, &schema::node_erroring_condition(&s.name)),
-        Some(("False".into(), schema::ERRORING_REASON_NOT_ERRORING.into())),
-        "step 1: Erroring"
     );
     s.env
         .ctx
@@ -350,7 +289,7 @@ async fn config_skyhook() {
         ("dexter", Stage::PostInterrupt),
         ("spencer", Stage::PostInterrupt),
     ];
-    s.wait_complete("step 2", &all_post).await;
+    s.expect_complete("step 2", &all_post).await;
     let mut want_baxter = want.clone();
     want_baxter.insert("game.properties".into(), "changed\n".into());
     assert_eq!(
@@ -381,7 +320,7 @@ async fn config_skyhook() {
     s.env
         .wait_status(&s.name, schema::Status::InProgress, Duration::from_secs(30))
         .await;
-    s.wait_complete("step 3", &all_post).await;
+    s.expect_complete("step 3", &all_post).await;
     let fresh = new_jobs(&before, &s.jobs().await);
     let interrupts: Vec<&Job> = fresh
         .iter()
@@ -423,7 +362,7 @@ async fn config_skyhook() {
     s.env
         .wait_status(&s.name, schema::Status::InProgress, Duration::from_secs(30))
         .await;
-    s.wait_complete(
+    s.expect_complete(
         "step 4",
         &[
             ("baxter", Stage::Config),
@@ -455,7 +394,7 @@ async fn config_skyhook() {
     s.env
         .wait_status(&s.name, schema::Status::InProgress, Duration::from_secs(30))
         .await;
-    s.wait_complete("step 5", &[("dexter", Stage::PostInterrupt)])
+    s.expect_complete("step 5", &[("dexter", Stage::PostInterrupt)])
         .await;
     let fresh = new_jobs(&before, &s.jobs().await);
     let config = fresh

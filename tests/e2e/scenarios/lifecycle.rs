@@ -15,9 +15,8 @@
 //! is asserted here.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -26,11 +25,14 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
-use skyhook::crd::Skyhook;
 use skyhook::schema;
 
-use crate::operator::{Env, label, setup, skyhook};
-use crate::support::TestCtx;
+use crate::support::expect::{COMPLETE, ERRORING, INCOMPLETE, NOT_ERRORING, contains};
+use crate::support::metrics::{metrics, samples};
+use crate::support::{
+    Complete, Env, NodeExpect, SkyhookExpect, label, setup, skyhook, sleep, wait_complete,
+    wait_metric, wait_node, wait_skyhook,
+};
 
 const AGENTLESS: &str = "ghcr.io/nvidia/skyhook/agentless";
 const FOOBAR_SHA: &str = "sha256:a9cc86f68d73e874bf2dfbabab5e8a8f710ad78411a03764d1b42aa1b5cda7dd";
@@ -41,51 +43,18 @@ const GAME_5: &str =
 const UI: &str =
     "color.good=purple\ncolor.bad=yellow\nallow.textmode=true\nhow.nice.to.look=fairlyNice\n";
 
+/// How long a node gets to reach an expected state.
+const NODE_WAIT: Duration = Duration::from_secs(90);
+/// How long a Skyhook gets to reach an expected state.
+const SKYHOOK_WAIT: Duration = Duration::from_secs(120);
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-fn sleep_env(s: &str) -> Value {
-    json!([{"name": "SLEEP_LEN", "value": s}])
-}
-
-/// `want` is contained in `got`: objects key by key (extra keys allowed), anything else equal.
-/// This is how chainsaw compares an expected object with the live one.
-fn contains(got: &Value, want: &Value) -> bool {
-    match (got, want) {
-        (Value::Object(g), Value::Object(w)) => w
-            .iter()
-            .all(|(k, wv)| g.get(k).is_some_and(|gv| contains(gv, wv))),
-        _ => got == want,
-    }
-}
-
 /// One node-state entry as the reference writes it.
 fn entry(name: &str, version: &str, image: &str, stage: &str, state: &str) -> Value {
     json!({"name": name, "version": version, "image": image, "stage": stage, "state": state})
-}
-
-/// Polls `probe` every 200 ms until it returns `Ok`, or panics after `timeout` with `step` and
-/// the last reason it gave.
-async fn eventually<T, F, Fut>(ctx: &TestCtx, step: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        let why = match probe().await {
-            Ok(v) => return v,
-            Err(why) => why,
-        };
-        if start.elapsed() >= timeout {
-            panic!(
-                "step `{step}` did not hold within {timeout:?} (test {}): {why}",
-                ctx.prefix
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Replaces the Skyhook's packages as a whole (chainsaw `update`), or removes them (`None`).
@@ -112,124 +81,6 @@ async fn generation(env: &Env, name: &str) -> i64 {
 }
 
 // --- nodes ---
-
-fn node_condition(n: &Node, type_: &str) -> Option<(String, String)> {
-    n.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
-}
-
-const COMPLETE: (&str, &str) = ("False", schema::NOT_READY_REASON_COMPLETE);
-const INCOMPLETE: (&str, &str) = ("True", schema::NOT_READY_REASON_INCOMPLETE);
-const NOT_ERRORING: (&str, &str) = ("False", schema::ERRORING_REASON_NOT_ERRORING);
-const ERRORING: (&str, &str) = ("True", schema::ERRORING_REASON_ERRORING);
-
-/// What one of the reference's Node documents asserts.
-#[derive(Default, Clone)]
-struct NodeWant {
-    /// `status_<sh>`, as label and as annotation.
-    status: Option<&'static str>,
-    /// Contained in the parsed `nodeState_<sh>` annotation.
-    state: Option<Value>,
-    /// The exact keys of `nodeState_<sh>`.
-    keys: Option<Vec<&'static str>>,
-    /// The exact `nodeState_<sh>` annotation text.
-    raw_state: Option<&'static str>,
-    /// (status, reason) of `<sh>/NotReady` and `<sh>/Erroring`.
-    not_ready: Option<(&'static str, &'static str)>,
-    erroring: Option<(&'static str, &'static str)>,
-    /// `Some(true)`: tainted `node.kubernetes.io/unschedulable:NoSchedule` (cordoned);
-    /// `Some(false)`: no taints at all.
-    cordoned: Option<bool>,
-}
-
-fn check_node(n: &Node, sk: &str, w: &NodeWant) -> Result<(), String> {
-    let name = n.name_any();
-    if let Some(s) = w.status {
-        let l = n.labels().get(&schema::status_label(sk)).cloned();
-        let a = n.annotations().get(&schema::status_annotation(sk)).cloned();
-        if l.as_deref() != Some(s) || a.as_deref() != Some(s) {
-            return Err(format!(
-                "node {name}: status label {l:?}, annotation {a:?}, want {s}"
-            ));
-        }
-    }
-    let raw = n.annotations().get(&schema::node_state_annotation(sk));
-    if let Some(want) = w.raw_state
-        && raw.map(String::as_str) != Some(want)
-    {
-        return Err(format!("node {name}: nodeState {raw:?}, want {want:?}"));
-    }
-    if w.state.is_some() || w.keys.is_some() {
-        let raw = raw.ok_or_else(|| format!("node {name}: no nodeState annotation"))?;
-        let got: Value =
-            serde_json::from_str(raw).map_err(|e| format!("node {name}: nodeState: {e}"))?;
-        if let Some(want) = &w.state
-            && !contains(&got, want)
-        {
-            return Err(format!(
-                "node {name}: nodeState {got} does not contain {want}"
-            ));
-        }
-        if let Some(keys) = &w.keys {
-            let have: BTreeSet<&str> = got
-                .as_object()
-                .map(|o| o.keys().map(String::as_str).collect())
-                .unwrap_or_default();
-            let want: BTreeSet<&str> = keys.iter().copied().collect();
-            if have != want {
-                return Err(format!(
-                    "node {name}: nodeState keys {have:?}, want {want:?}"
-                ));
-            }
-        }
-    }
-    for (kind, want) in [
-        (schema::node_not_ready_condition(sk), w.not_ready),
-        (schema::node_erroring_condition(sk), w.erroring),
-    ] {
-        let Some((status, reason)) = want else {
-            continue;
-        };
-        let got = node_condition(n, &kind);
-        if got != Some((status.to_string(), reason.to_string())) {
-            return Err(format!(
-                "node {name}: condition {kind} is {got:?}, want ({status}, {reason})"
-            ));
-        }
-    }
-    if let Some(want) = w.cordoned {
-        let taints = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
-        let cordon = taints
-            .iter()
-            .any(|t| t.key == schema::UNSCHEDULABLE_TAINT_KEY && t.effect == "NoSchedule");
-        if want && !cordon {
-            return Err(format!(
-                "node {name}: not tainted unschedulable: {taints:?}"
-            ));
-        }
-        if !want && !taints.is_empty() {
-            return Err(format!("node {name}: taints {taints:?}, want none"));
-        }
-    }
-    Ok(())
-}
-
-async fn wait_node(env: &Env, step: &str, node: &str, sk: &str, want: &NodeWant) -> Node {
-    eventually(&env.ctx, step, Duration::from_secs(90), || async {
-        let n = env.node_api.get(node).await.map_err(|e| e.to_string())?;
-        check_node(&n, sk, want).map(|_| n)
-    })
-    .await
-}
 
 /// Every version of one node, as a watch delivers it: the reference asserts passing states
 /// (e.g. three packages at `apply` at once) that polling could miss.
@@ -264,21 +115,22 @@ impl NodeHistory {
     }
 
     /// Waits until a version recorded at index `from` or later passes `want`.
-    async fn wait_seen(&self, env: &Env, step: &str, from: usize, sk: &str, want: &NodeWant) {
+    async fn wait_seen(&self, env: &Env, step: &str, from: usize, sk: &str, want: &NodeExpect<'_>) {
         let mut checked = from;
-        eventually(&env.ctx, step, Duration::from_secs(90), || {
-            let seen = self.seen.lock().expect("history lock");
-            let mut last = Err(format!("no node version recorded since #{from}"));
-            for n in &seen[checked.min(seen.len())..] {
-                last = check_node(n, sk, want);
-                if last.is_ok() {
-                    break;
+        env.ctx
+            .eventually(step, NODE_WAIT, || {
+                let seen = self.seen.lock().expect("history lock");
+                let mut last = Err(format!("no node version recorded since #{from}"));
+                for n in &seen[checked.min(seen.len())..] {
+                    last = want.check(n, sk);
+                    if last.is_ok() {
+                        break;
+                    }
                 }
-            }
-            checked = seen.len().max(from);
-            std::future::ready(last)
-        })
-        .await;
+                checked = seen.len().max(from);
+                std::future::ready(last)
+            })
+            .await;
     }
 }
 
@@ -290,109 +142,6 @@ impl Drop for NodeHistory {
 
 // --- the Skyhook ---
 
-/// What one of the reference's Skyhook documents asserts.
-#[derive(Default)]
-struct SkyhookWant {
-    status: Option<&'static str>,
-    observed_generation: Option<i64>,
-    /// Contained in `status.nodeState[<node>]`, per node.
-    node_state: BTreeMap<String, Value>,
-    /// Exact keys of `status.nodeState[<node>]`, for every node listed.
-    node_state_keys: Option<Vec<&'static str>>,
-    /// Every `status.nodeStatus` value, and how many there are.
-    node_status: Option<(&'static str, usize)>,
-    complete_nodes: Option<&'static str>,
-    package_list: Option<&'static str>,
-    nodes_in_progress: Option<i64>,
-}
-
-fn check_skyhook(sk: &Skyhook, w: &SkyhookWant) -> Result<(), String> {
-    let st = serde_json::to_value(&sk.status).expect("status as JSON");
-    let field = |k: &str| st.get(k).cloned().unwrap_or(Value::Null);
-    if let Some(s) = w.status
-        && field("status") != json!(s)
-    {
-        return Err(format!("status.status {}, want {s}", field("status")));
-    }
-    if let Some(g) = w.observed_generation
-        && field("observedGeneration") != json!(g)
-    {
-        return Err(format!(
-            "status.observedGeneration {}, want {g}",
-            field("observedGeneration")
-        ));
-    }
-    for (node, want) in &w.node_state {
-        let mut got = st.pointer(&format!("/nodeState/{node}")).cloned();
-        // An empty node state may be listed as `{}` or not at all.
-        if got.is_none() && want == &json!({}) {
-            got = Some(json!({}));
-        }
-        if !got.as_ref().is_some_and(|g| contains(g, want)) {
-            return Err(format!(
-                "status.nodeState[{node}] {got:?} does not contain {want}"
-            ));
-        }
-        if let Some(keys) = &w.node_state_keys {
-            let have: BTreeSet<String> = got
-                .as_ref()
-                .and_then(Value::as_object)
-                .map(|o| o.keys().cloned().collect())
-                .unwrap_or_default();
-            let want: BTreeSet<String> = keys.iter().map(|k| k.to_string()).collect();
-            if have != want {
-                return Err(format!(
-                    "status.nodeState[{node}] keys {have:?}, want {want:?}"
-                ));
-            }
-        }
-    }
-    if let Some((s, n)) = w.node_status {
-        let got: Vec<Value> = field("nodeStatus")
-            .as_object()
-            .map(|o| o.values().cloned().collect())
-            .unwrap_or_default();
-        if got.len() != n || got.iter().any(|v| v != s) {
-            return Err(format!("status.nodeStatus {got:?}, want {n} × {s}"));
-        }
-    }
-    if let Some(c) = w.complete_nodes
-        && field("completeNodes") != json!(c)
-    {
-        return Err(format!(
-            "status.completeNodes {}, want {c}",
-            field("completeNodes")
-        ));
-    }
-    if let Some(p) = w.package_list
-        && field("packageList") != json!(p)
-        && !(p.is_empty() && field("packageList").is_null())
-    {
-        return Err(format!(
-            "status.packageList {}, want {p:?}",
-            field("packageList")
-        ));
-    }
-    if let Some(n) = w.nodes_in_progress
-        && field("nodesInProgress") != json!(n)
-        && !(n == 0 && field("nodesInProgress").is_null())
-    {
-        return Err(format!(
-            "status.nodesInProgress {}, want {n}",
-            field("nodesInProgress")
-        ));
-    }
-    Ok(())
-}
-
-async fn wait_skyhook(env: &Env, step: &str, name: &str, want: &SkyhookWant) -> Skyhook {
-    eventually(&env.ctx, step, Duration::from_secs(120), || async {
-        let sk = env.skyhooks.get(name).await.map_err(|e| e.to_string())?;
-        check_skyhook(&sk, want).map(|_| sk)
-    })
-    .await
-}
-
 /// The one node and the Skyhook complete with `state`, as the scenarios' final asserts say.
 async fn all_complete(env: &Env, step: &str, node: &str, sk: &str, state: &Value) {
     wait_node(
@@ -401,40 +150,33 @@ async fn all_complete(env: &Env, step: &str, node: &str, sk: &str, state: &Value
         node,
         sk,
         &complete_node(state.clone()),
+        NODE_WAIT,
     )
     .await;
-    let generation = wait_complete(env, &format!("{step}: Skyhook complete"), sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        &format!("{step}: Skyhook complete"),
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     wait_skyhook(
         env,
         &format!("{step}: Skyhook status"),
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(env, state),
             node_status: Some(("complete", 1)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
-}
-
-/// Waits until the Skyhook is complete at its current generation; returns that generation.
-async fn wait_complete(env: &Env, step: &str, name: &str) -> i64 {
-    eventually(&env.ctx, step, Duration::from_secs(120), || async {
-        let sk = env.skyhooks.get(name).await.map_err(|e| e.to_string())?;
-        let generation = sk.metadata.generation.unwrap_or(0);
-        let st = sk.status.clone().unwrap_or_default();
-        if st.status == Some(schema::Status::Complete) && st.observed_generation == generation {
-            Ok(generation)
-        } else {
-            Err(format!(
-                "status {:?} observedGeneration {} at generation {generation}",
-                st.status, st.observed_generation
-            ))
-        }
-    })
-    .await
 }
 
 // --- ConfigMaps ---
@@ -469,23 +211,24 @@ async fn check_package_configmap(
 ) {
     let cms: Api<ConfigMap> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
     let cm_name = schema::package_configmap_name(sk, pkg, ver);
-    eventually(&env.ctx, step, Duration::from_secs(30), || async {
-        let cm = cms
-            .get_opt(&cm_name)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no ConfigMap {cm_name}"))?;
-        if cm.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(sk) {
-            return Err(format!("ConfigMap {cm_name} labels {:?}", cm.labels()));
-        }
-        check_owned_by(&cm.metadata, sk)?;
-        let got = json!(cm.data.clone().unwrap_or_default());
-        if got != data {
-            return Err(format!("ConfigMap {cm_name} data {got}, want {data}"));
-        }
-        Ok(())
-    })
-    .await;
+    env.ctx
+        .eventually(step, Duration::from_secs(30), || async {
+            let cm = cms
+                .get_opt(&cm_name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no ConfigMap {cm_name}"))?;
+            if cm.labels().get(schema::NAME_LABEL).map(String::as_str) != Some(sk) {
+                return Err(format!("ConfigMap {cm_name} labels {:?}", cm.labels()));
+            }
+            check_owned_by(&cm.metadata, sk)?;
+            let got = json!(cm.data.clone().unwrap_or_default());
+            if got != data {
+                return Err(format!("ConfigMap {cm_name} data {got}, want {data}"));
+            }
+            Ok(())
+        })
+        .await;
 }
 
 /// The node metadata ConfigMap of each node: owned, three keys, and the texts the reference
@@ -493,55 +236,56 @@ async fn check_package_configmap(
 async fn check_node_metadata(env: &Env, step: &str, sk: &str, packages_has: &[&str]) {
     let cms: Api<ConfigMap> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
     let (test_label, _) = env.ctx.test_label();
-    eventually(&env.ctx, step, Duration::from_secs(30), || async {
-        let list = cms
-            .list(&ListParams::default().labels(&format!("{}={sk}", schema::NODE_META_LABEL)))
-            .await
-            .map_err(|e| e.to_string())?
-            .items;
-        if list.len() != env.nodes.len() {
-            return Err(format!("{} node metadata ConfigMaps", list.len()));
-        }
-        for cm in &list {
-            check_owned_by(&cm.metadata, sk)?;
-            let data = cm.data.clone().unwrap_or_default();
-            if data.len() != 3 {
-                return Err(format!("{}: keys {:?}", cm.name_any(), data.keys()));
+    env.ctx
+        .eventually(step, Duration::from_secs(30), || async {
+            let list = cms
+                .list(&ListParams::default().labels(&format!("{}={sk}", schema::NODE_META_LABEL)))
+                .await
+                .map_err(|e| e.to_string())?
+                .items;
+            if list.len() != env.nodes.len() {
+                return Err(format!("{} node metadata ConfigMaps", list.len()));
             }
-            let text = |k: &str| data.get(k).cloned().unwrap_or_default();
-            // The reference looks for its node-selecting label here; ours is the test label.
-            let wants = [
-                (schema::METADATA_LABELS_KEY, test_label.clone()),
-                (schema::METADATA_LABELS_KEY, schema::status_label(sk)),
-                (
-                    schema::METADATA_ANNOTATIONS_KEY,
-                    schema::status_annotation(sk),
-                ),
-                (
-                    schema::METADATA_ANNOTATIONS_KEY,
-                    schema::node_state_annotation(sk),
-                ),
-                (
-                    schema::METADATA_PACKAGES_KEY,
-                    "\"agentVersion\"".to_string(),
-                ),
-            ];
-            let more = packages_has
-                .iter()
-                .map(|p| (schema::METADATA_PACKAGES_KEY, format!("\"{p}\"")));
-            for (key, needle) in wants.into_iter().chain(more) {
-                if !text(key).contains(&needle) {
-                    return Err(format!(
-                        "{}: {key} lacks {needle}: {}",
-                        cm.name_any(),
-                        text(key)
-                    ));
+            for cm in &list {
+                check_owned_by(&cm.metadata, sk)?;
+                let data = cm.data.clone().unwrap_or_default();
+                if data.len() != 3 {
+                    return Err(format!("{}: keys {:?}", cm.name_any(), data.keys()));
+                }
+                let text = |k: &str| data.get(k).cloned().unwrap_or_default();
+                // The reference looks for its node-selecting label here; ours is the test label.
+                let wants = [
+                    (schema::METADATA_LABELS_KEY, test_label.clone()),
+                    (schema::METADATA_LABELS_KEY, schema::status_label(sk)),
+                    (
+                        schema::METADATA_ANNOTATIONS_KEY,
+                        schema::status_annotation(sk),
+                    ),
+                    (
+                        schema::METADATA_ANNOTATIONS_KEY,
+                        schema::node_state_annotation(sk),
+                    ),
+                    (
+                        schema::METADATA_PACKAGES_KEY,
+                        "\"agentVersion\"".to_string(),
+                    ),
+                ];
+                let more = packages_has
+                    .iter()
+                    .map(|p| (schema::METADATA_PACKAGES_KEY, format!("\"{p}\"")));
+                for (key, needle) in wants.into_iter().chain(more) {
+                    if !text(key).contains(&needle) {
+                        return Err(format!(
+                            "{}: {key} lacks {needle}: {}",
+                            cm.name_any(),
+                            text(key)
+                        ));
+                    }
                 }
             }
-        }
-        Ok(())
-    })
-    .await;
+            Ok(())
+        })
+        .await;
 }
 
 // --- Jobs (the reference's pods) ---
@@ -652,34 +396,37 @@ async fn wait_stage_job(
     node: Option<&str>,
     also: impl Fn(&Job) -> bool,
 ) -> Job {
-    eventually(&env.ctx, step, Duration::from_secs(90), || async {
-        let jobs = env.jobs_of(sk).await;
-        let j = jobs
-            .into_iter()
-            .find(|j| {
-                label(j, schema::PACKAGE_LABEL) == schema::package_label(pkg, version)
-                    && label(j, schema::STAGE_LABEL) == stage
-                    && node.is_none_or(|n| label(j, schema::NODE_LABEL) == schema::label_value(n))
-                    && also(j)
-            })
-            .ok_or_else(|| format!("no {pkg}-{version} {stage} Job (node {node:?})"))?;
-        check_stage_job(&j, sk, pkg, version, stage).map(|_| j)
-    })
-    .await
+    env.ctx
+        .eventually(step, Duration::from_secs(90), || async {
+            let jobs = env.jobs_of(sk).await;
+            let j = jobs
+                .into_iter()
+                .find(|j| {
+                    label(j, schema::PACKAGE_LABEL) == schema::package_label(pkg, version)
+                        && label(j, schema::STAGE_LABEL) == stage
+                        && node
+                            .is_none_or(|n| label(j, schema::NODE_LABEL) == schema::label_value(n))
+                        && also(j)
+                })
+                .ok_or_else(|| format!("no {pkg}-{version} {stage} Job (node {node:?})"))?;
+            check_stage_job(&j, sk, pkg, version, stage).map(|_| j)
+        })
+        .await
 }
 
 /// Waits until `job` is gone or being deleted (a Job of the same name with another UID counts as
 /// gone).
 async fn wait_killed(env: &Env, step: &str, job: &Job, timeout: Duration) {
     let name = job.name_any();
-    eventually(&env.ctx, step, timeout, || async {
-        match env.jobs.get_opt(&name).await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(j) if uid(&j) != uid(job) || j.metadata.deletion_timestamp.is_some() => Ok(()),
-            Some(j) => Err(format!("{name} is still there: {:?}", j.status)),
-        }
-    })
-    .await;
+    env.ctx
+        .eventually(step, timeout, || async {
+            match env.jobs.get_opt(&name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(j) if uid(&j) != uid(job) || j.metadata.deletion_timestamp.is_some() => Ok(()),
+                Some(j) => Err(format!("{name} is still there: {:?}", j.status)),
+            }
+        })
+        .await;
 }
 
 /// The pods of a Job, found by the Job's own labels.
@@ -692,84 +439,13 @@ async fn pods_of(env: &Env, j: &Job) -> Vec<Pod> {
         .items
 }
 
-// --- metrics ---
-
-/// (name, labels, value) of every sample on the operator's /metrics.
-fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, String)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty() && !l.starts_with("HTTP/"))
-        .filter_map(|l| {
-            let (head, value) = l.rsplit_once(' ')?;
-            let (name, labels) = match head.split_once('{') {
-                Some((n, rest)) => (n, rest.strip_suffix('}')?),
-                None => (head, ""),
-            };
-            Some((name.to_string(), parse_labels(labels), value.to_string()))
-        })
-        .collect()
-}
-
-fn parse_labels(s: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut rest = s;
-    while let Some((key, after)) = rest.split_once("=\"") {
-        let mut value = String::new();
-        let mut end = after.len();
-        let mut chars = after.char_indices();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(if n == 'n' { '\n' } else { n });
-                    }
-                }
-                '"' => {
-                    end = i;
-                    break;
-                }
-                _ => value.push(c),
-            }
-        }
-        out.insert(key.trim_start_matches(',').trim().to_string(), value);
-        rest = &after[(end + 1).min(after.len())..];
-    }
-    out
-}
-
-/// The reference's `metrics_test.py <name> <value> -t k=v…`: within 30 s some sample of `name`
-/// carries every label given and exactly `value`.
-async fn wait_metric(env: &Env, step: &str, name: &str, tags: &[(&str, &str)], value: &str) {
-    let port = env.op.metrics_port;
-    eventually(&env.ctx, step, Duration::from_secs(30), || async {
-        let text = crate::scale::metrics(port);
-        let candidates: Vec<String> = samples(&text)
-            .into_iter()
-            .filter(|(n, l, _)| {
-                n == name
-                    && tags
-                        .iter()
-                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
-            })
-            .map(|(_, l, v)| format!("{l:?} {v}"))
-            .collect();
-        if candidates.iter().any(|c| c.ends_with(&format!(" {value}"))) {
-            Ok(())
-        } else {
-            Err(format!(
-                "{name} {tags:?} = {value} not found; samples: {candidates:?}"
-            ))
-        }
-    })
-    .await;
-}
-
 // --- shared Skyhook shapes ---
 
 /// dexter (configMap, an image tag the operator must drop), then spencer and foobar depending on
 /// it: the Skyhook of simple-skyhook and delete-skyhook.
-fn three_packages(sleep: &str, foobar_extra: Value) -> Value {
+fn three_packages(secs: &str, foobar_extra: Value) -> Value {
     let mut foobar = json!({"version": "1.2", "image": AGENTLESS,
-        "dependsOn": {"dexter": "1.2.3"}, "env": sleep_env(sleep)});
+        "dependsOn": {"dexter": "1.2.3"}, "env": sleep(secs)});
     if let (Some(f), Some(extra)) = (foobar.as_object_mut(), foobar_extra.as_object()) {
         f.extend(extra.clone());
     }
@@ -778,11 +454,11 @@ fn three_packages(sleep: &str, foobar_extra: Value) -> Value {
         "additionalTolerations": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
         "packages": {
             "spencer": {"version": "3.2.3", "image": AGENTLESS,
-                "dependsOn": {"dexter": "1.2.3"}, "env": sleep_env(sleep)},
+                "dependsOn": {"dexter": "1.2.3"}, "env": sleep(secs)},
             "foobar": foobar,
             "dexter": {"version": "1.2.3", "image": format!("{AGENTLESS}:bogus"),
                 "configMap": {"game.properties": GAME, "ui.properties": UI},
-                "env": sleep_env(sleep)},
+                "env": sleep(secs)},
         },
     })
 }
@@ -799,13 +475,10 @@ fn three_complete(foobar_sha: Option<&str>) -> Value {
     })
 }
 
-fn complete_node(state: Value) -> NodeWant {
-    NodeWant {
-        status: Some("complete"),
+fn complete_node(state: Value) -> NodeExpect<'static> {
+    NodeExpect {
         state: Some(state),
-        not_ready: Some(COMPLETE),
-        erroring: Some(NOT_ERRORING),
-        ..Default::default()
+        ..NodeExpect::complete()
     }
 }
 
@@ -907,40 +580,41 @@ async fn simple_skyhook() {
             true
         })
         .await;
-        eventually(&env.ctx, &step, Duration::from_secs(30), || async {
-            let pods = pods_of(&env, &job).await;
-            let pod = pods.first().ok_or("no pod yet")?;
-            let spec = pod.spec.as_ref().ok_or("pod without spec")?;
-            for cname in [
-                format!("{pkg}-init"),
-                format!("{pkg}-apply"),
-                format!("{pkg}-applycheck"),
-            ] {
-                let c = containers(spec)
-                    .into_iter()
-                    .find(|c| c.name == cname)
-                    .ok_or_else(|| format!("pod lacks {cname}"))?;
-                let r = c.resources.clone().unwrap_or_default();
-                let q = |m: &Option<
-                    BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-                >,
-                         k: &str| {
-                    m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone())
-                };
-                let got = [
-                    q(&r.limits, "cpu"),
-                    q(&r.limits, "memory"),
-                    q(&r.requests, "cpu"),
-                    q(&r.requests, "memory"),
-                ];
-                let want = [cpu, memory, cpu, memory].map(|s| Some(s.to_string()));
-                if got != want {
-                    return Err(format!("{cname}: limits/requests {got:?}, want {want:?}"));
+        env.ctx
+            .eventually(&step, Duration::from_secs(30), || async {
+                let pods = pods_of(&env, &job).await;
+                let pod = pods.first().ok_or("no pod yet")?;
+                let spec = pod.spec.as_ref().ok_or("pod without spec")?;
+                for cname in [
+                    format!("{pkg}-init"),
+                    format!("{pkg}-apply"),
+                    format!("{pkg}-applycheck"),
+                ] {
+                    let c = containers(spec)
+                        .into_iter()
+                        .find(|c| c.name == cname)
+                        .ok_or_else(|| format!("pod lacks {cname}"))?;
+                    let r = c.resources.clone().unwrap_or_default();
+                    let q = |m: &Option<
+                        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+                    >,
+                             k: &str| {
+                        m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone())
+                    };
+                    let got = [
+                        q(&r.limits, "cpu"),
+                        q(&r.limits, "memory"),
+                        q(&r.requests, "cpu"),
+                        q(&r.requests, "memory"),
+                    ];
+                    let want = [cpu, memory, cpu, memory].map(|s| Some(s.to_string()));
+                    if got != want {
+                        return Err(format!("{cname}: limits/requests {got:?}, want {want:?}"));
+                    }
                 }
-            }
-            Ok(())
-        })
-        .await;
+                Ok(())
+            })
+            .await;
     }
 
     for (step, tags, value) in [
@@ -987,6 +661,7 @@ async fn simple_skyhook() {
         &node,
         sk,
         &complete_node(state.clone()),
+        NODE_WAIT,
     )
     .await;
     let generation = generation(&env, sk).await;
@@ -994,13 +669,14 @@ async fn simple_skyhook() {
         &env,
         "assert: Skyhook complete",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &state),
             node_status: Some(("complete", 1)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
     check_package_configmap(
@@ -1090,6 +766,7 @@ async fn simple_update_skyhook() {
         &node,
         sk,
         &complete_node(state.clone()),
+        NODE_WAIT,
     )
     .await;
     let node_version = n
@@ -1101,18 +778,28 @@ async fn simple_update_skyhook() {
         node_version.len() >= 6,
         "assert: node annotation version_<sh> is {node_version:?}, want a version string"
     );
-    let generation = wait_complete(&env, "assert: Skyhook complete", sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        "assert: Skyhook complete",
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     let got = wait_skyhook(
         &env,
         "assert: Skyhook status",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &state),
             node_status: Some(("complete", 1)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
     let version = got
@@ -1146,8 +833,8 @@ async fn simple_update_skyhook() {
     let add = json!({"spec": {"packages": {
         "baxter": {"version": "2.3.1-test", "image": AGENTLESS,
             "configMap": {"game.properties": GAME_5, "ui.properties": UI},
-            "env": sleep_env("1")},
-        "jackie-chan": {"version": "2024.7.7-test", "image": AGENTLESS, "env": sleep_env("1")},
+            "env": sleep("1")},
+        "jackie-chan": {"version": "2024.7.7-test", "image": AGENTLESS, "env": sleep("1")},
     }}});
     env.skyhooks
         .patch(sk, &PatchParams::default(), &Patch::Merge(&add))
@@ -1208,14 +895,11 @@ async fn skyhook_upgrade() {
         .expect("set up the pre-v0.5 node state");
     // The bad format is there before the migration.
     let n = env.node_api.get(&node).await.expect("node");
-    check_node(
-        &n,
-        sk,
-        &NodeWant {
-            state: Some(legacy),
-            ..Default::default()
-        },
-    )
+    (NodeExpect {
+        state: Some(legacy),
+        ..Default::default()
+    })
+    .check(&n, sk)
     .expect("assert: the old format exists before the migration");
     assert_eq!(
         n.annotations()
@@ -1230,28 +914,37 @@ async fn skyhook_upgrade() {
         sk,
         json!({
             "additionalTolerations": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
-            "packages": {"foobar": {"version": "1.2", "image": AGENTLESS, "env": sleep_env("1")}},
+            "packages": {"foobar": {"version": "1.2", "image": AGENTLESS, "env": sleep("1")}},
         }),
     ))
     .await;
 
     let state = json!({"foobar|1.2": entry("foobar", "1.2", AGENTLESS, "config", "complete")});
-    let want = NodeWant {
+    let want = NodeExpect {
         keys: Some(vec!["foobar|1.2"]),
         ..complete_node(state.clone())
     };
-    wait_node(&env, "assert: node migrated and complete", &node, sk, &want).await;
+    wait_node(
+        &env,
+        "assert: node migrated and complete",
+        &node,
+        sk,
+        &want,
+        NODE_WAIT,
+    )
+    .await;
     wait_skyhook(
         &env,
         "assert: Skyhook complete",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             node_state: per_node(&env, &state),
             node_state_keys: Some(vec!["foobar|1.2"]),
             node_status: Some(("complete", 1)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
     // The loop the migration breaks would show as upgrade and config Jobs coming back.
@@ -1262,7 +955,7 @@ async fn skyhook_upgrade() {
             || async {
                 let jobs = env.jobs_of(sk).await;
                 let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
-                check_node(&n, sk, &want)?;
+                want.check(&n, sk)?;
                 if jobs.is_empty() {
                     Ok(())
                 } else {
@@ -1290,20 +983,20 @@ async fn uninstall_upgrade_skyhook() {
     let history = NodeHistory::record(&env, &node);
     let cm =
         |v: &str| json!({"game.properties": v, "ui.properties": if v == GAME { UI } else { v }});
-    let dogs = |version: &str, data: Value, sleep: Option<&str>| {
+    let dogs = |version: &str, data: Value, secs: Option<&str>| {
         let mut p = json!({"version": version, "image": AGENTLESS,
             "interrupt": {"type": "reboot"}, "configMap": data});
-        if let Some(s) = sleep {
-            p["env"] = sleep_env(s);
+        if let Some(s) = secs {
+            p["env"] = sleep(s);
         }
         p
     };
-    let nullptr = |version: &str, data: Value, sleep: Option<&str>| {
+    let nullptr = |version: &str, data: Value, secs: Option<&str>| {
         let mut p = json!({"version": version, "image": AGENTLESS,
             "interrupt": {"type": "service", "services": ["cron", "containerd"]},
             "configMap": data});
-        if let Some(s) = sleep {
-            p["env"] = sleep_env(s);
+        if let Some(s) = secs {
+            p["env"] = sleep(s);
         }
         p
     };
@@ -1312,7 +1005,7 @@ async fn uninstall_upgrade_skyhook() {
     let spec = json!({"interruptionBudget": {"count": 1}, "packages": {
         "dogs": dogs("1.2.6", cm(GAME), Some("2")),
         "nullptr": nullptr("2.0.0", cm(GAME), Some("2")),
-        "cats": {"version": "6.2.0", "image": AGENTLESS, "env": sleep_env("2")},
+        "cats": {"version": "6.2.0", "image": AGENTLESS, "env": sleep("2")},
     }});
     let mark = history.mark();
     env.create(&skyhook(&env.ctx, sk, spec)).await;
@@ -1324,7 +1017,7 @@ async fn uninstall_upgrade_skyhook() {
             "assert: three packages at apply, node cordoned",
             mark,
             sk,
-            &NodeWant {
+            &NodeExpect {
                 status: Some("in_progress"),
                 state: Some(json!({
                     "cats|6.2.0": entry("cats", "6.2.0", AGENTLESS, "apply", "in_progress"),
@@ -1350,14 +1043,24 @@ async fn uninstall_upgrade_skyhook() {
         &node,
         sk,
         &complete_node(state.clone()),
+        NODE_WAIT,
     )
     .await;
-    let generation = wait_complete(&env, "assert: Skyhook complete", sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        "assert: Skyhook complete",
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     wait_skyhook(
         &env,
         "assert: Skyhook status",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &state),
@@ -1367,6 +1070,7 @@ async fn uninstall_upgrade_skyhook() {
             nodes_in_progress: Some(0),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
     for (pkg, ver) in [("nullptr", "2.0.0"), ("dogs", "1.2.6")] {
@@ -1401,7 +1105,7 @@ async fn uninstall_upgrade_skyhook() {
             "assert-update: uninstalls, upgrade and the waiting downgrade, node cordoned",
             mark,
             sk,
-            &NodeWant {
+            &NodeExpect {
                 status: Some("in_progress"),
                 state: Some(json!({
                     "dogs|1.2.5": entry("dogs", "1.2.5", AGENTLESS, "uninstall", "skipped"),
@@ -1437,18 +1141,28 @@ async fn uninstall_upgrade_skyhook() {
         "assert-update: node complete",
         &node,
         sk,
-        &NodeWant {
+        &NodeExpect {
             keys: Some(keys.clone()),
             ..complete_node(state.clone())
         },
+        NODE_WAIT,
     )
     .await;
-    let generation = wait_complete(&env, "assert-update: Skyhook complete", sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        "assert-update: Skyhook complete",
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     wait_skyhook(
         &env,
         "assert-update: Skyhook status",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &state),
@@ -1458,6 +1172,7 @@ async fn uninstall_upgrade_skyhook() {
             package_list: Some("dogs:1.2.5,nullptr:2.0.1"),
             nodes_in_progress: Some(0),
         },
+        SKYHOOK_WAIT,
     )
     .await;
     for (pkg, ver) in [("nullptr", "2.0.1"), ("dogs", "1.2.5")] {
@@ -1482,7 +1197,7 @@ async fn uninstall_upgrade_skyhook() {
             "assert-update-no-packages: both uninstalling, no taint",
             mark,
             sk,
-            &NodeWant {
+            &NodeExpect {
                 status: Some("in_progress"),
                 state: Some(json!({
                     "dogs|1.2.5": entry("dogs", "1.2.5", AGENTLESS, "uninstall", "in_progress"),
@@ -1505,21 +1220,31 @@ async fn uninstall_upgrade_skyhook() {
         "assert-update-no-packages: node complete with an empty state",
         &node,
         sk,
-        &NodeWant {
+        &NodeExpect {
             status: Some("complete"),
             raw_state: Some("{}"),
             not_ready: Some(COMPLETE),
             erroring: Some(NOT_ERRORING),
             ..Default::default()
         },
+        NODE_WAIT,
     )
     .await;
-    let generation = wait_complete(&env, "assert-update-no-packages: Skyhook complete", sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        "assert-update-no-packages: Skyhook complete",
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     wait_skyhook(
         &env,
         "assert-update-no-packages: Skyhook status",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &json!({})),
@@ -1529,6 +1254,7 @@ async fn uninstall_upgrade_skyhook() {
             package_list: Some(""),
             nodes_in_progress: Some(0),
         },
+        SKYHOOK_WAIT,
     )
     .await;
 }
@@ -1557,7 +1283,7 @@ async fn validate_packages() {
             "invalid-image": {"version": "3.2.3-bogus", "image": bad_image},
             "invalid-resources": {"version": "1.2.3", "image": AGENTLESS, "resources": huge,
                 "env": [{"name": "HANG", "value": "true"}]},
-            "invalid-env": {"version": "5.4.3", "image": AGENTLESS, "env": sleep_env("1000")},
+            "invalid-env": {"version": "5.4.3", "image": AGENTLESS, "env": sleep("1000")},
         }}),
     ))
     .await;
@@ -1572,30 +1298,25 @@ async fn validate_packages() {
         "invalid-image|3.2.3-bogus": entry("invalid-image", "3.2.3-bogus", bad_image, "apply", "erroring"),
         "invalid-resources|1.2.3": entry("invalid-resources", "1.2.3", AGENTLESS, "apply", "in_progress"),
     });
-    wait_node(
-        &env,
-        "assert: all three stuck at apply (invalid-image erroring: deviation 'Failures end erroring')",
-        &node,
-        sk,
-        &NodeWant {
+    wait_node(&env, "assert: all three stuck at apply (invalid-image erroring: deviation 'Failures end erroring')", &node, sk, &NodeExpect {
             status: Some("in_progress"),
             state: Some(state.clone()),
             not_ready: Some(INCOMPLETE),
             erroring: Some(ERRORING),
             ..Default::default()
-        },
-    )
+        }, NODE_WAIT)
     .await;
     wait_skyhook(
         &env,
         "assert: Skyhook in progress",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("in_progress"),
             node_state: per_node(&env, &state),
             node_status: Some(("in_progress", 1)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
     let stuck: Vec<Job> = env
@@ -1650,7 +1371,7 @@ async fn validate_packages() {
         Some(json!({
             "invalid-image": {"version": "3.2.3", "image": AGENTLESS},
             "invalid-resources": {"version": "1.2.3", "image": AGENTLESS},
-            "invalid-env": {"version": "5.4.3", "image": AGENTLESS, "env": sleep_env("3")},
+            "invalid-env": {"version": "5.4.3", "image": AGENTLESS, "env": sleep("3")},
         })),
     )
     .await;
@@ -1818,70 +1539,71 @@ async fn delete_skyhook() {
         .delete(sk, &Default::default())
         .await
         .expect("delete the Skyhook");
-    eventually(
-        &env.ctx,
-        "delete: the Skyhook is gone",
-        Duration::from_secs(60),
-        || async {
-            match env.skyhooks.get_opt(sk).await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(s) => Err(format!("still there, finalizers {:?}", s.finalizers())),
-            }
-        },
-    )
-    .await;
+    env.ctx
+        .eventually(
+            "delete: the Skyhook is gone",
+            Duration::from_secs(60),
+            || async {
+                match env.skyhooks.get_opt(sk).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(s) => Err(format!("still there, finalizers {:?}", s.finalizers())),
+                }
+            },
+        )
+        .await;
 
     // Every series of the deleted Skyhook goes (the reference deletes them in its finalizer).
     let port = env.op.metrics_port;
-    eventually(
-        &env.ctx,
-        "after delete: no skyhook_* series of the deleted Skyhook",
-        Duration::from_secs(30),
-        || async {
-            let left: Vec<String> = samples(&crate::scale::metrics(port))
-                .into_iter()
-                .filter(|(n, l, _)| {
-                    n.starts_with("skyhook_")
-                        && l.get("skyhook_name").map(String::as_str) == Some(sk)
-                })
-                .map(|(n, l, v)| format!("{n}{l:?} {v}"))
-                .collect();
-            if left.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("left: {left:#?}"))
-            }
-        },
-    )
-    .await;
+    env.ctx
+        .eventually(
+            "after delete: no skyhook_* series of the deleted Skyhook",
+            Duration::from_secs(30),
+            || async {
+                let left: Vec<String> = samples(&metrics(port))
+                    .into_iter()
+                    .filter(|(n, l, _)| {
+                        n.starts_with("skyhook_")
+                            && l.get("skyhook_name").map(String::as_str) == Some(sk)
+                    })
+                    .map(|(n, l, v)| format!("{n}{l:?} {v}"))
+                    .collect();
+                if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("left: {left:#?}"))
+                }
+            },
+        )
+        .await;
 
     // Its ConfigMaps go with it (owner references).
     let cms: Api<ConfigMap> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
-    eventually(
-        &env.ctx,
-        "after delete: its ConfigMaps are gone",
-        Duration::from_secs(60),
-        || async {
-            let left: Vec<String> = cms
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .filter(|c| {
-                    c.labels().get(schema::NAME_LABEL).map(String::as_str) == Some(sk)
-                        || c.labels().get(schema::NODE_META_LABEL).map(String::as_str) == Some(sk)
-                })
-                .map(|c| c.name_any())
-                .collect();
-            if left.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("left: {left:?}"))
-            }
-        },
-    )
-    .await;
+    env.ctx
+        .eventually(
+            "after delete: its ConfigMaps are gone",
+            Duration::from_secs(60),
+            || async {
+                let left: Vec<String> = cms
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .into_iter()
+                    .filter(|c| {
+                        c.labels().get(schema::NAME_LABEL).map(String::as_str) == Some(sk)
+                            || c.labels().get(schema::NODE_META_LABEL).map(String::as_str)
+                                == Some(sk)
+                    })
+                    .map(|c| c.name_any())
+                    .collect();
+                if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("left: {left:?}"))
+                }
+            },
+        )
+        .await;
 }
 
 /// Reference: `k8s-tests/chainsaw/skyhook/depends-on`. aa-fast and bb-slow run side by side;
@@ -1897,10 +1619,10 @@ async fn depends_on() {
         &env.ctx,
         sk,
         json!({"packages": {
-            "aa-fast": {"version": "1.2.3", "image": AGENTLESS, "env": sleep_env("1")},
-            "bb-slow": {"version": "1.2", "image": AGENTLESS, "env": sleep_env("5")},
+            "aa-fast": {"version": "1.2.3", "image": AGENTLESS, "env": sleep("1")},
+            "bb-slow": {"version": "1.2", "image": AGENTLESS, "env": sleep("5")},
             "cc-last": {"version": "5.4.3", "image": AGENTLESS,
-                "dependsOn": {"aa-fast": "1.2.3", "bb-slow": "1.2"}, "env": sleep_env("1")},
+                "dependsOn": {"aa-fast": "1.2.3", "bb-slow": "1.2"}, "env": sleep("1")},
         }}),
     ))
     .await;
@@ -1927,12 +1649,13 @@ async fn depends_on() {
         &env,
         "assert-skyhook: Skyhook complete",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             node_state: per_node(&env, &state),
             node_status: Some(("complete", 1)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
 
@@ -1977,7 +1700,7 @@ async fn cleanup_pods() {
     let (n1, n2) = (env.nodes[0].clone(), env.nodes[1].clone());
     let name = env.ctx.name("sk");
     let sk = name.as_str();
-    let aa = |sleep: &str| json!({"version": "1.2.3", "image": format!("{AGENTLESS}:bogus"), "env": sleep_env(sleep)});
+    let aa = |secs: &str| json!({"version": "1.2.3", "image": format!("{AGENTLESS}:bogus"), "env": sleep(secs)});
     let bb = |env: Value, foo: &str, grace: Option<&str>| {
         let mut p = json!({"version": "1.2", "image": AGENTLESS,
             "dependsOn": {"aa": "1.2.3"}, "env": env, "configMap": {"foo": foo}});
@@ -1989,7 +1712,7 @@ async fn cleanup_pods() {
     env.create(&skyhook(
         &env.ctx,
         sk,
-        json!({"packages": {"aa": aa("2"), "bb": bb(sleep_env("2"), "bar", None)}}),
+        json!({"packages": {"aa": aa("2"), "bb": bb(sleep("2"), "bar", None)}}),
     ))
     .await;
 
@@ -1998,12 +1721,21 @@ async fn cleanup_pods() {
         "aa|1.2.3": entry("aa", "1.2.3", AGENTLESS, "config", "complete"),
         "bb|1.2": entry("bb", "1.2", AGENTLESS, "config", "complete"),
     });
-    let generation = wait_complete(&env, "assert-setup-complete: Skyhook complete", sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        "assert-setup-complete: Skyhook complete",
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     wait_skyhook(
         &env,
         "assert-setup-complete: Skyhook status",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &done),
@@ -2012,6 +1744,7 @@ async fn cleanup_pods() {
             nodes_in_progress: Some(0),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
 
@@ -2020,7 +1753,7 @@ async fn cleanup_pods() {
     set_packages(
         &env,
         sk,
-        Some(json!({"aa": aa("3"), "bb": bb(sleep_env("2"), "buz", Some("46s"))})),
+        Some(json!({"aa": aa("3"), "bb": bb(sleep("2"), "buz", Some("46s"))})),
     )
     .await;
     // assert-config-complete.yaml
@@ -2041,18 +1774,28 @@ async fn cleanup_pods() {
         "assert-config-complete: terminationGracePeriodSeconds of {}",
         job.name_any()
     );
-    let generation = wait_complete(&env, "assert-config-complete: Skyhook complete", sk).await;
+    let generation = wait_complete(
+        &env.skyhooks,
+        "assert-config-complete: Skyhook complete",
+        sk,
+        Complete::current(SKYHOOK_WAIT),
+    )
+    .await
+    .metadata
+    .generation
+    .unwrap_or(0);
     wait_skyhook(
         &env,
         "assert-config-complete: Skyhook status",
         sk,
-        &SkyhookWant {
+        &SkyhookExpect {
             status: Some("complete"),
             observed_generation: Some(generation),
             node_state: per_node(&env, &done),
             node_status: Some(("complete", 2)),
             ..Default::default()
         },
+        SKYHOOK_WAIT,
     )
     .await;
 
@@ -2066,24 +1809,25 @@ async fn cleanup_pods() {
         Some(json!({"aa": aa("3"), "bb": bb(failing, "bur", Some("46s"))})),
     )
     .await;
-    let doomed = eventually(
-        &env.ctx,
-        "muck_up: bb's new Job runs on the first node",
-        Duration::from_secs(60),
-        || async {
-            env.jobs_of(sk)
-                .await
-                .into_iter()
-                .find(|j| {
-                    !before.contains(&uid(j))
-                        && label(j, schema::PACKAGE_LABEL) == "bb-1.2"
-                        && label(j, schema::NODE_LABEL) == schema::label_value(&n1)
-                        && running(j)
-                })
-                .ok_or_else(|| "no running bb Job on the first node".to_string())
-        },
-    )
-    .await;
+    let doomed = env
+        .ctx
+        .eventually(
+            "muck_up: bb's new Job runs on the first node",
+            Duration::from_secs(60),
+            || async {
+                env.jobs_of(sk)
+                    .await
+                    .into_iter()
+                    .find(|j| {
+                        !before.contains(&uid(j))
+                            && label(j, schema::PACKAGE_LABEL) == "bb-1.2"
+                            && label(j, schema::NODE_LABEL) == schema::label_value(&n1)
+                            && running(j)
+                    })
+                    .ok_or_else(|| "no running bb Job on the first node".to_string())
+            },
+        )
+        .await;
 
     // Wipe the first node's state.
     let wiped_at = jiff::Timestamp::now();
@@ -2138,17 +1882,12 @@ async fn cleanup_pods() {
             "bb|1.2": entry("bb", "1.2", AGENTLESS, "apply", "erroring"),
         }),
     );
-    wait_skyhook(
-        &env,
-        "assert-cleaned-pods: Skyhook erroring (bb at apply on the second node: deviation 'Spec drift re-runs packages')",
-        sk,
-        &SkyhookWant {
+    wait_skyhook(&env, "assert-cleaned-pods: Skyhook erroring (bb at apply on the second node: deviation 'Spec drift re-runs packages')", sk, &SkyhookExpect {
             status: Some("erroring"),
             observed_generation: Some(generation),
             node_state: states,
             node_status: Some(("erroring", 2)),
             ..Default::default()
-        },
-    )
+        }, SKYHOOK_WAIT)
     .await;
 }

@@ -9,21 +9,7 @@ use serde_json::json;
 use skyhook::crd::Skyhook;
 use skyhook::schema;
 
-use crate::operator::{Env, label, setup, skyhook};
-use crate::scale::metrics;
-
-/// The value of the series `name{labels…}` in an OpenMetrics text, if it is served.
-pub(crate) fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
+use crate::support::{Env, label, setup, skyhook, wait_metric};
 
 fn foobar(sleep: &str, interrupt: bool) -> serde_json::Value {
     let mut p = json!({"version": "1.2", "image": "ghcr.io/nvidia/skyhook/agentless",
@@ -103,40 +89,23 @@ async fn strict_order() {
     .await;
     env.create(&ordered(&env, &d, 2, foobar("5", false), ("true", "false")))
         .await;
-    let port = env.op.metrics_port;
-    let wait_metric =
-        |what: String, name: &'static str, labels: Vec<(&'static str, String)>, want: f64| {
-            let ctx = &env.ctx;
-            async move {
-                ctx.wait_for(&what, Duration::from_secs(30), || {
-                    let labels = labels.clone();
-                    async move {
-                        let text = tokio::task::spawn_blocking(move || metrics(port))
-                            .await
-                            .ok()?;
-                        let l: Vec<(&str, &str)> =
-                            labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                        (metric(&text, name, &l) == Some(want)).then_some(())
-                    }
-                })
-                .await
-            }
-        };
     for sk in [&zzz, &b, &c, &d] {
         wait_metric(
-            format!("phase 2: {sk} targets 2 nodes"),
+            &env,
+            &format!("phase 2: {sk} targets 2 nodes"),
             "skyhook_node_target_count",
-            vec![("skyhook_name", sk.clone())],
-            2.0,
+            &[("skyhook_name", sk.as_str())],
+            "2",
         )
         .await;
     }
     for (sk, status) in [(&d, "disabled"), (&b, "paused")] {
         wait_metric(
-            format!("phase 2: {sk} {status}"),
+            &env,
+            &format!("phase 2: {sk} {status}"),
             "skyhook_status",
-            vec![("skyhook_name", sk.clone()), ("status", status.into())],
-            1.0,
+            &[("skyhook_name", sk.as_str()), ("status", status)],
+            "1",
         )
         .await;
     }
@@ -176,28 +145,30 @@ async fn strict_order() {
         "phase 3: worker2 waits for zzz before b, so it is not counted as paused"
     );
     for (sk, status, want) in [
-        (&zzz, "complete", 1.0),
-        (&zzz, "blocked", 1.0),
-        (&b, "paused", 1.0),
+        (&zzz, "complete", "1"),
+        (&zzz, "blocked", "1"),
+        (&b, "paused", "1"),
     ] {
         wait_metric(
-            format!("phase 3: {sk} nodes {status}"),
+            &env,
+            &format!("phase 3: {sk} nodes {status}"),
             "skyhook_node_status_count",
-            vec![("skyhook_name", sk.clone()), ("status", status.into())],
+            &[("skyhook_name", sk.as_str()), ("status", status)],
             want,
         )
         .await;
     }
     wait_metric(
-        "phase 3: foobar complete on one node of zzz".into(),
+        &env,
+        "phase 3: foobar complete on one node of zzz",
         "skyhook_package_state_count",
-        vec![
-            ("skyhook_name", zzz.clone()),
-            ("package_name", "foobar".into()),
-            ("package_version", "1.2".into()),
-            ("state", "complete".into()),
+        &[
+            ("skyhook_name", zzz.as_str()),
+            ("package_name", "foobar"),
+            ("package_version", "1.2"),
+            ("state", "complete"),
         ],
-        1.0,
+        "1",
     )
     .await;
 
@@ -246,10 +217,11 @@ async fn strict_order() {
         )
         .await;
     wait_metric(
-        "phase 5: b no longer paused".into(),
+        &env,
+        "phase 5: b no longer paused",
         "skyhook_status",
-        vec![("skyhook_name", b.clone()), ("status", "paused".into())],
-        0.0,
+        &[("skyhook_name", b.as_str()), ("status", "paused")],
+        "0",
     )
     .await;
 
@@ -275,30 +247,33 @@ async fn strict_order() {
         .await;
     for sk in [&zzz, &b, &c] {
         wait_metric(
-            format!("phase 6: {sk} complete on 2 nodes"),
+            &env,
+            &format!("phase 6: {sk} complete on 2 nodes"),
             "skyhook_node_status_count",
-            vec![("skyhook_name", sk.clone()), ("status", "complete".into())],
-            2.0,
+            &[("skyhook_name", sk.as_str()), ("status", "complete")],
+            "2",
         )
         .await;
         wait_metric(
-            format!("phase 6: foobar complete on 2 nodes of {sk}"),
+            &env,
+            &format!("phase 6: foobar complete on 2 nodes of {sk}"),
             "skyhook_package_state_count",
-            vec![
-                ("skyhook_name", sk.clone()),
-                ("package_name", "foobar".into()),
-                ("package_version", "1.2".into()),
-                ("state", "complete".into()),
+            &[
+                ("skyhook_name", sk.as_str()),
+                ("package_name", "foobar"),
+                ("package_version", "1.2"),
+                ("state", "complete"),
             ],
-            2.0,
+            "2",
         )
         .await;
     }
     wait_metric(
-        "phase 6: d disabled".into(),
+        &env,
+        "phase 6: d disabled",
         "skyhook_status",
-        vec![("skyhook_name", d.clone()), ("status", "disabled".into())],
-        1.0,
+        &[("skyhook_name", d.as_str()), ("status", "disabled")],
+        "1",
     )
     .await;
     assert!(

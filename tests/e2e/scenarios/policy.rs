@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use skyhook::crd::{BatchState, CompartmentStatus, DeploymentPolicy, Skyhook};
 use skyhook::schema::{self, Status};
 
-use crate::operator::{Env, label, setup, skyhook, sleep};
+use crate::support::metrics::metrics;
 use crate::support::plugin::plugin;
+use crate::support::{Env, label, setup, skyhook, sleep};
 
 fn policy_object(
     name: &str,
@@ -121,38 +122,36 @@ async fn assert_rollout_metrics(
     policy: &str,
     want: &[(&str, &str, &str, f64)],
 ) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = crate::scale::metrics(env.op.metrics_port);
-        let wrong: Vec<String> = want
-            .iter()
-            .filter_map(|&(metric, comp, strategy, value)| {
-                let labels = [
-                    ("skyhook_name", sk),
-                    ("policy_name", policy),
-                    ("compartment_name", comp),
-                    ("strategy", strategy),
-                ];
-                let got = gauge(&text, metric, &labels);
-                (got != Some(value))
-                    .then(|| format!("{metric} {comp}/{strategy}: {got:?}, want {value}"))
-            })
-            .collect();
-        if wrong.is_empty() {
-            return;
-        }
-        if Instant::now() > deadline {
+    env.ctx
+        .eventually(step, Duration::from_secs(30), || async {
+            let text = metrics(env.op.metrics_port);
+            let wrong: Vec<String> = want
+                .iter()
+                .filter_map(|&(metric, comp, strategy, value)| {
+                    let labels = [
+                        ("skyhook_name", sk),
+                        ("policy_name", policy),
+                        ("compartment_name", comp),
+                        ("strategy", strategy),
+                    ];
+                    let got = gauge(&text, metric, &labels);
+                    (got != Some(value))
+                        .then(|| format!("{metric} {comp}/{strategy}: {got:?}, want {value}"))
+                })
+                .collect();
+            if wrong.is_empty() {
+                return Ok(());
+            }
             let ours: Vec<&str> = text
                 .lines()
                 .filter(|l| l.starts_with("skyhook_rollout_") && l.contains(sk))
                 .collect();
-            panic!(
-                "{step}: rollout metrics differ: {wrong:#?}\nexported:\n{}",
+            Err(format!(
+                "rollout metrics differ: {wrong:#?}\nexported:\n{}",
                 ours.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+            ))
+        })
+        .await;
 }
 
 /// Nodes with a Job of the Skyhook that has neither finished nor failed.

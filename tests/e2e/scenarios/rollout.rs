@@ -5,7 +5,7 @@
 //! pod template carries the same containers and the `skyhook.nvidia.com/package` annotation; the
 //! check container is the Job's main container).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use k8s_openapi::api::batch::v1::Job;
@@ -16,8 +16,11 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, Stage, State};
 
-use crate::operator::{Env, label, setup, skyhook};
-use crate::scale::metrics;
+use crate::support::expect::{COMPLETE, ERRORING, INCOMPLETE, NOT_ERRORING};
+use crate::support::{
+    Complete, Env, NodeExpect, PackageExpect, label, setup, skyhook, wait_complete, wait_metric,
+    wait_node,
+};
 
 /// The package image every reference scenario uses.
 const IMAGE: &str = "ghcr.io/nvidia/skyhook/agentless";
@@ -56,51 +59,42 @@ async fn get_node(env: &Env, node: &str) -> Option<Node> {
     env.node_api.get(node).await.ok()
 }
 
-/// The status label and annotation of the Skyhook on the node both say `want`.
-fn status_is(n: &Node, sk: &str, want: &str) -> bool {
-    n.labels()
-        .get(&schema::status_label(sk))
-        .map(String::as_str)
-        == Some(want)
-        && n.annotations()
-            .get(&schema::status_annotation(sk))
-            .map(String::as_str)
-            == Some(want)
-}
-
 fn state_of(n: &Node, sk: &str) -> Option<NodeState> {
     NodeState::parse(n.annotations().get(&schema::node_state_annotation(sk))?).ok()
 }
 
-fn entry_is(s: &NodeState, name: &str, version: &str, stage: Stage, state: State) -> bool {
-    s.get(name, version)
-        .is_some_and(|e| e.stage == stage && e.state == Some(state) && e.image == IMAGE)
+/// A node-state entry of the scenario image.
+fn entry(
+    name: &'static str,
+    version: &'static str,
+    stage: Stage,
+    state: State,
+) -> PackageExpect<'static> {
+    PackageExpect::new(name, stage, state)
+        .version(version)
+        .image(IMAGE)
 }
 
-fn condition(n: &Node, type_: &str) -> Option<(String, String)> {
-    n.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+/// The node at `status` for the Skyhook, with these entries, not erroring, and NotReady saying
+/// whether it is done.
+fn node_at(status: &'static str, packages: Vec<PackageExpect<'static>>) -> NodeExpect<'static> {
+    let not_ready = if status == "complete" {
+        COMPLETE
+    } else {
+        INCOMPLETE
+    };
+    NodeExpect {
+        status: Some(status),
+        packages,
+        not_ready: Some(not_ready),
+        erroring: Some(NOT_ERRORING),
+        ..Default::default()
+    }
 }
 
-/// The node conditions of a node still at work for `sk`, nothing erroring.
-fn incomplete_not_erroring(n: &Node, sk: &str) -> bool {
-    condition(n, &schema::node_not_ready_condition(sk))
-        == Some(("True".into(), schema::NOT_READY_REASON_INCOMPLETE.into()))
-        && condition(n, &schema::node_erroring_condition(sk))
-            == Some(("False".into(), schema::ERRORING_REASON_NOT_ERRORING.into()))
-}
-
-/// The node conditions of a node done with `sk`.
-fn complete_not_erroring(n: &Node, sk: &str) -> bool {
-    condition(n, &schema::node_not_ready_condition(sk))
-        == Some(("False".into(), schema::NOT_READY_REASON_COMPLETE.into()))
-        && condition(n, &schema::node_erroring_condition(sk))
-            == Some(("False".into(), schema::ERRORING_REASON_NOT_ERRORING.into()))
+/// The reason a probe gives for a check the node expectation does not cover.
+fn ensure(ok: bool, what: &str) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what.to_string()) }
 }
 
 fn has_taint(n: &Node, key: &str, value: Option<&str>, effect: &str) -> bool {
@@ -127,13 +121,6 @@ fn has_runtime_taint(n: &Node) -> bool {
 
 fn is_cordon_tainted(n: &Node) -> bool {
     has_taint(n, schema::UNSCHEDULABLE_TAINT_KEY, None, "NoSchedule")
-}
-
-fn untainted(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_none_or(|t| t.is_empty())
 }
 
 // ----- Jobs -----
@@ -277,20 +264,6 @@ fn tolerates_gpu(j: &Job) -> bool {
 
 // ----- Skyhook, ConfigMaps, metrics -----
 
-/// The Skyhook once its status reports `complete`.
-async fn wait_complete(env: &Env, step: &str, sk: &str, timeout: Duration) -> Skyhook {
-    env.ctx
-        .wait_for(
-            &format!("{step}: Skyhook {sk} complete"),
-            timeout,
-            || async {
-                let s = env.skyhooks.get(sk).await.ok()?;
-                (s.status.as_ref()?.status == Some(schema::Status::Complete)).then_some(s)
-            },
-        )
-        .await
-}
-
 /// The node metadata ConfigMap of `sk` (§2.7): owned by the Skyhook, exactly the three keys,
 /// holding the node's labels, annotations and the packages.
 async fn check_node_metadata(env: &Env, sk: &str, pkg: &str, step: &str) {
@@ -329,41 +302,6 @@ async fn check_node_metadata(env: &Env, sk: &str, pkg: &str, step: &str) {
                             &["\"agentVersion\"", &format!("\"{pkg}\"")],
                         )
                 })
-            },
-        )
-        .await;
-}
-
-/// A Prometheus line `name{labels} value` with every tag in `tags` and exactly `value`.
-fn metric_matches(line: &str, name: &str, tags: &[(&str, &str)], value: &str) -> bool {
-    let Some((head, v)) = line.rsplit_once(' ') else {
-        return false;
-    };
-    let Some((n, labels)) = head.split_once('{') else {
-        return false;
-    };
-    let labels = labels.trim_end_matches('}');
-    let pairs: Vec<(&str, &str)> = labels
-        .split(',')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
-        .collect();
-    n == name && v.trim() == value && tags.iter().all(|t| pairs.contains(t))
-}
-
-/// As the reference's `metrics_test.py`: within 30 s, some series of `name` with `tags` has
-/// exactly `value`.
-async fn wait_metric(env: &Env, step: &str, name: &str, tags: &[(&str, &str)], value: &str) {
-    let port = env.op.metrics_port;
-    env.ctx
-        .wait_for(
-            &format!("{step}: metric {name} {tags:?} = {value}"),
-            Duration::from_secs(30),
-            || async {
-                metrics(port)
-                    .lines()
-                    .any(|l| metric_matches(l, name, tags, value))
-                    .then_some(())
             },
         )
         .await;
@@ -474,18 +412,18 @@ async fn interrupt() {
 
     // Step 3 (assert-a): jason, which has no interrupt, completes; the node is cordoned and
     // stays in_progress while the protected pod holds the interrupt packages back.
+    let want = node_at(
+        "in_progress",
+        vec![entry("jason", "1.3.2", Stage::Config, State::Complete)],
+    );
     env.ctx
-        .wait_for(
+        .eventually(
             "step 3 (assert-a): jason config/complete, node in_progress, cordoned, Incomplete",
             Duration::from_secs(60),
             || async {
-                let n = get_node(&env, &node).await?;
-                let s = state_of(&n, &name)?;
-                (entry_is(&s, "jason", "1.3.2", Stage::Config, State::Complete)
-                    && status_is(&n, &name, "in_progress")
-                    && is_cordon_tainted(&n)
-                    && incomplete_not_erroring(&n, &name))
-                .then_some(())
+                let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
+                want.check(&n, &name)?;
+                ensure(is_cordon_tainted(&n), "not tainted unschedulable")
             },
         )
         .await;
@@ -522,23 +460,27 @@ async fn interrupt() {
         .await;
 
     // Step 6 (assert-b): dexter and john apply side by side on the cordoned node.
+    let want = node_at(
+        "in_progress",
+        vec![
+            entry("jason", "1.3.2", Stage::Config, State::Complete),
+            entry("dexter", "1.2.3", Stage::Apply, State::InProgress),
+            entry("john", "1.2.3", Stage::Apply, State::InProgress),
+        ],
+    );
     env.ctx
-        .wait_for(
+        .eventually(
             "step 6 (assert-b): dexter and john apply/in_progress on the cordoned node",
             Duration::from_secs(60),
             || async {
-                let n = get_node(&env, &node).await?;
-                let s = state_of(&n, &name)?;
-                (entry_is(&s, "jason", "1.3.2", Stage::Config, State::Complete)
-                    && entry_is(&s, "dexter", "1.2.3", Stage::Apply, State::InProgress)
-                    && entry_is(&s, "john", "1.2.3", Stage::Apply, State::InProgress)
-                    && n.annotations()
-                        .get(&schema::cordon_annotation(&name))
-                        .is_some_and(|v| v == "true")
-                    && status_is(&n, &name, "in_progress")
-                    && is_cordon_tainted(&n)
-                    && incomplete_not_erroring(&n, &name))
-                .then_some(())
+                let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
+                want.check(&n, &name)?;
+                let cordon = n.annotations().get(&schema::cordon_annotation(&name));
+                ensure(
+                    cordon.is_some_and(|v| v == "true"),
+                    &format!("cordon annotation {cordon:?}"),
+                )?;
+                ensure(is_cordon_tainted(&n), "not tainted unschedulable")
             },
         )
         .await;
@@ -602,26 +544,26 @@ async fn interrupt() {
     );
 
     // The end of assert-b: everything complete, the node uncordoned.
-    env.ctx
-        .wait_for(
-            "step 6 (assert-b): node complete and uncordoned",
-            Duration::from_secs(120),
-            || async {
-                let n = get_node(&env, &node).await?;
-                let s = state_of(&n, &name)?;
-                (entry_is(&s, "baxter", "3.3", Stage::PostInterrupt, State::Complete)
-                    && entry_is(&s, "dexter", "1.2.3", Stage::PostInterrupt, State::Complete)
-                    && entry_is(&s, "foobar", "1.2", Stage::Config, State::Complete)
-                    && entry_is(&s, "jason", "1.3.2", Stage::Config, State::Complete)
-                    && entry_is(&s, "spencer", "3.2.3", Stage::Config, State::Complete)
-                    && status_is(&n, &name, "complete")
-                    && untainted(&n)
-                    && complete_not_erroring(&n, &name))
-                .then_some(())
-            },
+    let done = [
+        ("baxter", "3.3", Stage::PostInterrupt),
+        ("dexter", "1.2.3", Stage::PostInterrupt),
+        ("foobar", "1.2", Stage::Config),
+        ("jason", "1.3.2", Stage::Config),
+        ("spencer", "3.2.3", Stage::Config),
+    ];
+    let want = NodeExpect {
+        cordoned: Some(false),
+        ..node_at(
+            "complete",
+            done.iter()
+                .map(|&(p, v, stage)| entry(p, v, stage, State::Complete))
+                .collect(),
         )
-        .await;
-    let sk = wait_complete(&env, "step 6 (assert-b)", &name, Duration::from_secs(30)).await;
+    };
+    let step = "step 6 (assert-b): node complete and uncordoned";
+    wait_node(&env, step, &node, &name, &want, Duration::from_secs(120)).await;
+    let within = Complete::any_generation(Duration::from_secs(30));
+    let sk = wait_complete(&env.skyhooks, "step 6 (assert-b)", &name, within).await;
     let st = sk.status.clone().expect("status");
     // The reference asserts observedGeneration 2: its own full Update of the object bumps the
     // generation once. Ours writes no spec, so the complete generation is the object's.
@@ -638,11 +580,9 @@ async fn interrupt() {
         ("foobar", "1.2", Stage::Config),
         ("spencer", "3.2.3", Stage::Config),
     ] {
-        assert!(
-            entry_is(states[0], pkg, version, stage, State::Complete),
-            "step 6 (assert-b): status.nodeState {pkg}: {:?}",
-            states[0].get(pkg, version)
-        );
+        if let Err(diff) = entry(pkg, version, stage, State::Complete).check_in(states[0]) {
+            panic!("step 6 (assert-b): status.nodeState {pkg}: {diff}");
+        }
     }
     let statuses: Vec<&schema::Status> = st.node_status.values().collect();
     assert_eq!(
@@ -676,16 +616,15 @@ async fn interrupt_grouping() {
     ))
     .await;
 
+    let want = node_at("in_progress", Vec::new());
     env.ctx
-        .wait_for(
+        .eventually(
             "assert 1: node in_progress and cordoned",
             Duration::from_secs(60),
             || async {
-                let n = get_node(&env, &node).await?;
-                (status_is(&n, &name, "in_progress")
-                    && is_cordon_tainted(&n)
-                    && incomplete_not_erroring(&n, &name))
-                .then_some(())
+                let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
+                want.check(&n, &name)?;
+                ensure(is_cordon_tainted(&n), "not tainted unschedulable")
             },
         )
         .await;
@@ -736,24 +675,28 @@ async fn interrupt_grouping() {
     let want_state = format!(
         r#"{{"dax|1.2.3":{{"name":"dax","version":"1.2.3","image":"{IMAGE}","stage":"post-interrupt","state":"complete"}},"zeb|2.1.4":{{"name":"zeb","version":"2.1.4","image":"{IMAGE}","stage":"post-interrupt","state":"complete"}}}}"#
     );
+    let want = NodeExpect {
+        raw_state: Some(&want_state),
+        cordoned: Some(false),
+        ..node_at("complete", Vec::new())
+    };
     env.ctx
-        .wait_for(
+        .eventually(
             "assert 3: node complete, untainted, with the exact node state",
             Duration::from_secs(90),
             || async {
-                let n = get_node(&env, &node).await?;
-                let a = n.annotations();
-                (status_is(&n, &name, "complete")
-                    && a.get(&schema::node_version_annotation(&name))
-                        .is_some_and(|v| v.len() >= 6)
-                    && a.get(&schema::node_state_annotation(&name)) == Some(&want_state)
-                    && untainted(&n)
-                    && complete_not_erroring(&n, &name))
-                .then_some(())
+                let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
+                want.check(&n, &name)?;
+                let version = n.annotations().get(&schema::node_version_annotation(&name));
+                ensure(
+                    version.is_some_and(|v| v.len() >= 6),
+                    &format!("node version annotation {version:?}"),
+                )
             },
         )
         .await;
-    let sk = wait_complete(&env, "assert 4", &name, Duration::from_secs(30)).await;
+    let within = Complete::any_generation(Duration::from_secs(30));
+    let sk = wait_complete(&env.skyhooks, "assert 4", &name, within).await;
     assert!(
         sk.annotations()
             .get(schema::VERSION_ANNOTATION)
@@ -770,23 +713,12 @@ async fn interrupt_grouping() {
     );
     let states: Vec<&NodeState> = st.node_state.values().collect();
     assert_eq!(states.len(), 1, "assert 4: status.nodeState");
-    assert!(
-        entry_is(
-            states[0],
-            "dax",
-            "1.2.3",
-            Stage::PostInterrupt,
-            State::Complete
-        ) && entry_is(
-            states[0],
-            "zeb",
-            "2.1.4",
-            Stage::PostInterrupt,
-            State::Complete
-        ),
-        "assert 4: status.nodeState {:?}",
-        states[0]
-    );
+    for (pkg, version) in [("dax", "1.2.3"), ("zeb", "2.1.4")] {
+        let want = entry(pkg, version, Stage::PostInterrupt, State::Complete);
+        if let Err(diff) = want.check_in(states[0]) {
+            panic!("assert 4: status.nodeState {pkg}: {diff}");
+        }
+    }
     let statuses: Vec<&schema::Status> = st.node_status.values().collect();
     assert_eq!(
         statuses,
@@ -850,7 +782,8 @@ async fn runtime_required() {
             Duration::from_secs(60),
             || async {
                 let n = get_node(&env, &one).await?;
-                (status_is(&n, &name, "complete") && !has_runtime_taint(&n)).then_some(())
+                (NodeExpect::at("complete").check(&n, &name).is_ok() && !has_runtime_taint(&n))
+                    .then_some(())
             },
         )
         .await;
@@ -860,7 +793,7 @@ async fn runtime_required() {
             Duration::from_secs(30),
             || async {
                 let n = get_node(&env, &two).await?;
-                (status_is(&n, &name, "blocked")
+                (NodeExpect::at("blocked").check(&n, &name).is_ok()
                     && has_taint(&n, "test-block", Some("true"), "NoSchedule")
                     && has_runtime_taint(&n))
                 .then_some(())
@@ -882,7 +815,8 @@ async fn runtime_required() {
             Duration::from_secs(60),
             || async {
                 let n = get_node(&env, &two).await?;
-                (status_is(&n, &name, "complete") && !has_runtime_taint(&n)).then_some(())
+                (NodeExpect::at("complete").check(&n, &name).is_ok() && !has_runtime_taint(&n))
+                    .then_some(())
             },
         )
         .await;
@@ -894,7 +828,7 @@ async fn runtime_required() {
             node.labels()
                 .get("skyhook.nvidia.com/runtime-required-test")
                 .is_some_and(|v| v == "true")
-                && status_is(&node, &name, "complete")
+                && NodeExpect::at("complete").check(&node, &name).is_ok()
                 && !has_runtime_taint(&node),
             "phase 6: {n} is not complete and untainted"
         );
@@ -949,7 +883,8 @@ async fn auto_taint_new_nodes() {
             Duration::from_secs(60),
             || async {
                 let n = get_node(&env, &node).await?;
-                (status_is(&n, &first, "complete") && !has_runtime_taint(&n)).then_some(())
+                (NodeExpect::at("complete").check(&n, &first).is_ok() && !has_runtime_taint(&n))
+                    .then_some(())
             },
         )
         .await;
@@ -957,22 +892,21 @@ async fn auto_taint_new_nodes() {
     // Phase 5-6: the second Skyhook finds the node known: it never taints it.
     env.create(&skyhook_on(&env, &second, hostname, spec("1")))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let n = env.node_api.get(&node).await.expect("node");
-        assert!(
-            !has_runtime_taint(&n),
-            "phase 6: the second Skyhook tainted a node that is not new"
-        );
-        if status_is(&n, &second, "complete") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "phase 6: the second Skyhook did not complete"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    env.ctx
+        .eventually(
+            "phase 6: the second Skyhook complete",
+            Duration::from_secs(60),
+            || async {
+                let n = env.node_api.get(&node).await.expect("node");
+                // On every sample: a taint put on and taken off again is a failure too.
+                assert!(
+                    !has_runtime_taint(&n),
+                    "phase 6: the second Skyhook tainted a node that is not new"
+                );
+                NodeExpect::at("complete").check(&n, &second)
+            },
+        )
+        .await;
     env.ctx
         .holds_for(
             "phase 6: no runtime-required taint",
@@ -1036,7 +970,7 @@ async fn taint_scheduling() {
             Duration::from_secs(30),
             || async {
                 let n = get_node(&env, &node).await?;
-                (status_is(&n, &name, "blocked")
+                (NodeExpect::at("blocked").check(&n, &name).is_ok()
                     && has_taint(&n, "nvidia.com/gpu", None, "NoSchedule"))
                 .then_some(())
             },
@@ -1082,18 +1016,21 @@ async fn taint_scheduling() {
         .await
         .expect("patch the toleration in");
 
+    let want = node_at(
+        "complete",
+        vec![entry("spencer", "3.2.3", Stage::Config, State::Complete)],
+    );
     env.ctx
-        .wait_for(
+        .eventually(
             "assert-update: node complete, taint kept",
             Duration::from_secs(60),
             || async {
-                let n = get_node(&env, &node).await?;
-                let s = state_of(&n, &name)?;
-                (status_is(&n, &name, "complete")
-                    && entry_is(&s, "spencer", "3.2.3", Stage::Config, State::Complete)
-                    && complete_not_erroring(&n, &name)
-                    && has_taint(&n, "nvidia.com/gpu", None, "NoSchedule"))
-                .then_some(())
+                let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
+                want.check(&n, &name)?;
+                ensure(
+                    has_taint(&n, "nvidia.com/gpu", None, "NoSchedule"),
+                    "the nvidia.com/gpu taint is gone",
+                )
             },
         )
         .await;
@@ -1137,25 +1074,34 @@ async fn failure_skyhook() {
     ))
     .await;
 
+    // Only the status annotation: the reference's node assert names no label here.
+    let want = NodeExpect {
+        packages: vec![
+            entry("dexter", "1.2.3", Stage::Config, State::Complete),
+            entry("failure", "1.2.3", Stage::Apply, State::Erroring),
+        ],
+        not_ready: Some(INCOMPLETE),
+        erroring: Some(ERRORING),
+        ..Default::default()
+    };
     env.ctx
-        .wait_for(
+        .eventually(
             "node-assert: dexter complete, failure apply/erroring with restarts, node erroring",
             Duration::from_secs(60),
             || async {
-                let n = get_node(&env, &node).await?;
-                let s = state_of(&n, &name)?;
-                let failed = s.get("failure", "1.2.3")?;
-                (entry_is(&s, "dexter", "1.2.3", Stage::Config, State::Complete)
-                    && entry_is(&s, "failure", "1.2.3", Stage::Apply, State::Erroring)
-                    && failed.restarts > 0
-                    && n.annotations()
-                        .get(&schema::status_annotation(&name))
-                        .is_some_and(|v| v == "erroring")
-                    && condition(&n, &schema::node_not_ready_condition(&name))
-                        == Some(("True".into(), schema::NOT_READY_REASON_INCOMPLETE.into()))
-                    && condition(&n, &schema::node_erroring_condition(&name))
-                        == Some(("True".into(), schema::ERRORING_REASON_ERRORING.into())))
-                .then_some(())
+                let n = env.node_api.get(&node).await.map_err(|e| e.to_string())?;
+                want.check(&n, &name)?;
+                let restarts =
+                    state_of(&n, &name).and_then(|s| Some(s.get("failure", "1.2.3")?.restarts));
+                ensure(
+                    restarts.is_some_and(|r| r > 0),
+                    &format!("failure restarts {restarts:?}"),
+                )?;
+                let status = n.annotations().get(&schema::status_annotation(&name));
+                ensure(
+                    status.is_some_and(|v| v == "erroring"),
+                    &format!("status annotation {status:?}"),
+                )
             },
         )
         .await;

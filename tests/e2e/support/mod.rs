@@ -1,16 +1,49 @@
-//! Test-support layer shared by every e2e test.
+//! Test-support layer shared by every e2e test: test files import helpers from here only, never
+//! from one another.
 //!
 //! The local cluster (`tests/cluster/up`) is brought up once per test run, or reused when it is
 //! already running, and shared by all tests, which run in parallel. Each test gets a [`TestCtx`]
 //! with unique object names, its own namespace and, where it needs them, its own nodes. Waits
 //! fail with a clear message, and a failing test prints the relevant objects and the tail of each
 //! component's log.
+//!
+//! The kit, for a new test:
+//!
+//! - Environment: [`setup`]`(test, nodes, operator_env)` gives an [`Env`]: the context
+//!   (`env.ctx`), the test's nodes (`env.nodes`), its operator (`env.op`) and the Skyhook, Job
+//!   and Node APIs; [`Env::new`] wraps an operator started by hand ([`Operator::start_named`]).
+//!   Without an operator: [`TestCtx::new`] and [`TestCtx::add_test_nodes`].
+//! - Objects: [`skyhook`]`(&env.ctx, name, spec)` selects exactly the test's nodes, with
+//!   packages from [`pkg`]`(version, `[`sleep`]`("1"))`; create it with [`Env::create`].
+//! - Waits: [`TestCtx::wait_for`] (probe returns `Option`), [`TestCtx::eventually`] (probe
+//!   returns `Result`, the panic carries the last reason), [`TestCtx::holds_for`];
+//!   [`wait_complete`] with [`Complete::current`] or [`Complete::any_generation`];
+//!   [`wait_metric`]; [`Env::wait_status`], [`Env::wait_event`].
+//! - Expectations: [`NodeExpect`] (status, per-package [`PackageExpect`], node conditions,
+//!   cordon) and [`SkyhookExpect`] (status, generation, per-node state and status, counters):
+//!   `check` returns every difference, `assert` panics with them; [`wait_node`] and
+//!   [`wait_skyhook`] wait until one holds.
+//! - Jobs and metrics: [`Env::jobs_of`], [`label`], [`jobs_per_attempt`];
+//!   [`metrics::metrics`] and [`metrics::samples`].
+//! - Elsewhere: [`deploy`] (the `deploy/` manifests), [`plugin`] (the kubectl plugin),
+//!   [`private`] (a cluster of one's own), [`proxy`] (a faulty API server in between).
 
 #![allow(dead_code)]
 
+pub mod deploy;
+pub mod env;
+pub mod expect;
+pub mod metrics;
+pub mod objects;
 pub mod plugin;
 pub mod private;
 pub mod proxy;
+pub mod wait;
+
+pub use env::{Env, label, setup};
+pub use expect::{NodeExpect, PackageExpect, SkyhookExpect, wait_node, wait_skyhook};
+pub use objects::{pkg, skyhook, sleep};
+pub use wait::{Complete, wait_complete, wait_metric};
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -245,19 +278,32 @@ impl TestCtx {
         F: FnMut() -> Fut,
         Fut: Future<Output = Option<T>>,
     {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = probe().await {
-                return v;
-            }
-            if start.elapsed() >= timeout {
-                panic!(
-                    "timed out after {:.0?} waiting for {what} (test {})",
-                    timeout, self.prefix
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let found = wait::poll(timeout, || {
+            let next = probe();
+            async move { next.await.ok_or_else(String::new) }
+        })
+        .await;
+        found.unwrap_or_else(|_| {
+            panic!(
+                "timed out after {:.0?} waiting for {what} (test {})",
+                timeout, self.prefix
+            )
+        })
+    }
+
+    /// As [`TestCtx::wait_for`], for a probe that says why it does not hold yet: the panic names
+    /// `step` and carries the last reason.
+    pub async fn eventually<T, F, Fut>(&self, step: &str, timeout: Duration, probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        wait::poll(timeout, probe).await.unwrap_or_else(|why| {
+            panic!(
+                "step `{step}` did not hold within {timeout:?} (test {}): {why}",
+                self.prefix
+            )
+        })
     }
 
     /// Assert that `probe` holds at every sample for `duration` (sampled every 500 ms).

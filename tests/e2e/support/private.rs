@@ -1,15 +1,11 @@
 //! A second, private control plane (own state directory and ports) beside the shared one, for
 //! tests that must see a cluster from its first second or tear one down.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
 
-use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use skyhook::crd::Skyhook;
-use skyhook::schema::Status;
 
 use super::{cluster_dir, run};
 
@@ -107,30 +103,4 @@ impl Drop for Owned {
 
 pub fn alive(child: &mut Child) -> bool {
     matches!(child.try_wait(), Ok(None))
-}
-
-/// Waits for the Skyhook `name` to be complete; fails at once, with the operator's log, if the
-/// operator exits.
-pub async fn wait_complete(
-    skyhooks: &Api<Skyhook>,
-    name: &str,
-    op: &mut Owned,
-    log: &Path,
-    timeout: Duration,
-) {
-    let log_text = || std::fs::read_to_string(log).unwrap_or_default();
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = skyhooks.get(name).await.ok();
-        if s.and_then(|s| s.status?.status) == Some(Status::Complete) {
-            return;
-        }
-        assert!(alive(&mut op.0), "the operator exited:\n{}", log_text());
-        assert!(
-            Instant::now() < deadline,
-            "{name} did not complete:\n{}",
-            log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }

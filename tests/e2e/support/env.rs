@@ -1,0 +1,123 @@
+//! The usual test environment: a context, its own labelled nodes and its own operator, with the
+//! APIs the tests read.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Node};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use skyhook::crd::Skyhook;
+use skyhook::schema::{self, NodeState};
+
+use super::{Operator, TestCtx, install_crds};
+
+pub struct Env {
+    pub ctx: TestCtx,
+    pub op: Operator,
+    pub nodes: Vec<String>,
+    pub skyhooks: Api<Skyhook>,
+    pub jobs: Api<Job>,
+    pub node_api: Api<Node>,
+}
+
+/// CRDs installed, a context named after `test`, `nodes` nodes of its own and an operator
+/// started with `operator_env`.
+pub async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
+    install_crds();
+    let mut ctx = TestCtx::new(test).await;
+    let nodes = ctx.add_test_nodes(nodes);
+    let op = Operator::start(&ctx, operator_env);
+    Env::new(ctx, op, nodes)
+}
+
+impl Env {
+    /// The APIs of a test whose operator is already started.
+    pub fn new(mut ctx: TestCtx, op: Operator, nodes: Vec<String>) -> Env {
+        ctx.report_on_failure(&["get", "skyhooks", "-o", "yaml"]);
+        ctx.report_on_failure(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations}{\"\\n\"}{end}",
+        ]);
+        Env {
+            skyhooks: Api::all(ctx.client.clone()),
+            jobs: Api::namespaced(ctx.client.clone(), &ctx.ns),
+            node_api: Api::all(ctx.client.clone()),
+            ctx,
+            op,
+            nodes,
+        }
+    }
+
+    pub async fn create(&self, sk: &Skyhook) {
+        self.skyhooks
+            .create(&PostParams::default(), sk)
+            .await
+            .expect("create Skyhook");
+    }
+
+    /// The node's `nodeState_<sk>` annotation, raw and parsed.
+    pub async fn node_state(&self, node: &str, sk: &str) -> Option<(String, NodeState)> {
+        let n = self.node_api.get(node).await.ok()?;
+        let raw = n
+            .annotations()
+            .get(&schema::node_state_annotation(sk))?
+            .clone();
+        let parsed = NodeState::parse(&raw).ok()?;
+        Some((raw, parsed))
+    }
+
+    /// The node's `folded_<sk>` record: which Job attempts its state holds.
+    pub async fn folded(&self, node: &str, sk: &str) -> schema::Folded {
+        let n = self.node_api.get(node).await.expect("node");
+        n.annotations()
+            .get(&schema::folded_annotation(sk))
+            .map(|raw| serde_json::from_str(raw).expect("folded record"))
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_status(&self, sk: &str, want: schema::Status, timeout: Duration) -> Skyhook {
+        self.ctx
+            .wait_for(
+                &format!("Skyhook {sk} status {}", want.as_str()),
+                timeout,
+                || async {
+                    let s = self.skyhooks.get(sk).await.ok()?;
+                    (s.status.as_ref()?.status == Some(want)).then_some(s)
+                },
+            )
+            .await
+    }
+
+    /// Waits up to 30 s for an Event about the object named `object` that `matches`.
+    pub async fn wait_event(
+        &self,
+        what: &str,
+        object: &str,
+        matches: impl Fn(&Event) -> bool,
+    ) -> Event {
+        let events: Api<Event> = Api::all(self.ctx.client.clone());
+        let lp = ListParams::default().fields(&format!("involvedObject.name={object}"));
+        self.ctx
+            .wait_for(what, Duration::from_secs(30), || async {
+                let list = events.list(&lp).await.ok()?;
+                list.items.into_iter().find(|e| matches(e))
+            })
+            .await
+    }
+
+    pub async fn jobs_of(&self, sk: &str) -> Vec<Job> {
+        self.jobs
+            .list(&ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL)))
+            .await
+            .expect("list jobs")
+            .items
+    }
+}
+
+/// A Job's label `k`, or "" when it has none.
+pub fn label<'a>(j: &'a Job, k: &str) -> &'a str {
+    j.labels().get(k).map(String::as_str).unwrap_or("")
+}
