@@ -166,7 +166,7 @@ fn man_pages(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = args.settings.validate()?;
-    skyhook::controller::start::init_tracing(&config);
+    skyhook::controller::process::startup::init_tracing(&config);
     // One thread: a pass is a few milliseconds of planning between watch events, and with a
     // worker per core, waking the other worker (futexes, context switches) was a fifth of the
     // operator's CPU at 300 nodes.
@@ -175,13 +175,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let client = skyhook::controller::start::client(args.kubeconfig, args.context).await?;
+        let client =
+            skyhook::controller::process::startup::client(args.kubeconfig, args.context).await?;
         let version = format!("v{}", env!("CARGO_PKG_VERSION"));
         skyhook::controller::run(
             client,
             config,
             version,
-            skyhook::controller::start::shutdown_signal(),
+            skyhook::controller::process::startup::shutdown_signal(),
         )
         .await?;
         Ok(())

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use skyhook::schema::Stage;
 
@@ -13,7 +13,6 @@ use clap_complete::engine::ArgValueCandidates;
 
 use crate::app::complete as completion;
 use crate::app::global::{GlobalArgs, parse_duration};
-use crate::usage::{check_listing_flags, from_clap_error, resolve_output};
 
 /// How kubectl finds plugins: `kubectl skyhook` runs `kubectl-skyhook`.
 const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
@@ -405,30 +404,6 @@ pub fn display_name(argv0: Option<&OsString>) -> String {
     }
 }
 
-/// Parses `args` (including the executable name). Usage errors become one line, exit code 2.
-pub fn parse(args: Vec<OsString>) -> Parsed {
-    let name = display_name(args.first());
-    let mut cmd = Cli::command().bin_name(name.clone());
-    let matches = match cmd.try_get_matches_from_mut(args) {
-        Ok(m) => m,
-        Err(err) => return from_clap_error(&err, &name),
-    };
-    match Cli::from_arg_matches(&matches) {
-        Ok(cli) if cli.command.is_none() && !cli.version => Parsed::Exit {
-            text: cmd.render_help().to_string(),
-            code: 0,
-        },
-        Ok(mut cli) => match resolve_output(&cmd, &mut cli) {
-            Ok(()) => match check_listing_flags(&mut cli.global, cli.command.as_ref(), &name) {
-                Ok(()) => Parsed::Run(Box::new(cli)),
-                Err(text) => Parsed::Exit { text, code: 2 },
-            },
-            Err(err) => from_clap_error(&err, &name),
-        },
-        Err(err) => from_clap_error(&err, &name),
-    }
-}
-
 /// A stage name, any of the six.
 fn parse_any_stage(s: &str) -> Result<Stage, String> {
     s.parse::<Stage>().map_err(|_| {
@@ -458,7 +433,9 @@ mod tests {
     use super::*;
     use crate::app::global::{DEFAULT_NAMESPACE, Timeout, parse_timeout};
     use crate::app::output::OutputFormat;
+    use crate::usage::parse;
     use crate::usage::tests::{args, exit_of, run_of};
+    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     })
     .var(completion::COMPLETE_VAR)
     .complete();
-    let cli = match cli::parse(std::env::args_os().collect()) {
+    let cli = match usage::parse(std::env::args_os().collect()) {
         Parsed::Run(cli) => cli,
         Parsed::Exit { text, code } => {
             if code == 0 {

@@ -1,14 +1,16 @@
 //! Usage errors: a command line clap accepts but the plugin does not, and clap's own errors
 //! folded into one line. All of them exit with code 2.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+
+use clap::{CommandFactory, FromArgMatches};
 
 use clap::error::ErrorKind;
 
 use crate::app::global::GlobalArgs;
 use crate::app::output::OutputFormat;
 use crate::app::sort::Sortable;
-use crate::cli::{Cli, Command, DebugCommand, NodeCommand, PackageCommand, Parsed};
+use crate::cli::{Cli, Command, DebugCommand, NodeCommand, PackageCommand, Parsed, display_name};
 use crate::commands::jobs::JobRow;
 use crate::commands::node::{NodeListEntry, NodeSkyhookSummary};
 use crate::commands::package::NodePackageStatus;
@@ -163,13 +165,34 @@ fn command_path(usage: &str, bin: &str) -> String {
     }
 }
 
+/// Parses `args` (including the executable name). Usage errors become one line, exit code 2.
+pub fn parse(args: Vec<OsString>) -> Parsed {
+    let name = display_name(args.first());
+    let mut cmd = Cli::command().bin_name(name.clone());
+    let matches = match cmd.try_get_matches_from_mut(args) {
+        Ok(m) => m,
+        Err(err) => return from_clap_error(&err, &name),
+    };
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) if cli.command.is_none() && !cli.version => Parsed::Exit {
+            text: cmd.render_help().to_string(),
+            code: 0,
+        },
+        Ok(mut cli) => match resolve_output(&cmd, &mut cli) {
+            Ok(()) => match check_listing_flags(&mut cli.global, cli.command.as_ref(), &name) {
+                Ok(()) => Parsed::Run(Box::new(cli)),
+                Err(text) => Parsed::Exit { text, code: 2 },
+            },
+            Err(err) => from_clap_error(&err, &name),
+        },
+        Err(err) => from_clap_error(&err, &name),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::ffi::OsString;
     use std::path::PathBuf;
-
-    use crate::cli::parse;
 
     pub(crate) fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()

@@ -13,6 +13,7 @@ pub mod interned;
 pub mod jobs;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod node;
 pub mod plan;
 pub mod schema;
 pub mod settings;

@@ -3,9 +3,10 @@
 //! counts: §10.3 item 26a).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -133,7 +134,7 @@ impl Default for Metrics {
         m.registry.register(
             "skyhook_api_requests",
             "Requests this operator sent to the API server, by verb, resource and response class",
-            crate::controller::api_counter::API_REQUESTS.clone(),
+            API_REQUESTS.clone(),
         );
         m
     }
@@ -438,6 +439,25 @@ fn pl(name: &str, key: &(String, String)) -> PackageLabels {
         package_version: key.1.clone(),
     }
 }
+
+/// `skyhook_api_requests_total`: counted by the client's tower layer
+/// (`controller::api::counter`), registered here.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: String,
+    /// The plural resource, with `/<subresource>` when there is one (`skyhooks/status`).
+    pub resource: String,
+    /// `2xx`, `4xx`, `5xx`, or `error` when no response came back.
+    pub code: String,
+}
+
+/// The counter family, shared by the client layer and the metrics registry (a `Family` clone
+/// shares its series).
+pub type ApiRequests = Family<RequestLabels, Counter>;
+
+/// The process's one family: one client, one registry.
+pub static API_REQUESTS: LazyLock<ApiRequests> = LazyLock::new(Family::default);
 
 #[cfg(test)]
 mod tests {

@@ -99,7 +99,7 @@ mod tests {
     fn the_hidden_command_writes_them() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("man1");
-        let crate::cli::Parsed::Run(cli) = crate::cli::parse(vec![
+        let crate::cli::Parsed::Run(cli) = crate::usage::parse(vec![
             "kubectl-skyhook".into(),
             "__man".into(),
             target.clone().into(),

@@ -54,6 +54,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         config: &config,
         operator_version: env!("CARGO_PKG_VERSION"),
         now: jiff::Timestamp::now(),
+        status_hold: None,
         create_room: plan::launch::MAX_JOB_CREATES_PER_PASS,
     });
     if let Some(policy) = sk

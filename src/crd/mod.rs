@@ -8,8 +8,10 @@
 
 pub mod admission;
 pub mod generate;
+mod go_int;
 pub mod normalize;
 pub mod policy;
+pub mod policy_in_use;
 mod quantity;
 pub mod skyhook;
 pub mod status;
@@ -17,10 +19,6 @@ pub mod validate;
 
 #[cfg(test)]
 mod tests;
-
-use std::borrow::Cow;
-
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
 pub use generate::{
     GenerateError, REGENERATE_COMMAND, all_crds, crd_files, crd_yaml, crds_yaml,
@@ -48,21 +46,3 @@ pub use validate::{
 pub const GROUP: &str = "skyhook.nvidia.com";
 /// The only served (and storage) version.
 pub const VERSION: &str = "v1alpha1";
-
-/// Schema stand-in for Go's `int`: a bare `integer` without a `format`, as controller-gen emits
-/// it (Rust's `i64` would add `format: int64`, which upstream does not have).
-pub(crate) struct GoInt;
-
-impl JsonSchema for GoInt {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> Cow<'static, str> {
-        "GoInt".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "integer" })
-    }
-}

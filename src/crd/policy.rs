@@ -10,7 +10,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::GoInt;
+use super::go_int::GoInt;
 
 /// Name of the implicit compartment holding the nodes no compartment selects.
 pub const DEFAULT_COMPARTMENT: &str = "__default__";

@@ -13,7 +13,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::GoInt;
+use super::go_int::GoInt;
 use super::status::SkyhookStatus;
 use crate::schema::{Interrupt, package_key};
 

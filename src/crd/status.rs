@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::GoInt;
+use super::go_int::GoInt;
 use crate::schema::{NodeState, Status};
 
 fn is_zero(n: &i64) -> bool {

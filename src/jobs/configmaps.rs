@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod::{SkyhookIds, owner_reference, string_map};
 use crate::crd::{Package, Skyhook};
-use crate::plan::NodeView;
+use crate::node::NodeView;
 use crate::schema;
 use crate::settings::Config;
 

@@ -206,6 +206,11 @@ pub struct Plan {
     /// Conditions to set (by type) and condition types to remove, per node.
     pub node_conditions: Vec<(String, Vec<NodeCondition>, Vec<String>)>,
     pub status: Option<SkyhookStatus>,
+    /// The status this pass holds back rather than writes ([`Inputs::status_hold`]): the
+    /// metrics still report it.
+    ///
+    /// [`Inputs::status_hold`]: super::Inputs::status_hold
+    pub held_status: Option<SkyhookStatus>,
     /// Node counts of this pass over every targeted node (the status may list only some).
     pub census: Option<Census>,
     pub events: Vec<Note>,
@@ -248,6 +253,18 @@ impl Plan {
     pub fn drop_status(&mut self) {
         self.status = None;
         self.events.retain(|e| e.reports != Reports::Status);
+    }
+
+    /// Like [`Plan::drop_status`], keeping the status this pass would have written for the
+    /// metrics.
+    pub fn hold_status(&mut self) {
+        self.held_status = self.status.take();
+        self.drop_status();
+    }
+
+    /// The status as this pass sees it: written or held back.
+    pub fn desired_status(&self) -> Option<&SkyhookStatus> {
+        self.status.as_ref().or(self.held_status.as_ref())
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::node::{LabelMatch, Labels};
+use crate::node::{LabelMatch, Labels};
 use kube::ResourceExt;
 
 use super::CompartmentPlan;

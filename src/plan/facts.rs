@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Toleration;
 use kube::ResourceExt;
 
+use super::inputs::Inputs;
 use super::select::{self, Block};
 use super::stage::Host;
-use super::{Inputs, NodeView};
 use crate::crd::Skyhook;
+use crate::node::NodeView;
 use crate::schema::{self, Folded, NodeState};
 
 /// The Skyhook's switches for this pass.

@@ -4,9 +4,10 @@
 use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 
+use super::actions::{JobOp, Note, Plan};
 use super::facts::NodeFacts;
+use super::inputs::Inputs;
 use super::stage::{NodeAction, NodeOutcome};
-use super::{Inputs, JobOp, Note, Plan};
 use crate::crd::{Package, Skyhook};
 use crate::jobs::{self, PlannedJob};
 use crate::schema::{self, Interrupt, Stage};

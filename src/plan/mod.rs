@@ -19,11 +19,10 @@ pub mod delete;
 pub mod drain;
 pub mod events;
 pub mod facts;
-pub mod guard;
+pub mod inputs;
 pub mod interrupt;
 pub mod launch;
 pub mod metadata;
-pub mod node;
 pub mod select;
 pub mod spec;
 pub mod stage;
@@ -41,19 +40,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
+pub use crate::node::NodeView;
 pub use actions::{
     CompartmentPlan, Eviction, JobOp, NodePatch, Note, Plan, Reports, Target, job_node,
 };
 pub use delete::plan_delete;
 pub use drain::PodInfo;
-pub use node::NodeView;
+pub use inputs::Inputs;
 pub use select::{targeted, tolerates_cordon};
 
-use crate::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
-use crate::jobs::{GoPod, JobView};
+use crate::crd::{Skyhook, SkyhookStatus};
+use crate::jobs::JobView;
 use crate::schema::{self, NodeState, State, Status};
 use crate::settings::Config;
 use batch::Seen;
@@ -65,39 +64,8 @@ use select::Block;
 use spec::SpecView;
 use stage::{NodeAction, NodeNote, NodeOutcome, RetryPolicy, StepInput};
 
-/// Everything the planner reads.
-pub struct Inputs<'a> {
-    /// The Skyhook being reconciled, normalised (its `status` is not read: see `status`).
-    pub skyhook: &'a Skyhook,
-    /// Its status as stored. Apart from the Skyhook: a normalised copy of the whole object
-    /// would copy every node's state on every pass (megabytes at a thousand nodes).
-    pub status: Option<&'a SkyhookStatus>,
-    pub skyhooks: &'a [Arc<Skyhook>],
-    pub policies: &'a [Arc<DeploymentPolicy>],
-    pub nodes: &'a [Arc<NodeView>],
-    /// This Skyhook's Jobs.
-    /// Shared with the Job cache: a pass copies none of them.
-    pub jobs: &'a [Arc<JobView>],
-    /// This Skyhook's package ConfigMaps as they are in the cluster.
-    pub configmaps: &'a [Arc<ConfigMap>],
-    /// Pods on the nodes that are cordoned (listed on demand for the drain).
-    pub pods_on_nodes: &'a BTreeMap<String, Vec<PodInfo>>,
-    /// Nodes where a Job of another Skyhook is running (or a pod of the Go operator for one).
-    pub busy_nodes: &'a BTreeSet<String>,
-    /// This Skyhook's package and interrupt pods left by the Go operator, by node.
-    pub go_pods: &'a BTreeMap<String, Vec<GoPod>>,
-    /// Problems the operator-side validation found (empty when valid).
-    pub invalid: &'a [String],
-    pub config: &'a Config,
-    pub operator_version: &'a str,
-    pub now: Timestamp,
-    /// Jobs this pass may create: [`launch::MAX_JOB_CREATES_PER_PASS`] less those still being
-    /// created from earlier passes.
-    pub create_room: usize,
-}
-
-/// What stays fixed during one pass.
-struct Pass<'a> {
+/// The planner of one pass: what stays fixed while it runs, and the steps over it.
+struct Planner<'a> {
     inp: &'a Inputs<'a>,
     name: String,
     spec: &'a SpecView<'a>,
@@ -124,6 +92,27 @@ struct Tally {
 
 /// The planner's entry point for a live (not deleting) Skyhook.
 pub fn plan(inp: &Inputs) -> Plan {
+    let mut plan = plan_live(inp);
+    hold_status(&mut plan, inp.status, inp.status_hold);
+    plan
+}
+
+/// A status held back after a slow one is written by the first pass after the hold, which the
+/// requeue makes sure of; like a status write that met a 409, its Events wait for it. Only
+/// progress waits: news about the Skyhook as a whole (its aggregate status, a condition, a
+/// generation observed) is written at once.
+fn hold_status(plan: &mut Plan, stored: Option<&SkyhookStatus>, hold: Option<Duration>) {
+    let (Some(desired), Some(hold)) = (plan.status.as_ref(), hold) else {
+        return;
+    };
+    if stored.is_none_or(|s| status::news(s, desired)) {
+        return;
+    }
+    plan.hold_status();
+    plan.requeue_after = Some(plan.requeue_after.map_or(hold, |r| r.min(hold)));
+}
+
+fn plan_live(inp: &Inputs) -> Plan {
     let sk = inp.skyhook;
     let cfg = inp.config;
     let no_status = SkyhookStatus::default();
@@ -137,7 +126,7 @@ pub fn plan(inp: &Inputs) -> Plan {
             .partition(|f| f.unreadable.is_none());
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates);
-    let pass = Pass {
+    let planner = Planner {
         inp,
         name: sk.name_any(),
         spec: &spec,
@@ -151,8 +140,8 @@ pub fn plan(inp: &Inputs) -> Plan {
             operator_version: inp.operator_version,
         },
     };
-    let reset = pass.policy.resets_on_completion(sk) && versions_changed(sk, prior);
-    let (allowed, compartments) = pass.batch(&facts, &unreadable, prior, reset);
+    let reset = planner.policy.resets_on_completion(sk) && versions_changed(sk, prior);
+    let (allowed, compartments) = planner.batch(&facts, &unreadable, prior, reset);
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
@@ -169,20 +158,20 @@ pub fn plan(inp: &Inputs) -> Plan {
         tally.node_statuses.insert(f.name.clone(), Status::Blocked);
     }
     for f in &mut facts {
-        let may_start = pass.switches.can_run() && allowed.contains(&f.name) && f.eligible();
-        pass.decide(f, may_start, &mut plan, &mut tally);
+        let may_start = planner.switches.can_run() && allowed.contains(&f.name) && f.eligible();
+        planner.decide(f, may_start, &mut plan, &mut tally);
         f.release_progress();
     }
     plan.events.extend(events::skyhook_starts(&tally.events));
     for f in facts.iter().filter(|f| f.rebooted) {
-        let notes = events::reboot(&pass.name, &f.name);
+        let notes = events::reboot(&planner.name, &f.name);
         plan.events.extend(notes.map(|n| n.about(&f.name)));
     }
     plan.compartments = compartments
         .iter()
         .map(|c| compartments::plan_of(c, &allowed))
         .collect();
-    pass.finish_status(
+    planner.finish_status(
         prior,
         updates.clone(),
         &facts,
@@ -190,7 +179,7 @@ pub fn plan(inp: &Inputs) -> Plan {
         &mut tally,
         &mut plan,
     );
-    if !pass.switches.valid {
+    if !planner.switches.valid {
         // An invalid Skyhook is never acted upon: only its status says why.
         freeze(&mut plan, cfg);
         return plan;
@@ -201,7 +190,7 @@ pub fn plan(inp: &Inputs) -> Plan {
     plan
 }
 
-impl Pass<'_> {
+impl Planner<'_> {
     fn step(&self, f: &NodeFacts, may_start: bool) -> NodeOutcome {
         let cfg = self.inp.config;
         stage::step(StepInput {

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use kube::ResourceExt;
 
 use super::NodeView;
-use super::node::{LabelMatch, Labels};
 use crate::crd::Skyhook;
+use crate::node::{LabelMatch, Labels};
 use crate::schema::{self, Status, TaintSpec};
 
 /// Why a targeted node cannot be worked on.

@@ -93,6 +93,7 @@ impl World {
             config: &cfg,
             operator_version: "test",
             now: now(),
+            status_hold: None,
             create_room: launch::MAX_JOB_CREATES_PER_PASS,
         })
     }

@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 
+use super::input::RetryPolicy;
 use super::observe::{set, succeed};
-use super::{NodeAction, NodeNote, NodeOutcome, RetryPolicy};
+use super::outcome::{NodeAction, NodeNote, NodeOutcome};
 use crate::crd::normalize_image;
 use crate::jobs::{GoOutcome, GoPod};
 use crate::plan::spec::SpecView;

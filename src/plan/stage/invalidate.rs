@@ -6,7 +6,7 @@
 //! set aside, recorded without touching the state, so that the stage runs again as a new
 //! attempt instead of waiting for ever on an outcome nothing will fold.
 
-use super::{NodeAction, NodeOutcome};
+use super::outcome::{NodeAction, NodeOutcome};
 use crate::jobs::JobView;
 use crate::schema::{self, NodeState, Stage};
 

@@ -4,158 +4,24 @@
 
 pub(super) mod frontier;
 mod handover;
+mod input;
 mod invalidate;
 mod observe;
+mod outcome;
 mod start;
 mod versions;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use jiff::Timestamp;
+use input::Machine;
+pub use input::{Host, RetryPolicy, StepInput};
+pub use outcome::{NodeAction, NodeNote, NodeOutcome};
 
-use super::drain::{self, PodInfo, Readiness};
+use super::drain::{self, Readiness};
 use super::interrupt::{self, Turn};
 use super::spec::SpecView;
-use crate::crd::Package;
-use crate::jobs::{GoPod, JobView};
-use crate::schema::{self, Folded, Interrupt, NodeState, Stage, State};
-
-/// Retry timing after a failed stage.
-#[derive(Debug, Clone, Copy)]
-pub struct RetryPolicy {
-    pub base: Duration,
-    pub max: Duration,
-}
-
-impl RetryPolicy {
-    /// Delay before attempt number `failures + 1`: base·2^(failures-1), capped.
-    pub fn delay(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(20);
-        self.base.saturating_mul(1 << exp).min(self.max)
-    }
-}
-
-/// What the machine knows about the node itself.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Host<'a> {
-    /// `spec.unschedulable` (set by us or by an administrator).
-    pub cordoned: bool,
-    /// Pods on the node; listed only for cordoned nodes.
-    pub pods: Option<&'a [PodInfo]>,
-    /// A Job of another Skyhook runs on the node.
-    pub other_busy: bool,
-    /// This Skyhook's package and interrupt pods left on the node by the Go operator.
-    pub go_pods: &'a [GoPod],
-    /// The `resourceVersion` of the node copy the pass read, when it is a number.
-    pub node_version: Option<u64>,
-}
-
-/// One node's input to the machine.
-pub struct StepInput<'a> {
-    pub spec: &'a SpecView<'a>,
-    pub state: NodeState,
-    /// `<pkg>|<ver>` → spec hash of what the node completed.
-    pub applied: BTreeMap<String, String>,
-    /// Which Job attempts the stored state already holds.
-    pub folded: Folded,
-    pub host: Host<'a>,
-    /// This Skyhook's Jobs on the node.
-    pub jobs: &'a [&'a JobView],
-    /// False outside the current batch, paused, disabled, gated or blocked: running work is
-    /// still observed, but nothing new starts.
-    pub may_start: bool,
-    pub retry: RetryPolicy,
-    pub failed_jobs_kept: usize,
-    pub now: Timestamp,
-}
-
-/// What stays fixed while one node is stepped.
-pub(super) struct Machine<'a> {
-    pub spec: &'a SpecView<'a>,
-    pub jobs: &'a [&'a JobView],
-    pub retry: RetryPolicy,
-    pub now: Timestamp,
-}
-
-/// What the node machine wants done.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NodeAction {
-    /// Start attempt `attempt` of `stage` for `package` (a spec package, or a synthesised old
-    /// version for uninstalls).
-    Run {
-        package: Box<Package>,
-        stage: Stage,
-        attempt: u32,
-        spec_hash: String,
-        /// For the interrupt stage: the node's merged interrupt (§3.9.4).
-        interrupt: Option<Interrupt>,
-    },
-    /// Mark a failed Job counted in `restarts` (after the node state says so).
-    Counted { job: String },
-    /// Fail a Job now (its pod can never start), naming why.
-    FailNow {
-        job: String,
-        reason: String,
-        message: String,
-    },
-    /// Remove a Job (a stale attempt, or failed attempts beyond the number kept).
-    Delete { job: String },
-    /// Remove a pod of the Go operator: its outcome is recorded, or it is stale.
-    DeleteGoPod { pod: String },
-}
-
-/// Something worth an Event and a condition.
-#[derive(Debug, Clone, PartialEq)]
-pub enum NodeNote {
-    Started {
-        package: String,
-        version: String,
-        stage: Stage,
-    },
-    Completed {
-        package: String,
-        version: String,
-        stage: Stage,
-    },
-    Failed {
-        package: String,
-        version: String,
-        stage: Stage,
-        reason: String,
-        message: String,
-        restarts: i32,
-    },
-}
-
-#[derive(Debug, Default)]
-pub struct NodeOutcome {
-    pub state: NodeState,
-    /// `<pkg>|<ver>` → spec hash of what the node completed.
-    pub applied: BTreeMap<String, String>,
-    /// Which Job attempts `state` holds; stored with it.
-    pub folded: Folded,
-    pub actions: Vec<NodeAction>,
-    pub notes: Vec<NodeNote>,
-    /// The earliest moment a retry becomes due.
-    pub retry_at: Option<Timestamp>,
-    /// A Job of this Skyhook is running on the node.
-    pub active: bool,
-    /// Cordon the node before anything else (it is not yet unschedulable).
-    pub cordon: bool,
-    /// Pods to evict (namespace, name).
-    pub evict: Vec<(String, String)>,
-    /// Why interrupt work waits on this node, for humans.
-    pub blocked: Option<String>,
-    /// Held back by a protected pod or a drain that cannot finish (reported as `blocked`).
-    pub held: bool,
-}
-
-impl NodeOutcome {
-    pub fn any_state(&self, s: State) -> bool {
-        self.state.iter().any(|(_, e)| e.state == Some(s))
-    }
-}
+use crate::jobs::JobView;
+use crate::schema::{self, Folded, NodeState, Stage, State};
 
 /// Folds the node's Jobs into its state and decides the next Jobs.
 pub fn step(input: StepInput) -> NodeOutcome {

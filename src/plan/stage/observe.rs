@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{NodeAction, NodeNote, NodeOutcome};
+use super::outcome::{NodeAction, NodeNote, NodeOutcome};
 use crate::jobs::{JobView, Outcome};
 use crate::plan::spec::{SpecView, config_part, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};

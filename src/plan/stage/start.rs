@@ -3,8 +3,9 @@
 
 use jiff::Timestamp;
 
+use super::input::Machine;
 use super::observe::{current, failures};
-use super::{Machine, NodeAction, NodeNote, NodeOutcome};
+use super::outcome::{NodeAction, NodeNote, NodeOutcome};
 use crate::crd::Package;
 use crate::jobs::{JobView, Outcome};
 use crate::schema::{self, Interrupt, NodeState, PackageStatus, Stage, State};

@@ -1,4 +1,9 @@
 use super::*;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::crd::Package;
 use crate::jobs::Outcome;
 use crate::plan::fixtures::{
     RETRY, entry_of, failure, input, job, node_state, package, packages, t,

@@ -9,7 +9,7 @@
 //! record, which is no earlier than the leader's last renewal. With `renew_deadline` shorter
 //! than `lease_duration`, the old leader has stopped before anyone else starts (docs/ say more).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -20,7 +20,7 @@ use kube::{Client, ResourceExt};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Ctx, Error};
+use crate::controller::error::Error;
 use crate::schema;
 use crate::settings::LeaderTimings;
 
@@ -282,35 +282,37 @@ impl Elector {
 }
 
 /// Who may reconcile: this process alone (no leader election), or this process as the leader.
-pub(super) enum Leadership {
+pub enum Leadership {
     Alone,
     /// Leading since the winning write was sent at that instant.
     Leading(Box<Elector>, Instant),
 }
 
-/// With leader election on, waits until this process leads; `None` when shut down first.
-pub(super) async fn lead(
-    ctx: &Ctx,
+/// With leader election on (`timings`), waits until this process leads, with `standby` set
+/// meanwhile; `None` when shut down first.
+pub async fn lead(
+    timings: Option<LeaderTimings>,
+    namespace: &str,
+    standby: &AtomicBool,
     client: &Client,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Option<Leadership> {
-    let Some(timings) = ctx.config.leader else {
+    let Some(timings) = timings else {
         return Some(Leadership::Alone);
     };
-    let ns = &ctx.config.namespace;
-    let mut elector = Elector::new(client.clone(), ns, identity(), timings);
-    ctx.standby.store(true, Ordering::Relaxed);
+    let mut elector = Elector::new(client.clone(), namespace, identity(), timings);
+    standby.store(true, Ordering::Relaxed);
     let since = tokio::select! {
         since = elector.acquire() => since,
         _ = shutdown => return None,
     };
-    ctx.standby.store(false, Ordering::Relaxed);
+    standby.store(false, Ordering::Relaxed);
     Some(Leadership::Leading(Box::new(elector), since))
 }
 
 /// Runs the reconcile loop; a leader that loses its Lease drops the loop at once (no write
 /// after that) and reports it, and one that shuts down cleanly hands the Lease back.
-pub(super) async fn supervise(
+pub async fn supervise(
     reconciling: impl std::future::Future<Output = ()>,
     leadership: Leadership,
 ) -> Result<(), Error> {

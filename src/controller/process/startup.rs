@@ -8,7 +8,8 @@ use kube::api::{Api, ListParams};
 use tracing::warn;
 use tracing_subscriber::EnvFilter;
 
-use super::Error;
+use crate::controller::api::retry::{Backoff, is_transient};
+use crate::controller::error::Error;
 use crate::crd::Skyhook;
 use crate::settings::Config;
 
@@ -32,7 +33,7 @@ pub async fn client(kubeconfig: Option<PathBuf>, context: Option<String>) -> Res
     // failed reconciles itself, and a refused eviction must come back at once to be reported.
     let mut config = config;
     config.default_retry = false;
-    Ok(super::api_client::build(config)?)
+    Ok(crate::controller::api::client::build(config)?)
 }
 
 /// JSON or console logs at the configured level (`LOG_LEVEL` accepts a tracing filter too).
@@ -61,39 +62,6 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
-    }
-}
-
-/// An answer worth another try: the API server is starting (`429 storage is (re)initializing`),
-/// overloaded (429, 5xx) or not reachable yet (connection refused or reset, timeouts).
-pub fn is_transient(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        _ => false,
-    }
-}
-
-/// Capped exponential delays with jitter (each delay is 50–100% of its step), so that replicas
-/// restarted together do not knock on the API server in step.
-pub struct Backoff {
-    step: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub fn new(first: Duration, max: Duration) -> Self {
-        Backoff { step: first, max }
-    }
-
-    pub fn next_delay(&mut self) -> Duration {
-        let step = self.step.min(self.max);
-        self.step = step.saturating_mul(2).min(self.max);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let fraction = 0.5 + f64::from(nanos % 1000) / 2000.0;
-        step.mul_f64(fraction)
     }
 }
 
@@ -137,52 +105,5 @@ pub async fn wait_for_skyhook_api(
             _ => return Err(e.into()),
         }
         tokio::time::sleep(backoff.next_delay()).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("x", "y")
-                .with_code(code)
-                .boxed(),
-        )
-    }
-
-    #[test]
-    fn transient_answers_are_retried_permanent_ones_are_not() {
-        for (code, want) in [
-            (429, true),
-            (500, true),
-            (503, true),
-            (504, true),
-            (400, false),
-            (401, false),
-            (403, false),
-            (404, false),
-            (409, false),
-            (422, false),
-        ] {
-            assert_eq!(is_transient(&api(code)), want, "HTTP {code}");
-        }
-        let refused = kube::Error::Service("connection refused".into());
-        assert!(is_transient(&refused));
-        assert!(!is_transient(&kube::Error::LinesCodecMaxLineLengthExceeded));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap_with_jitter() {
-        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(15));
-        let steps = [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0];
-        for step in steps {
-            let d = b.next_delay().as_secs_f64();
-            assert!(
-                d >= step * 0.5 - 1e-9 && d <= step + 1e-9,
-                "delay {d} outside 50–100% of {step}"
-            );
-        }
     }
 }

@@ -1,15 +1,18 @@
-//! The watch caches: what each reflector keeps of its objects (only what the planner reads)
-//! and which changes are worth a pass.
+//! The watches: what each keeps of its objects (only what the planner reads), which changes
+//! are worth a pass, and how a watch waits after an error.
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::lean::{LeanNode, LeanPod, LeanSkyhook, full};
+use super::decode::{LeanNode, LeanPod, LeanSkyhook, full};
+use super::large;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -17,11 +20,11 @@ use kube::runtime::utils::Backoff;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use super::large_watch;
-use super::records::{Records, recorded};
+use super::record_cache::{Records, recorded};
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::GoPod;
-use crate::plan::NodeView;
+use crate::jobs::JobView;
+use crate::node::NodeView;
 use crate::schema;
 
 /// What of a node the planner reads, hashed: a kubelet or kwok heartbeat changes none of it, so
@@ -186,7 +189,7 @@ pub(super) fn watch_config() -> watcher::Config {
 }
 
 /// The watch events of the objects of `api` carrying `labels`, for a cache of records
-/// ([`super::records`]).
+/// ([`record_cache`]).
 pub(super) fn labelled_events<K>(
     api: Api<K>,
     labels: &str,
@@ -239,7 +242,7 @@ pub(super) fn policy_watch(
 
 /// The Skyhooks `labels` select (all without), with their changes: the controller's own
 /// trigger. Built here rather than by `Controller::new`, whose watch has no pace of its own
-/// (see [`NoPause`]), and on [`large_watch`], which gives back a large event's buffer.
+/// (see [`NoPause`]), and on [`large`], which gives back a large event's buffer.
 pub(super) fn skyhook_watch(
     client: &Client,
     labels: Option<String>,
@@ -248,7 +251,7 @@ pub(super) fn skyhook_watch(
     impl futures::Stream<Item = Result<Skyhook, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    let stream = paced(large_watch::watch::<LeanSkyhook>(client.clone(), labels))
+    let stream = paced(large::watch::<LeanSkyhook>(client.clone(), labels))
         .map_ok(full::<LeanSkyhook, Skyhook>)
         .reflect(writer)
         .applied_objects();
@@ -270,15 +273,15 @@ pub(super) struct Pace {
 }
 
 impl Pace {
-    pub(super) const FIRST: Duration = Duration::from_millis(500);
-    pub(super) const MAX: Duration = Duration::from_secs(10);
+    pub const FIRST: Duration = Duration::from_millis(500);
+    pub const MAX: Duration = Duration::from_secs(10);
 
-    pub(super) const fn new() -> Self {
+    pub const fn new() -> Self {
         Pace { next: Self::FIRST }
     }
 
     /// The pause after `error`.
-    pub(super) fn after(&mut self, error: &watcher::Error) -> Duration {
+    pub fn after(&mut self, error: &watcher::Error) -> Duration {
         if expired(error) {
             self.reset();
         }
@@ -287,7 +290,7 @@ impl Pace {
         pause
     }
 
-    pub(super) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.next = Self::FIRST;
     }
 }
@@ -346,7 +349,7 @@ fn paced_by<K: Send>(
 /// error, up to a minute each time, and resets only on an event that passes the triggers'
 /// filters; after an API server restart, when every watch fails at least once, that froze the
 /// caches for minutes while passes went on writing from them. Each watch is [`paced`] instead.
-pub(super) struct NoPause;
+pub(crate) struct NoPause;
 
 impl Iterator for NoPause {
     type Item = Duration;
@@ -358,6 +361,14 @@ impl Iterator for NoPause {
 
 impl Backoff for NoPause {
     fn reset(&mut self) {}
+}
+
+/// What the Job cache keeps of a Job: its view, without its pod's waiting reasons (read from
+/// the pod cache at each pass).
+pub(super) fn job_record(job: &Job, name: &Arc<str>) -> Option<JobView> {
+    let mut view = JobView::from_job(job, None)?;
+    view.name = name.clone();
+    Some(view)
 }
 
 #[cfg(test)]

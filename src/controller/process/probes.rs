@@ -1,14 +1,22 @@
 //! `/metrics` on the metrics address; `/healthz` and `/readyz` on the probe address.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 use tracing::{error, info};
 
-use super::{Ctx, Error};
+use crate::controller::error::Error;
+
+/// What the server reports on.
+pub trait Served: Send + Sync + 'static {
+    /// The metrics, in the OpenMetrics text format.
+    fn metrics(&self) -> String;
+    /// Whether the process takes its share of work: its caches have filled, or it waits to
+    /// lead (a follower is ready, or a rollout of the Deployment would wait for ever).
+    fn ready(&self) -> bool;
+}
 
 async fn bind(what: &'static str, addr: &str) -> Result<tokio::net::TcpListener, Error> {
     tokio::net::TcpListener::bind(addr)
@@ -21,10 +29,12 @@ async fn bind(what: &'static str, addr: &str) -> Result<tokio::net::TcpListener,
 }
 
 /// Bind both listeners now (so a taken port fails start-up), then serve in the background.
-pub async fn spawn(ctx: Arc<Ctx>) -> Result<(), Error> {
-    let metrics_addr = ctx.config.metrics_addr.clone();
-    let probe_addr = ctx.config.probe_addr.clone();
-    let m = ctx.clone();
+pub async fn spawn(
+    metrics_addr: String,
+    probe_addr: String,
+    served: Arc<impl Served>,
+) -> Result<(), Error> {
+    let m = served.clone();
     let metrics = Router::new().route(
         "/metrics",
         get(move || {
@@ -35,12 +45,12 @@ pub async fn spawn(ctx: Arc<Ctx>) -> Result<(), Error> {
                         "content-type",
                         "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     )],
-                    m.metrics.encode(),
+                    m.metrics(),
                 )
             }
         }),
     );
-    let r = ctx.clone();
+    let r = served;
     let probes = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -48,7 +58,7 @@ pub async fn spawn(ctx: Arc<Ctx>) -> Result<(), Error> {
             get(move || {
                 let r = r.clone();
                 async move {
-                    if r.ready.load(Ordering::Relaxed) || r.standby.load(Ordering::Relaxed) {
+                    if r.ready() {
                         (StatusCode::OK, "ok")
                     } else {
                         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")

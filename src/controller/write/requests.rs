@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::api::{DeleteParams, PropagationPolicy};
 use serde_json::{Value, json};
 
-use super::Error;
+use crate::controller::error::Error;
 use crate::plan::NodePatch;
 
 pub(super) fn is_status(e: &kube::Error, code: u16) -> bool {

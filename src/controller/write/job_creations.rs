@@ -18,17 +18,18 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::Api;
 
-use super::lean;
-use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::bodies::is_status;
-use super::exec::PARALLEL_WRITES;
-use super::retry::retried;
-use super::{Ctx, Error};
+use super::event_queue::EventSink;
+use super::requests::is_status;
+use crate::controller::api::client::PARALLEL_WRITES;
+use crate::controller::api::retry::retried;
+use crate::controller::error::Error;
+use crate::controller::watch::decode as lean;
 use crate::crd::Skyhook;
 use crate::jobs::{JobView, PlannedJob};
 use crate::schema;
@@ -49,25 +50,97 @@ struct Entry {
     state: State,
 }
 
+/// The queue of Job creations, with what creating a Job needs.
+pub struct JobCreations {
+    queue: Queue,
+    client: Client,
+    namespace: String,
+    events: Arc<EventSink>,
+}
+
+impl JobCreations {
+    /// The queue, and the stream of Skyhooks whose creations failed (for `reconcile_on`).
+    pub fn new(
+        client: Client,
+        namespace: String,
+        events: Arc<EventSink>,
+    ) -> (
+        Arc<Self>,
+        impl futures::Stream<Item = ObjectRef<Skyhook>> + Send + use<>,
+    ) {
+        let (queue, again) = Queue::new();
+        let creations = JobCreations {
+            queue,
+            client,
+            namespace,
+            events,
+        };
+        (Arc::new(creations), again)
+    }
+
+    /// Jobs on their way: the planner counts them against its creations per pass.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Views of the Jobs being created that `seen` (the Job cache) does not hold yet.
+    pub fn unseen(&self, seen: impl Fn(&str) -> bool) -> Vec<JobView> {
+        self.queue.unseen(seen)
+    }
+
+    /// Creates `jobs` for `sk` in the background, [`PARALLEL_WRITES`] at a time.
+    pub fn start(self: &Arc<Self>, sk: &Skyhook, jobs: Vec<PlannedJob>) {
+        if jobs.is_empty() {
+            return;
+        }
+        self.queue.queue(&jobs);
+        let this = self.clone();
+        let skyhook = ObjectRef::from(sk);
+        let reference = sk.object_ref(&());
+        tokio::spawn(async move {
+            let api: Api<Job> = Api::namespaced(this.client.clone(), &this.namespace);
+            let (api, this_ref, reference) = (&api, &this, &reference);
+            let failures: Vec<Error> = stream::iter(jobs)
+                .map(|job| async move {
+                    let sent = retried(|| Box::pin(this_ref.create(api, reference, &job))).await;
+                    match sent {
+                        Ok(()) => this_ref.queue.created(&job.view.name),
+                        Err(_) => this_ref.queue.failed(&job.view.name),
+                    }
+                    sent.err()
+                })
+                .buffer_unordered(PARALLEL_WRITES)
+                .filter_map(|e| async move { e })
+                .collect()
+                .await;
+            if let Some(e) = failures.first() {
+                warn!(skyhook = %skyhook.name, failed = failures.len(), error = %e,
+                    "Job creations failed; a pass plans them again");
+                tokio::time::sleep(AFTER_FAILURE).await;
+                let _ = this.queue.again.send(skyhook);
+            }
+        });
+    }
+}
+
 /// The Jobs being created, by name, and a way to ask for a pass of their Skyhook.
-pub struct Creating {
+struct Queue {
     jobs: Mutex<HashMap<String, Entry>>,
     again: mpsc::UnboundedSender<ObjectRef<Skyhook>>,
 }
 
-impl Creating {
-    /// The queue, and the stream of Skyhooks whose creations failed (for `reconcile_on`).
-    pub fn new() -> (
+impl Queue {
+    fn new() -> (
         Self,
         impl futures::Stream<Item = ObjectRef<Skyhook>> + Send + use<>,
     ) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let again = stream::poll_fn(move |cx| rx.poll_recv(cx));
-        let creating = Creating {
+        let queue = Queue {
             jobs: Mutex::new(HashMap::new()),
             again: tx,
         };
-        (creating, again)
+        (queue, again)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -111,105 +184,73 @@ impl Creating {
             queue.insert(job.view.name.to_string(), Entry { view, state });
         }
     }
+}
 
-    /// Creates `jobs` for `sk` in the background, [`PARALLEL_WRITES`] at a time.
-    pub fn start(ctx: &Arc<Ctx>, sk: &Skyhook, jobs: Vec<PlannedJob>) {
-        if jobs.is_empty() {
-            return;
-        }
-        ctx.creating.queue(&jobs);
-        let ctx = ctx.clone();
-        let skyhook = ObjectRef::from(sk);
-        let reference = sk.object_ref(&());
-        tokio::spawn(async move {
-            let api: Api<Job> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
-            let (api, ctx_ref, reference) = (&api, &ctx, &reference);
-            let failures: Vec<Error> = stream::iter(jobs)
-                .map(|job| async move {
-                    let sent = retried(|| Box::pin(create(api, ctx_ref, reference, &job))).await;
-                    match sent {
-                        Ok(()) => ctx_ref.creating.created(&job.view.name),
-                        Err(_) => ctx_ref.creating.failed(&job.view.name),
-                    }
-                    sent.err()
-                })
-                .buffer_unordered(PARALLEL_WRITES)
-                .filter_map(|e| async move { e })
-                .collect()
-                .await;
-            if let Some(e) = failures.first() {
-                warn!(skyhook = %skyhook.name, failed = failures.len(), error = %e,
-                    "Job creations failed; a pass plans them again");
-                tokio::time::sleep(AFTER_FAILURE).await;
-                let _ = ctx.creating.again.send(skyhook);
+impl JobCreations {
+    async fn create(
+        &self,
+        api: &Api<Job>,
+        skyhook: &k8s_openapi::api::core::v1::ObjectReference,
+        job: &PlannedJob,
+    ) -> Result<(), Error> {
+        match lean::create_job(&self.client, &self.namespace, job.body().to_vec()).await {
+            Ok(_) => {
+                info!(job = %job.view.name, "created Job");
+                Ok(())
             }
-        });
-    }
-}
-
-async fn create(
-    api: &Api<Job>,
-    ctx: &Ctx,
-    skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-    job: &PlannedJob,
-) -> Result<(), Error> {
-    match lean::create_job(&ctx.client, &ctx.config.namespace, job.body().to_vec()).await {
-        Ok(_) => {
-            info!(job = %job.view.name, "created Job");
-            Ok(())
+            // A deterministic name already taken means an earlier pass created it: adopt it, but
+            // only if it is the same work.
+            Err(e) if is_status(&e, 409) => self.adopt(api, skyhook, job).await,
+            Err(e) => Err(e.into()),
         }
-        // A deterministic name already taken means an earlier pass created it: adopt it, but
-        // only if it is the same work.
-        Err(e) if is_status(&e, 409) => adopt(api, ctx, skyhook, job).await,
-        Err(e) => Err(e.into()),
     }
-}
 
-/// The Job under this name is adopted when its labels and spec hash say it does the same work;
-/// otherwise a Warning Event names both, never a silent wait.
-async fn adopt(
-    api: &Api<Job>,
-    ctx: &Ctx,
-    skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-    job: &PlannedJob,
-) -> Result<(), Error> {
-    let name = &job.view.name;
-    let existing = api.get(name).await?;
-    let have = JobView::from_job(&existing, None);
-    if let Some(h) = &have
-        && same_work(&job.view, h)
-    {
-        debug!(job = %name, "Job exists, adopting");
-        return Ok(());
-    }
-    let found = have.map_or_else(
-        || "not one of this operator's stage Jobs".to_string(),
-        |h| {
-            format!(
-                "{} {}:{} {} on {} attempt {} (spec hash {})",
-                h.skyhook,
-                h.package,
-                h.version,
-                h.stage.as_str(),
-                h.node,
-                h.attempt,
-                h.spec_hash
-            )
-        },
-    );
-    let message = format!(
-        "Job {name} already exists and does other work ({found}); delete it so that this stage \
+    /// The Job under this name is adopted when its labels and spec hash say it does the same work;
+    /// otherwise a Warning Event names both, never a silent wait.
+    async fn adopt(
+        &self,
+        api: &Api<Job>,
+        skyhook: &k8s_openapi::api::core::v1::ObjectReference,
+        job: &PlannedJob,
+    ) -> Result<(), Error> {
+        let name = &job.view.name;
+        let existing = api.get(name).await?;
+        let have = JobView::from_job(&existing, None);
+        if let Some(h) = &have
+            && same_work(&job.view, h)
+        {
+            debug!(job = %name, "Job exists, adopting");
+            return Ok(());
+        }
+        let found = have.map_or_else(
+            || "not one of this operator's stage Jobs".to_string(),
+            |h| {
+                format!(
+                    "{} {}:{} {} on {} attempt {} (spec hash {})",
+                    h.skyhook,
+                    h.package,
+                    h.version,
+                    h.stage.as_str(),
+                    h.node,
+                    h.attempt,
+                    h.spec_hash
+                )
+            },
+        );
+        let message = format!(
+            "Job {name} already exists and does other work ({found}); delete it so that this stage \
          can run"
-    );
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: schema::JOB_NAME_TAKEN_REASON.to_string(),
-        note: Some(message.clone()),
-        action: "CreateJob".to_string(),
-        secondary: None,
-    };
-    ctx.events.send(ev, skyhook.clone());
-    Err(Error::JobNameTaken(message))
+        );
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: schema::JOB_NAME_TAKEN_REASON.to_string(),
+            note: Some(message.clone()),
+            action: "CreateJob".to_string(),
+            secondary: None,
+        };
+        self.events.send(ev, skyhook.clone());
+        Err(Error::JobNameTaken(message))
+    }
 }
 
 fn same_work(a: &JobView, b: &JobView) -> bool {
@@ -243,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_job_on_its_way_counts_as_running_until_the_cache_holds_it() {
-        let (creating, _again) = Creating::new();
+        let (creating, _again) = Queue::new();
         creating.queue(&[
             outgoing("a", "n1"),
             outgoing("b", "n2"),
@@ -271,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_created_job_the_watch_never_shows_is_forgotten() {
-        let (creating, _again) = Creating::new();
+        let (creating, _again) = Queue::new();
         creating.queue(&[outgoing("a", "n1")]);
         if let Some(e) = creating.lock().get_mut("a") {
             e.state = State::Created(Instant::now() - UNSEEN - Duration::from_secs(1));

@@ -17,7 +17,7 @@ use kube::client::{ClientBuilder, ConfigExt};
 use kube::{Client, Config};
 use tower::{BoxError, ServiceBuilder};
 
-use super::api_counter::CountLayer;
+use super::counter::CountLayer;
 
 /// Largest read buffer of one connection (hyper's minimum is 8 KiB): an answer's headers must
 /// fit in it; the API server's take well under 2 KiB.
@@ -30,7 +30,11 @@ pub const POOL_IDLE: Duration = Duration::from_secs(30);
 /// Idle connections the pool keeps: one step of a pass's writes. A pass's writes beside the Job
 /// creations behind it open twice that, and each connection holds its buffers, TLS state and
 /// dispatch channel (~25 KiB) for as long as it stays in the pool.
-pub const POOL_MAX_IDLE: usize = super::exec::PARALLEL_WRITES;
+pub const POOL_MAX_IDLE: usize = PARALLEL_WRITES;
+
+/// Writes at once within one step of a pass. The API server's default in-flight limits (400
+/// read, 200 mutating) leave room for several operators at this width.
+pub const PARALLEL_WRITES: usize = 32;
 
 /// A client for `config` with bounded connection buffers, counting its requests into
 /// `skyhook_api_requests_total`. A proxy is left to kube's own stack, which supports it or says
@@ -87,7 +91,7 @@ mod tests {
 
         let url: http::Uri = format!("http://127.0.0.1:{port}").parse().unwrap();
         // Counted apart from the operator's own series, which the metrics tests read.
-        let requests = crate::controller::api_counter::ApiRequests::default();
+        let requests = crate::metrics::ApiRequests::default();
         let count = CountLayer {
             requests: requests.clone(),
         };

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::Error;
+use crate::controller::error::Error;
 
 /// Attempts of one write, the first included.
 pub const ATTEMPTS: u32 = 4;
 
 /// A 429, a 5xx or no answer at all: worth another try (the same answers start-up waits out).
 pub fn transient(e: &Error) -> bool {
-    matches!(e, Error::Kube(k) if super::start::is_transient(k))
+    matches!(e, Error::Kube(k) if is_transient(k))
 }
 
 /// The delay before attempt `n` (1-based retries): 200 ms doubling, with ±50% jitter from
@@ -45,6 +45,39 @@ where
             }
             res => return res,
         }
+    }
+}
+
+/// An answer worth another try: the API server is starting (`429 storage is (re)initializing`),
+/// overloaded (429, 5xx) or not reachable yet (connection refused or reset, timeouts).
+pub fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Capped exponential delays with jitter (each delay is 50–100% of its step), so that replicas
+/// restarted together do not knock on the API server in step.
+pub struct Backoff {
+    step: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(first: Duration, max: Duration) -> Self {
+        Backoff { step: first, max }
+    }
+
+    pub fn next_delay(&mut self) -> Duration {
+        let step = self.step.min(self.max);
+        self.step = step.saturating_mul(2).min(self.max);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let fraction = 0.5 + f64::from(nanos % 1000) / 2000.0;
+        step.mul_f64(fraction)
     }
 }
 
@@ -117,5 +150,47 @@ mod tests {
         });
         assert!(down.await.is_err());
         assert_eq!(calls.load(Ordering::SeqCst), ATTEMPTS);
+    }
+
+    fn kube_api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "y")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn transient_answers_are_retried_permanent_ones_are_not() {
+        for (code, want) in [
+            (429, true),
+            (500, true),
+            (503, true),
+            (504, true),
+            (400, false),
+            (401, false),
+            (403, false),
+            (404, false),
+            (409, false),
+            (422, false),
+        ] {
+            assert_eq!(is_transient(&kube_api(code)), want, "HTTP {code}");
+        }
+        let refused = kube::Error::Service("connection refused".into());
+        assert!(is_transient(&refused));
+        assert!(!is_transient(&kube::Error::LinesCodecMaxLineLengthExceeded));
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_with_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(15));
+        let steps = [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0];
+        for step in steps {
+            let d = b.next_delay().as_secs_f64();
+            assert!(
+                d >= step * 0.5 - 1e-9 && d <= step + 1e-9,
+                "delay {d} outside 50–100% of {step}"
+            );
+        }
     }
 }

@@ -1,9 +1,9 @@
-//! Keeps the in-use finalizer of DeploymentPolicies ([`crate::plan::guard`]). Policies and
+//! Keeps the in-use finalizer of DeploymentPolicies ([`crate::crd::policy_in_use`]). Policies and
 //! Skyhooks are few, so a scan of the caches every [`PERIOD`] is cheaper than a queue of its own
 //! and catches every change, including a Skyhook that stops naming a policy.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -13,18 +13,25 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::Ctx;
-use super::recorder::Publisher;
-use crate::crd::DeploymentPolicy;
-use crate::plan::guard::{self, Guard};
+use crate::controller::write::event_series::{self, Publisher};
+use kube::runtime::reflector::Store;
+
+use crate::crd::policy_in_use::{self as guard, Guard};
+use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::schema;
 
 const PERIOD: Duration = Duration::from_secs(2);
 
 /// Runs until dropped. With a Skyhook selector, only the policies carrying the same labels are
 /// guarded (an operator owning a subset of Skyhooks cannot tell who else uses a policy).
-pub(super) async fn run(ctx: Arc<Ctx>, recorder: Publisher) {
-    let selector = match ctx.config.skyhook_selector.as_deref() {
+pub async fn run(
+    client: Client,
+    skyhook_selector: Option<String>,
+    skyhooks: Store<Skyhook>,
+    policies: Store<DeploymentPolicy>,
+) {
+    let recorder = recorder(&client);
+    let selector = match skyhook_selector.as_deref() {
         None => None,
         Some(text) => match equality_selector(text) {
             Some(s) => Some(s),
@@ -39,14 +46,14 @@ pub(super) async fn run(ctx: Arc<Ctx>, recorder: Publisher) {
             }
         },
     };
-    let api: Api<DeploymentPolicy> = Api::all(ctx.client.clone());
+    let api: Api<DeploymentPolicy> = Api::all(client);
     let mut held: HashMap<String, Vec<String>> = HashMap::new();
     // An empty Skyhook cache would read as "nobody uses it" and release every policy.
-    let _ = ctx.skyhooks.wait_until_ready().await;
-    let _ = ctx.policies.wait_until_ready().await;
+    let _ = skyhooks.wait_until_ready().await;
+    let _ = policies.wait_until_ready().await;
     loop {
-        let skyhooks = ctx.skyhooks.state();
-        for p in ctx.policies.state() {
+        let skyhooks = skyhooks.state();
+        for p in policies.state() {
             if selector.as_ref().is_some_and(|s| !s.matches(p.labels())) {
                 continue;
             }
@@ -137,8 +144,8 @@ async fn publish(recorder: &Publisher, p: &DeploymentPolicy, users: &[String]) {
 }
 
 /// A publisher of its own: the guard's Events are rare and must not queue behind a rollout's.
-pub(super) fn recorder(client: &Client) -> Publisher {
-    Publisher::new(client.clone(), super::recorder::reporter())
+fn recorder(client: &Client) -> Publisher {
+    Publisher::new(client.clone(), event_series::reporter())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use kube::runtime::events::Event;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::recorder::Publisher;
+use super::event_series::Publisher;
 
 /// Events waiting to be published; beyond this a pass's Events are dropped.
 const QUEUE: usize = 20_000;

@@ -20,13 +20,13 @@ use crate::crd::Skyhook;
 /// Job would write it again and again. (Events that arrive while a pass waits or runs make one
 /// more pass after it.)
 pub const GATHER: Duration = Duration::from_millis(500);
-/// Passes of one Skyhook are at least this far apart: a burst of events (a pass's own writes
+/// Pacing of one Skyhook are at least this far apart: a burst of events (a pass's own writes
 /// coming back through the watches) makes one pass, not many.
 pub const MIN_GAP: Duration = Duration::from_millis(300);
 /// ... and at most this far, however long the last pass took.
 pub const MAX_GAP: Duration = Duration::from_secs(2);
 /// A status write that took longer than this holds the next one back (see
-/// [`Passes::status_hold`]); a small Skyhook's status is written by every pass that changes it.
+/// [`Pacing::status_hold`]); a small Skyhook's status is written by every pass that changes it.
 pub const SLOW_STATUS: Duration = Duration::from_millis(250);
 /// The next status write waits this many times as long as the last one took ...
 pub const STATUS_HOLD_FACTOR: u32 = 8;
@@ -42,13 +42,13 @@ struct Last {
 }
 
 #[derive(Default)]
-pub struct Passes {
+pub struct Pacing {
     last: Mutex<HashMap<String, Last>>,
     /// When each Skyhook's next pass was first asked for (since its last pass started).
     asked: Mutex<HashMap<String, Instant>>,
 }
 
-impl Passes {
+impl Pacing {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Last>> {
         self.last.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -180,14 +180,14 @@ mod tests {
     }
 
     /// The resourceVersion of the copy a pass plans from, when the cache holds `cached`.
-    fn planned_from(passes: &Passes, cached: &str) -> String {
+    fn planned_from(passes: &Pacing, cached: &str) -> String {
         let sk = passes.newest(Arc::new(sk(cached)));
         sk.resource_version().unwrap_or_default()
     }
 
     #[test]
     fn the_stored_copy_is_used_until_the_cache_catches_up() {
-        let passes = Passes::default();
+        let passes = Pacing::default();
         assert_eq!(planned_from(&passes, "10"), "10");
         passes.ended("sk", Instant::now(), Some((sk("12"), Duration::ZERO)));
         // The watch still shows 10: plan from what the status write returned.
@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn asking_again_does_not_restart_the_gather_until_a_pass_starts() {
-        let passes = Passes::default();
+        let passes = Pacing::default();
         let first = passes.wait_left("sk").expect("gathers");
         std::thread::sleep(Duration::from_millis(20));
         let again = passes.wait_left("sk").expect("still gathering");

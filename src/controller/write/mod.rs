@@ -41,6 +41,12 @@
 //! or Warning Event. The watch has usually delivered the newer copy by then. Node conditions
 //! are a strategic merge by type, which cannot overwrite anyone else's, and are not guarded.
 
+pub mod event_queue;
+pub mod event_series;
+pub mod job_creations;
+pub mod requests;
+pub mod status_patch;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -51,23 +57,21 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
-use super::lean::{self, LeanNode};
+use crate::controller::watch::decode::{self as lean, LeanNode};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use super::Error;
-use super::bodies::{
-    background, ignore_not_found, is_conflict, is_status, node_patch_body, with_kind,
-};
-use super::events::EventSink;
-use super::retry::retried;
-use super::status_patch;
+use crate::controller::api::client::PARALLEL_WRITES;
+use crate::controller::api::retry::retried;
+use crate::controller::error::Error;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::PlannedJob;
 use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
+use event_queue::EventSink;
+use requests::{background, ignore_not_found, is_conflict, is_status, node_patch_body, with_kind};
 
 const MANAGER: &str = "skyhook-operator";
 
@@ -163,10 +167,6 @@ pub async fn execute(
     w.publish_events(&plan.events);
     Ok(Executed { written, stored })
 }
-
-/// Writes at once within one step of a pass. The API server's default in-flight limits (400
-/// read, 200 mutating) leave room for several operators at this width.
-pub const PARALLEL_WRITES: usize = 32;
 
 /// Runs the writes of one step, [`PARALLEL_WRITES`] at a time, attempting all of them; the
 /// first error is returned after the others finished. (Boxed: the reconcile future must stay

@@ -5,30 +5,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::LazyLock;
 use std::task::{Context, Poll};
 
 use http::{Method, Request, Response};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// get, list, watch, create, update, patch, delete, deletecollection.
-    pub verb: String,
-    /// The plural resource, with `/<subresource>` when there is one (`skyhooks/status`).
-    pub resource: String,
-    /// `2xx`, `4xx`, `5xx`, or `error` when no response came back.
-    pub code: String,
-}
-
-/// The counter family, shared by the client layer and the metrics registry (a `Family` clone
-/// shares its series).
-pub type ApiRequests = Family<RequestLabels, Counter>;
-
-/// The process's one family: one client, one registry.
-pub static API_REQUESTS: LazyLock<ApiRequests> = LazyLock::new(Family::default);
+use crate::metrics::{API_REQUESTS, ApiRequests, RequestLabels};
 
 /// The Kubernetes verb and resource of a request, from its method, path and query.
 pub fn classify(method: &Method, path: &str, query: Option<&str>) -> (String, String) {

@@ -1,0 +1,224 @@
+//! What one pass reads, as the planner's [`Inputs`]: the caches (this Skyhook's Jobs with those
+//! still being created, the nodes other Skyhooks keep busy, the Go operator's pods, its
+//! ConfigMaps), the pods on its cordoned nodes (listed on demand), and what validation finds
+//! wrong with the Skyhook and its policy.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+
+use super::error::Error;
+use super::watch::caches::Caches;
+use super::write::job_creations::JobCreations;
+use crate::crd::{self, DeploymentPolicy, Skyhook};
+use crate::jobs::{GoPod, JobView};
+use crate::node::NodeView;
+use crate::plan::{self, Inputs};
+use crate::schema;
+use crate::settings::Config;
+
+/// The objects one pass plans from, owned, so that [`Inputs`] can borrow them.
+pub struct Snapshot {
+    /// The Skyhook, normalised, without its status (the planner reads the stored one).
+    pub skyhook: Skyhook,
+    pub skyhooks: Vec<Arc<Skyhook>>,
+    pub policies: Vec<Arc<DeploymentPolicy>>,
+    pub nodes: Vec<Arc<NodeView>>,
+    pub jobs: Vec<Arc<JobView>>,
+    pub configmaps: Vec<Arc<ConfigMap>>,
+    pub pods_on_nodes: BTreeMap<String, Vec<plan::PodInfo>>,
+    pub busy_nodes: BTreeSet<String>,
+    pub go_pods: BTreeMap<String, Vec<GoPod>>,
+    pub invalid: Vec<String>,
+}
+
+impl Snapshot {
+    /// Reads the caches for `sk`, and lists the pods on its cordoned nodes.
+    pub async fn take(
+        caches: &Caches,
+        creations: &JobCreations,
+        client: &Client,
+        sk: &Skyhook,
+    ) -> Result<Snapshot, Error> {
+        let name = sk.name_any();
+        let mut normalized = Skyhook {
+            metadata: sk.metadata.clone(),
+            spec: sk.spec.clone(),
+            status: None,
+        };
+        crd::normalize(&mut normalized);
+        let policies = caches.policies.state();
+        let nodes = caches.nodes.all();
+        let pods_on_nodes = drain_view(client, &normalized, &nodes).await?;
+        Ok(Snapshot {
+            invalid: problems(&normalized, &policies),
+            skyhooks: caches.skyhooks.state(),
+            jobs: job_views(caches, creations, &name),
+            configmaps: caches
+                .configmaps
+                .state()
+                .into_iter()
+                .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
+                .collect(),
+            busy_nodes: busy_elsewhere(caches, creations, &name),
+            go_pods: go_pods(caches, &name),
+            skyhook: normalized,
+            policies,
+            nodes,
+            pods_on_nodes,
+        })
+    }
+
+    /// The planner's view of this snapshot.
+    pub fn inputs<'a>(
+        &'a self,
+        status: Option<&'a crd::SkyhookStatus>,
+        config: &'a Config,
+        operator_version: &'a str,
+        now: Timestamp,
+        create_room: usize,
+    ) -> Inputs<'a> {
+        Inputs {
+            skyhook: &self.skyhook,
+            status,
+            skyhooks: &self.skyhooks,
+            policies: &self.policies,
+            nodes: &self.nodes,
+            jobs: &self.jobs,
+            configmaps: &self.configmaps,
+            pods_on_nodes: &self.pods_on_nodes,
+            busy_nodes: &self.busy_nodes,
+            go_pods: &self.go_pods,
+            invalid: &self.invalid,
+            config,
+            operator_version,
+            now,
+            status_hold: None,
+            create_room,
+        }
+    }
+}
+
+/// This Skyhook's Jobs, each running one with its pod's stuck container (a wait the Job cannot
+/// see).
+fn job_views(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Vec<Arc<JobView>> {
+    let pods = caches.pods.all();
+    let stuck: HashMap<&str, &(String, String, String)> = pods
+        .iter()
+        .filter_map(|p| Some((p.job.as_deref()?, p.stuck.as_ref()?)))
+        .collect();
+    let mut views: Vec<Arc<JobView>> = caches
+        .jobs
+        .all()
+        .into_iter()
+        .filter(|j| j.skyhook == skyhook)
+        .map(|j| match stuck.get(&*j.name) {
+            // Only a running Job with a stuck pod is copied, to carry the pod's reason.
+            Some(s) if !j.finished() => Arc::new(JobView {
+                stuck: Some(Box::new((*s).clone())),
+                ..JobView::clone(&j)
+            }),
+            _ => j,
+        })
+        .collect();
+    let on_the_way = creations.unseen(|name| caches.jobs.get(name).is_some());
+    views.extend(
+        on_the_way
+            .into_iter()
+            .filter(|v| v.skyhook == skyhook)
+            .map(Arc::new),
+    );
+    views
+}
+
+/// Nodes where a Job of another Skyhook runs, or a pod of the Go operator for another Skyhook
+/// (unless it failed: it waits for that Skyhook's pass to replace it).
+fn busy_elsewhere(caches: &Caches, creations: &JobCreations, skyhook: &str) -> BTreeSet<String> {
+    let mut busy: BTreeSet<String> = caches
+        .jobs
+        .all()
+        .iter()
+        .filter(|j| j.skyhook != skyhook && !j.finished())
+        .map(|j| j.node.to_string())
+        .collect();
+    let on_the_way = creations.unseen(|name| caches.jobs.get(name).is_some());
+    busy.extend(
+        on_the_way
+            .into_iter()
+            .filter(|v| v.skyhook != skyhook)
+            .map(|v| v.node.to_string()),
+    );
+    busy.extend(
+        caches
+            .go_pods
+            .all()
+            .iter()
+            .filter(|p| p.skyhook != skyhook)
+            .filter_map(|p| p.go.as_ref())
+            .filter(|p| p.deleting || !p.failed())
+            .map(|p| p.node.clone()),
+    );
+    busy
+}
+
+/// This Skyhook's pods left by the Go operator (package and interrupt pods in the operator
+/// namespace, by the reference's labels), by node.
+fn go_pods(caches: &Caches, skyhook: &str) -> BTreeMap<String, Vec<GoPod>> {
+    let mut by_node: BTreeMap<String, Vec<GoPod>> = BTreeMap::new();
+    let pods = caches.go_pods.all();
+    let ours = pods.iter().filter(|p| p.skyhook == skyhook);
+    for p in ours.filter_map(|p| p.go.clone()) {
+        by_node.entry(p.node.clone()).or_default().push(p);
+    }
+    by_node
+}
+
+/// Pods on this Skyhook's cordoned nodes, classified by the planner's drain step. Only cordoned
+/// nodes are listed, on demand: the operator never caches every pod in the cluster.
+async fn drain_view(
+    client: &Client,
+    sk: &Skyhook,
+    nodes: &[Arc<NodeView>],
+) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
+    let mut out = BTreeMap::new();
+    let cordoned = plan::targeted(sk, nodes)
+        .into_iter()
+        .filter(|n| n.unschedulable);
+    let protected = plan::drain::protection(&sk.spec.pod_non_interrupt_labels);
+    let pods: Api<Pod> = Api::all(client.clone());
+    for n in cordoned {
+        let node = n.name.clone();
+        let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = pods.list(&lp).await?;
+        out.insert(node, plan::drain::classify(&list.items, protected.as_ref()));
+    }
+    Ok(out)
+}
+
+/// What the operator-side validation finds wrong with the Skyhook and the policy it names (the
+/// policy has no status of its own, so its problems show on the Skyhooks that use it).
+fn problems(sk: &Skyhook, policies: &[Arc<DeploymentPolicy>]) -> Vec<String> {
+    let mut invalid: Vec<String> = match crd::validate_skyhook(sk) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
+    };
+    let policy = sk
+        .spec
+        .deployment_policy
+        .as_deref()
+        .and_then(|p| policies.iter().find(|x| x.name_any() == p));
+    if let Some(policy) = policy
+        && let Err(errs) = crd::validate_deployment_policy(policy)
+    {
+        let name = policy.name_any();
+        invalid.extend(
+            errs.iter()
+                .map(|e| format!("deploymentPolicy {name:?}: {e}")),
+        );
+    }
+    invalid
+}

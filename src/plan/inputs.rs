@@ -1,0 +1,48 @@
+//! Everything the planner reads: one snapshot of the world for one Skyhook.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::drain::PodInfo;
+use crate::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
+use crate::jobs::{GoPod, JobView};
+use crate::node::NodeView;
+use crate::settings::Config;
+
+/// Everything the planner reads.
+pub struct Inputs<'a> {
+    /// The Skyhook being reconciled, normalised (its `status` is not read: see `status`).
+    pub skyhook: &'a Skyhook,
+    /// Its status as stored. Apart from the Skyhook: a normalised copy of the whole object
+    /// would copy every node's state on every pass (megabytes at a thousand nodes).
+    pub status: Option<&'a SkyhookStatus>,
+    pub skyhooks: &'a [Arc<Skyhook>],
+    pub policies: &'a [Arc<DeploymentPolicy>],
+    pub nodes: &'a [Arc<NodeView>],
+    /// This Skyhook's Jobs.
+    /// Shared with the Job cache: a pass copies none of them.
+    pub jobs: &'a [Arc<JobView>],
+    /// This Skyhook's package ConfigMaps as they are in the cluster.
+    pub configmaps: &'a [Arc<ConfigMap>],
+    /// Pods on the nodes that are cordoned (listed on demand for the drain).
+    pub pods_on_nodes: &'a BTreeMap<String, Vec<PodInfo>>,
+    /// Nodes where a Job of another Skyhook is running (or a pod of the Go operator for one).
+    pub busy_nodes: &'a BTreeSet<String>,
+    /// This Skyhook's package and interrupt pods left by the Go operator, by node.
+    pub go_pods: &'a BTreeMap<String, Vec<GoPod>>,
+    /// Problems the operator-side validation found (empty when valid).
+    pub invalid: &'a [String],
+    pub config: &'a Config,
+    pub operator_version: &'a str,
+    pub now: Timestamp,
+    /// When set, a status that only reports progress (no [`super::status::news`]) is held
+    /// back this long: the last status write was slow, and the next pass writes it.
+    pub status_hold: Option<Duration>,
+    /// Jobs this pass may create: [`launch::MAX_JOB_CREATES_PER_PASS`] less those still being
+    /// created from earlier passes.
+    pub create_room: usize,
+}

@@ -1,0 +1,68 @@
+//! What the node machine reads: the node, its Jobs, and the pass's timing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::jobs::{GoPod, JobView};
+use crate::plan::drain::PodInfo;
+use crate::plan::spec::SpecView;
+use crate::schema::{Folded, NodeState};
+
+/// Retry timing after a failed stage.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl RetryPolicy {
+    /// Delay before attempt number `failures + 1`: base·2^(failures-1), capped.
+    pub fn delay(&self, failures: u32) -> Duration {
+        let exp = failures.saturating_sub(1).min(20);
+        self.base.saturating_mul(1 << exp).min(self.max)
+    }
+}
+
+/// What the machine knows about the node itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Host<'a> {
+    /// `spec.unschedulable` (set by us or by an administrator).
+    pub cordoned: bool,
+    /// Pods on the node; listed only for cordoned nodes.
+    pub pods: Option<&'a [PodInfo]>,
+    /// A Job of another Skyhook runs on the node.
+    pub other_busy: bool,
+    /// This Skyhook's package and interrupt pods left on the node by the Go operator.
+    pub go_pods: &'a [GoPod],
+    /// The `resourceVersion` of the node copy the pass read, when it is a number.
+    pub node_version: Option<u64>,
+}
+
+/// One node's input to the machine.
+pub struct StepInput<'a> {
+    pub spec: &'a SpecView<'a>,
+    pub state: NodeState,
+    /// `<pkg>|<ver>` → spec hash of what the node completed.
+    pub applied: BTreeMap<String, String>,
+    /// Which Job attempts the stored state already holds.
+    pub folded: Folded,
+    pub host: Host<'a>,
+    /// This Skyhook's Jobs on the node.
+    pub jobs: &'a [&'a JobView],
+    /// False outside the current batch, paused, disabled, gated or blocked: running work is
+    /// still observed, but nothing new starts.
+    pub may_start: bool,
+    pub retry: RetryPolicy,
+    pub failed_jobs_kept: usize,
+    pub now: Timestamp,
+}
+
+/// What stays fixed while one node is stepped.
+pub(crate) struct Machine<'a> {
+    pub spec: &'a SpecView<'a>,
+    pub jobs: &'a [&'a JobView],
+    pub retry: RetryPolicy,
+    pub now: Timestamp,
+}

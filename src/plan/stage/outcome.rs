@@ -1,0 +1,87 @@
+//! What the node machine decides: Jobs to start or clean up, Events, and the drain.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use crate::crd::Package;
+use crate::schema::{Folded, Interrupt, NodeState, Stage, State};
+
+/// What the node machine wants done.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeAction {
+    /// Start attempt `attempt` of `stage` for `package` (a spec package, or a synthesised old
+    /// version for uninstalls).
+    Run {
+        package: Box<Package>,
+        stage: Stage,
+        attempt: u32,
+        spec_hash: String,
+        /// For the interrupt stage: the node's merged interrupt (§3.9.4).
+        interrupt: Option<Interrupt>,
+    },
+    /// Mark a failed Job counted in `restarts` (after the node state says so).
+    Counted { job: String },
+    /// Fail a Job now (its pod can never start), naming why.
+    FailNow {
+        job: String,
+        reason: String,
+        message: String,
+    },
+    /// Remove a Job (a stale attempt, or failed attempts beyond the number kept).
+    Delete { job: String },
+    /// Remove a pod of the Go operator: its outcome is recorded, or it is stale.
+    DeleteGoPod { pod: String },
+}
+
+/// Something worth an Event and a condition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeNote {
+    Started {
+        package: String,
+        version: String,
+        stage: Stage,
+    },
+    Completed {
+        package: String,
+        version: String,
+        stage: Stage,
+    },
+    Failed {
+        package: String,
+        version: String,
+        stage: Stage,
+        reason: String,
+        message: String,
+        restarts: i32,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct NodeOutcome {
+    pub state: NodeState,
+    /// `<pkg>|<ver>` → spec hash of what the node completed.
+    pub applied: BTreeMap<String, String>,
+    /// Which Job attempts `state` holds; stored with it.
+    pub folded: Folded,
+    pub actions: Vec<NodeAction>,
+    pub notes: Vec<NodeNote>,
+    /// The earliest moment a retry becomes due.
+    pub retry_at: Option<Timestamp>,
+    /// A Job of this Skyhook is running on the node.
+    pub active: bool,
+    /// Cordon the node before anything else (it is not yet unschedulable).
+    pub cordon: bool,
+    /// Pods to evict (namespace, name).
+    pub evict: Vec<(String, String)>,
+    /// Why interrupt work waits on this node, for humans.
+    pub blocked: Option<String>,
+    /// Held back by a protected pod or a drain that cannot finish (reported as `blocked`).
+    pub held: bool,
+}
+
+impl NodeOutcome {
+    pub fn any_state(&self, s: State) -> bool {
+        self.state.iter().any(|(_, e)| e.state == Some(s))
+    }
+}
