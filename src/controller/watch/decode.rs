@@ -258,7 +258,7 @@ pub async fn replace_status(client: &Client, mut sk: Skyhook) -> Result<Skyhook,
 }
 
 /// Patches the status of Skyhook `name` with `ops` (a JSON patch that also guards the
-/// resourceVersion: [`super::status_patch`]) and returns the resourceVersion the answer
+/// resourceVersion: [`crate::controller::write::status_patch`]) and returns the resourceVersion the answer
 /// carries, read as for [`replace_status`].
 pub async fn patch_status(
     client: &Client,

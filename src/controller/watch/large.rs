@@ -4,7 +4,7 @@
 //! of the watch; for the Skyhook watch that was 2 MiB held for good, the operator's largest
 //! single block. Here a body is read into segments ([`Lines`]): a large event costs its own
 //! size only while it is decoded, and one segment stays between events. The events are kube's
-//! ([`watcher::Event`], [`watcher::Error`]), so [`super::watch::paced`] and the reflector
+//! ([`watcher::Event`], [`watcher::Error`]), so [`super::streams::paced`] and the reflector
 //! downstream are the same as for every other watch.
 
 use std::pin::Pin;

@@ -14,18 +14,18 @@
 //! 5. node conditions (strategic merge);
 //! 6. Job operations: `Counted`, `Fail`, `Delete`, and deleting the Go operator's pods (their
 //!    outcome, if any, was stored in step 4);
-//! 7. Jobs: handed to `create` (the controller's background queue, `creating.rs`), which creates
+//! 7. Jobs: handed to `create` (the background queue, `job_creations.rs`), which creates
 //!    them after the pass (409 means an earlier pass created it: adopt it). A node state that
 //!    says a stage runs before its Job exists is safe: a pass that finds no Job creates it;
 //! 8. evictions (a 429 from a PodDisruptionBudget becomes a `DrainBlocked` Warning, retried next
 //!    pass);
 //! 9. the Skyhook status (a full replace guarded by `resourceVersion`);
 //! 10. finalizer removal on deletion;
-//! 11. Events, queued for a task of their own (`events.rs`): a pass never waits for them.
+//! 11. Events, queued for a task of their own (`event_queue.rs`): a pass never waits for them.
 //!
 //! Within a step the writes are independent and run [`PARALLEL_WRITES`] at a time: a pass over a
 //! thousand nodes must not take a thousand round trips. A write that meets a transient error
-//! (429, 5xx, a dropped connection) is retried at once a few times (`retry.rs`). Every write of
+//! (429, 5xx, a dropped connection) is retried at once a few times (`api/retry.rs`). Every write of
 //! a step is attempted; if any failed for good, the pass stops after that step (later steps may depend on it) and the next pass
 //! redoes what is missing. A 404 on a Job op, a pod eviction, a node or the finalizer removal is
 //! ignored: the object went away.
