@@ -17,9 +17,9 @@
 
 pub mod api;
 mod error;
-mod pacing;
+pub mod pacing;
 pub mod process;
-mod snapshot;
+pub mod snapshot;
 pub mod watch;
 pub mod write;
 

@@ -1,14 +1,27 @@
-//! The functional core of the operator: from a snapshot of the world to the list of writes for
-//! one Skyhook. Nothing here does I/O, so unit tests drive it with hand-made objects.
+//! The functional core of the operator: from a snapshot of the world ([`Inputs`]) to the list
+//! of writes for one Skyhook ([`Plan`]). Nothing here does I/O, so unit tests drive it with
+//! hand-made objects ([`fixtures`]).
 //!
-//! One pass, step by step (each a module named for the decision it makes):
-//! [`select`] which nodes are targeted, blocked or gated → [`facts`] what each node carries →
-//! [`config`] which configMap keys moved → [`compartments`], [`batch`] and [`strategy`] which
-//! nodes may start →
-//! [`stage`] the per-node machine, with [`interrupt`] grouping and the [`drain`] decision →
-//! [`launch`] Jobs and Job operations → [`metadata`] the node writes → [`events`] →
-//! [`status`] the Skyhook status, which [`status_budget`] keeps within its byte budget
-//! ([`census`] counts every node for the metrics first). [`delete`] plans a deletion instead.
+//! One pass, straight through (each step a module named for the decision it makes; each reads
+//! only what the steps before it produced):
+//!
+//! 1. [`select`] which nodes are targeted, blocked or gated, and [`facts`] what each carries
+//!    (reads `Inputs`);
+//! 2. [`config`] which configMap keys moved (reads the facts and the stored status);
+//! 3. fold: each node's finished Jobs and Go pods folded into its state, once
+//!    ([`stage::fold`]; reads the facts and the node's Jobs);
+//! 4. [`compartments`], [`batch`] and [`strategy`] which nodes may start (reads the folds; a
+//!    node at work is looked ahead once, [`stage::FoldedNode::advance`], to see whether it has
+//!    fresh work);
+//! 5. advance: each node that may start work advances once (that look ahead reused), the
+//!    others rest ([`stage`], with [`interrupt`] grouping and the [`drain`] decision);
+//! 6. [`launch`] Jobs and Job operations, [`metadata`] the node writes, [`events`] (read the
+//!    node outcomes);
+//! 7. [`status`] the Skyhook status (reads the tally of every node and the compartments), kept
+//!    within its byte budget by [`status_budget`] ([`census`] counts every node for the
+//!    metrics first), and held back when `Inputs::status_hold` asks for it.
+//!
+//! [`delete`] plans a deletion instead.
 
 pub mod actions;
 pub mod batch;
@@ -62,7 +75,7 @@ use facts::{NodeFacts, Switches};
 use metadata::MetaInput;
 use select::Block;
 use spec::SpecView;
-use stage::{NodeAction, NodeNote, NodeOutcome, RetryPolicy, StepInput};
+use stage::{FoldedNode, NodeAction, NodeInput, NodeNote, NodeOutcome, RetryPolicy};
 
 /// The planner of one pass: what stays fixed while it runs, and the steps over it.
 struct Planner<'a> {
@@ -141,7 +154,11 @@ fn plan_live(inp: &Inputs) -> Plan {
         },
     };
     let reset = planner.policy.resets_on_completion(sk) && versions_changed(sk, prior);
-    let (allowed, compartments) = planner.batch(&facts, &unreadable, prior, reset);
+    // Each node's finished work is folded once; the batch is chosen from the folds; then each
+    // node that may start work advances once (the batch choice's own look ahead reused).
+    let folds: Vec<FoldedNode> = facts.iter().map(|f| planner.fold(f)).collect();
+    let (allowed, compartments, mut advanced) =
+        planner.batch(&facts, &folds, &unreadable, prior, reset);
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
@@ -157,9 +174,14 @@ fn plan_live(inp: &Inputs) -> Plan {
         tally.unreadable.push(why);
         tally.node_statuses.insert(f.name.clone(), Status::Blocked);
     }
-    for f in &mut facts {
+    for (f, node) in facts.iter_mut().zip(folds) {
         let may_start = planner.switches.can_run() && allowed.contains(&f.name) && f.eligible();
-        planner.decide(f, may_start, &mut plan, &mut tally);
+        let o = match advanced.remove(&f.name) {
+            Some(o) if may_start => o,
+            _ if may_start => node.advance(),
+            _ => node.rest(),
+        };
+        planner.decide(f, o, &mut plan, &mut tally);
         f.release_progress();
     }
     plan.events.extend(events::skyhook_starts(&tally.events));
@@ -190,17 +212,16 @@ fn plan_live(inp: &Inputs) -> Plan {
     plan
 }
 
-impl Planner<'_> {
-    fn step(&self, f: &NodeFacts, may_start: bool) -> NodeOutcome {
+impl<'a> Planner<'a> {
+    fn fold(&self, f: &NodeFacts<'a>) -> FoldedNode<'_> {
         let cfg = self.inp.config;
-        stage::step(StepInput {
+        stage::fold(NodeInput {
             spec: self.spec,
             state: f.prior.clone(),
             applied: f.applied.clone(),
             folded: f.folded.clone(),
             host: f.host,
             jobs: self.by_node.get(f.name.as_str()).map_or(&[], Vec::as_slice),
-            may_start,
             retry: RetryPolicy {
                 base: cfg.retry_base,
                 max: cfg.retry_max,
@@ -210,26 +231,35 @@ impl Planner<'_> {
         })
     }
 
-    /// Observe every node without starting anything, then pick each compartment's batch.
-    /// Nodes whose state cannot be read start nothing, but one that still holds our cordon or
-    /// runs a Job of ours is at work, and the budget counts it. `reset` starts every
-    /// compartment over from batch 1 (§6.6, a version change).
+    /// Pick each compartment's batch from what the folds say. Nodes whose state cannot be read
+    /// start nothing, but one that still holds our cordon or runs a Job of ours is at work, and
+    /// the budget counts it. `reset` starts every compartment over from batch 1 (§6.6, a
+    /// version change). Also returns the nodes the choice had to advance to see whether they
+    /// have fresh work, as advanced.
     fn batch(
         &self,
         facts: &[NodeFacts],
+        folds: &[FoldedNode],
         unreadable: &[NodeFacts],
         prior: &crate::crd::SkyhookStatus,
         reset: bool,
-    ) -> (BTreeSet<String>, Vec<Compartment>) {
-        let mut seen: Vec<Seen> = facts
-            .iter()
-            .map(|f| {
-                let o = self.step(f, false);
-                let mut seen = Seen::of(f, &o, self.spec.settled(&o.state, &o.applied));
-                seen.busy = seen.busy || self.has_fresh_work(f, &o, &seen);
-                seen
-            })
-            .collect();
+    ) -> (
+        BTreeSet<String>,
+        Vec<Compartment>,
+        BTreeMap<String, NodeOutcome>,
+    ) {
+        let mut advanced = BTreeMap::new();
+        let mut seen: Vec<Seen> = Vec::with_capacity(facts.len() + unreadable.len());
+        for (f, node) in facts.iter().zip(folds) {
+            let o = node.outcome();
+            let mut s = Seen::of(f, o, self.spec.settled(&o.state, &o.applied));
+            if self.may_have_fresh_work(f, &s) {
+                let ahead = node.advance();
+                s.busy = has_fresh_work(o, &ahead);
+                advanced.insert(f.name.clone(), ahead);
+            }
+            seen.push(s);
+        }
         seen.extend(unreadable.iter().map(|f| {
             Seen {
                 name: f.name.clone(),
@@ -259,7 +289,7 @@ impl Planner<'_> {
         if compartments.is_empty() {
             // The policy is missing: work in flight finishes, nothing new starts.
             let all: Vec<&Seen> = seen.iter().collect();
-            return (batch::allowed(&all, 0, false), compartments);
+            return (batch::allowed(&all, 0, false), compartments, advanced);
         }
         let by_name: BTreeMap<&str, &Seen> = seen.iter().map(|s| (s.name.as_str(), s)).collect();
         // §6.4: a batch state just reset on completion is not evaluated again.
@@ -273,34 +303,23 @@ impl Planner<'_> {
                 .collect();
             allowed.extend(batch::select(c, &members, can_run, evaluate));
         }
-        (allowed, compartments)
+        (allowed, compartments, advanced)
     }
 
     /// A node of the batch at work (stored status `in_progress` or `erroring`) that sits between
     /// two stages, or beside a failed package has others still due, stays in its batch: it has
-    /// fresh work. A node whose only work left is retrying what failed has finished its batch
-    /// (§6.4 counts it as failed) and waits to be picked again.
-    fn has_fresh_work(&self, f: &NodeFacts, o: &NodeOutcome, seen: &Seen) -> bool {
+    /// fresh work ([`has_fresh_work`]). Only such a node is worth the look ahead.
+    fn may_have_fresh_work(&self, f: &NodeFacts, seen: &Seen) -> bool {
         let stored = f.node.annotation(&schema::status_annotation(&self.name));
         let at_work = matches!(
             Status::from_annotation(stored),
             Status::InProgress | Status::Erroring
         );
-        if seen.busy || seen.settled || !seen.eligible || !at_work {
-            return false;
-        }
-        self.step(f, true).actions.iter().any(|a| match a {
-            NodeAction::Run { package, .. } => o
-                .state
-                .get(&package.name, &package.version)
-                .is_none_or(|e| e.state != Some(State::Erroring)),
-            _ => false,
-        })
+        !seen.busy && !seen.settled && seen.eligible && at_work
     }
 
-    /// Step one node and add what it needs to the plan.
-    fn decide(&self, f: &NodeFacts, may_start: bool, plan: &mut Plan, tally: &mut Tally) {
-        let o = self.step(f, may_start);
+    /// Adds what one node's outcome needs to the plan.
+    fn decide(&self, f: &NodeFacts, o: NodeOutcome, plan: &mut Plan, tally: &mut Tally) {
         tally.any_active |= o.active;
         if let Some(r) = o.retry_at {
             tally.retry_at = Some(tally.retry_at.map_or(r, |x| x.min(r)));
@@ -435,6 +454,19 @@ impl Planner<'_> {
             plan.status = Some(desired);
         }
     }
+}
+
+/// Whether a node that advanced would start a package that is not failing: a node whose only
+/// work left is retrying what failed has finished its batch (§6.4 counts it as failed) and
+/// waits to be picked again.
+fn has_fresh_work(folded: &NodeOutcome, ahead: &NodeOutcome) -> bool {
+    ahead.actions.iter().any(|a| match a {
+        NodeAction::Run { package, .. } => folded
+            .state
+            .get(&package.name, &package.version)
+            .is_none_or(|e| e.state != Some(State::Erroring)),
+        _ => false,
+    })
 }
 
 fn jobs_by_node(jobs: &[Arc<JobView>]) -> BTreeMap<&str, Vec<&JobView>> {

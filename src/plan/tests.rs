@@ -1307,6 +1307,58 @@ fn a_failed_package_beside_others_still_due_keeps_the_node_in_its_batch() {
     }
 }
 
+/// The pass folds each node once, chooses the batch, then advances each node at most once:
+/// the look ahead that keeps a node at work in its batch is the advance it then uses.
+#[test]
+fn the_node_machine_advances_at_most_once_per_node_per_pass() {
+    let at_work = json!({
+        schema::node_state_annotation("sh"): r#"{"alpha|1.0.0":{"name":"alpha","version":"1.0.0","image":"ghcr.io/x/alpha","stage":"apply","state":"complete"},"beta|1.0.0":{"name":"beta","version":"1.0.0","image":"ghcr.io/x/beta","stage":"apply","state":"complete"}}"#,
+        schema::status_annotation("sh"): "in_progress",
+    });
+    let sk = skyhook("sh")
+        .live()
+        .package(package("alpha"))
+        .package(package("beta"));
+    // (case, node annotations, paused, Jobs created, advances)
+    let cases: &[(&str, Value, bool, usize, usize)] = &[
+        ("a fresh rollout: every node starts", json!({}), false, 6, 3),
+        (
+            "nodes at work between stages: looked ahead once, that advance used",
+            at_work.clone(),
+            false,
+            6,
+            3,
+        ),
+        ("paused: looked ahead, nothing starts", at_work, true, 0, 3),
+    ];
+    for (case, annotations, paused, want_jobs, want_advances) in cases {
+        let nodes = (0..3)
+            .map(|i| {
+                node(&format!("n{i}"))
+                    .created(i)
+                    .annotations(annotations.clone())
+                    .arc()
+            })
+            .collect();
+        let mut sk = sk.clone();
+        if *paused {
+            sk = sk.annotations(json!({schema::PAUSE_ANNOTATION: "true"}));
+        }
+        let world = World::new(sk.build(), nodes);
+        stage::counts::take();
+        let plan = world.plan();
+        let (folds, advances) = stage::counts::take();
+        assert_eq!(
+            plan.create_jobs.len(),
+            *want_jobs,
+            "{case}: {:?}",
+            created(&plan)
+        );
+        assert_eq!(folds, 3, "{case}: one fold per node");
+        assert_eq!(advances, *want_advances, "{case}: advances");
+    }
+}
+
 /// Two nodes at work in one pass: n1 folds a finished apply Job and starts config, n2 starts
 /// apply. Every node patch carries its node's resourceVersion; when n1's patch meets a
 /// conflict, what depends on it goes (its Job, the Job's record, its Events, the status) and

@@ -25,18 +25,20 @@ pub(super) struct Held {
     pub interrupt: bool,
     /// Some Go pod is there: an interrupt waits for it.
     pub any: bool,
+    /// Pods to delete only if the node may start work (failures and stale pods make way for
+    /// our Jobs then); their deletions are among the outcome's actions.
+    pub deferred: BTreeSet<String>,
 }
 
 /// The pass's view of one node's Go pods.
 pub(super) struct GoPods<'a> {
     pub pods: &'a [GoPod],
-    /// Failures and stale pods may be cleared (the node may start work).
-    pub may_start: bool,
     pub retry: RetryPolicy,
     pub now: Timestamp,
 }
 
-/// Folds what the Go pods say into `state`, and decides which of them to delete.
+/// Folds what the Go pods say into `state`, and decides which of them to delete (those in
+/// [`Held::deferred`] only if the node may start work).
 pub(super) fn observe(
     spec: &SpecView,
     state: &mut NodeState,
@@ -55,9 +57,8 @@ pub(super) fn observe(
             continue;
         }
         if stale(spec, state, p).is_some() {
-            if go.may_start {
-                delete(p, out);
-            }
+            held.deferred.insert(p.name.clone());
+            delete(p, out);
             continue;
         }
         match &p.outcome {
@@ -74,7 +75,8 @@ pub(super) fn observe(
                 let due = *at + go.retry.delay(restarts.max(0) as u32);
                 if go.now < due {
                     out.retry_at = Some(out.retry_at.map_or(due, |r| r.min(due)));
-                } else if go.may_start {
+                } else {
+                    held.deferred.insert(p.name.clone());
                     delete(p, out);
                 }
             }

@@ -6,38 +6,56 @@
 //! set aside, recorded without touching the state, so that the stage runs again as a new
 //! attempt instead of waiting for ever on an outcome nothing will fold.
 
-use super::outcome::{NodeAction, NodeOutcome};
+use super::outcome::NodeAction;
 use crate::jobs::JobView;
-use crate::schema::{self, NodeState, Stage};
+use crate::schema::{self, Folded, NodeState, Stage};
 
-/// Deletes the running Jobs the stored state no longer asks for and sets aside (records as
-/// folded) the finished ones nobody folded. Returns them as the rest of the step must see
-/// them: being deleted (nothing adopts them; their stage starts again once they are gone), or
-/// folded (their stage starts anew).
-pub(super) fn invalidate(
+/// The Jobs the stored state no longer asks for, judged against the state as stored (before
+/// anything is folded into it), as the rest of the step must see them once the node may work:
+/// running ones being deleted (nothing adopts them; their stage starts again once they are
+/// gone), finished ones nobody folded recorded (their stage starts anew).
+#[derive(Debug, Default)]
+pub(super) struct Unwanted {
+    orphaned: Vec<JobView>,
+    set_aside: Vec<JobView>,
+}
+
+pub(super) fn find(
     state: &NodeState,
     node_version: Option<u64>,
     jobs: &[&JobView],
-    out: &mut NodeOutcome,
-) -> Vec<JobView> {
-    let mut seen = Vec::new();
-    for j in orphaned(state, node_version, jobs) {
-        out.actions.push(NodeAction::Delete {
+) -> Unwanted {
+    Unwanted {
+        orphaned: orphaned(state, node_version, jobs)
+            .into_iter()
+            .map(|j| JobView {
+                deleting: true,
+                ..j.clone()
+            })
+            .collect(),
+        set_aside: set_aside(state, node_version, jobs)
+            .into_iter()
+            .map(|j| JobView {
+                recorded: true,
+                ..j.clone()
+            })
+            .collect(),
+    }
+}
+
+impl Unwanted {
+    /// Sets aside (records in `folded`) the finished Jobs; returns the deletions of the
+    /// running ones, and all of them as the rest of the step must see them.
+    pub(super) fn apply(&self, folded: &mut Folded) -> (Vec<NodeAction>, Vec<JobView>) {
+        for j in &self.set_aside {
+            schema::fold(folded, &j.package, &j.version, j.stage, j.attempt);
+        }
+        let deletions = self.orphaned.iter().map(|j| NodeAction::Delete {
             job: j.name.to_string(),
         });
-        seen.push(JobView {
-            deleting: true,
-            ..j.clone()
-        });
+        let seen = self.orphaned.iter().chain(&self.set_aside).cloned();
+        (deletions.collect(), seen.collect())
     }
-    for j in set_aside(state, node_version, jobs) {
-        schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
-        seen.push(JobView {
-            recorded: true,
-            ..j.clone()
-        });
-    }
-    seen
 }
 
 /// The running Jobs to delete. A Job is judged only against a node copy at least as new as the

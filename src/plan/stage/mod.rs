@@ -14,25 +14,56 @@ mod versions;
 use std::collections::BTreeMap;
 
 use input::Machine;
-pub use input::{Host, RetryPolicy, StepInput};
+pub use input::{Host, NodeInput, RetryPolicy, StepInput};
 pub use outcome::{NodeAction, NodeNote, NodeOutcome};
 
 use super::drain::{self, Readiness};
 use super::interrupt::{self, Turn};
 use super::spec::SpecView;
+use jiff::Timestamp;
+
 use crate::jobs::JobView;
 use crate::schema::{self, Folded, NodeState, Stage, State};
 
-/// Folds the node's Jobs into its state and decides the next Jobs.
+/// One step of the machine for one node: [`fold`], then [`FoldedNode::advance`] when it may
+/// start work, else [`FoldedNode::rest`].
 pub fn step(input: StepInput) -> NodeOutcome {
-    let StepInput {
+    let (input, may_start) = input.split();
+    let node = fold(input);
+    if may_start {
+        node.advance()
+    } else {
+        node.rest()
+    }
+}
+
+/// A node's finished work folded into its state, before the machine decides anything. A pass
+/// folds each node once, chooses the batch from what the folds say, then advances each node
+/// that may start work once.
+pub struct FoldedNode<'a> {
+    spec: &'a SpecView<'a>,
+    host: Host<'a>,
+    jobs: &'a [&'a JobView],
+    /// Copies of the Jobs whose outcome the stored state holds, seen as recorded.
+    known: Vec<JobView>,
+    unwanted: invalidate::Unwanted,
+    held: handover::Held,
+    retry: RetryPolicy,
+    now: Timestamp,
+    out: NodeOutcome,
+}
+
+/// Folds the node's finished Jobs (and the Go operator's pods) into its state.
+pub fn fold(input: NodeInput) -> FoldedNode {
+    #[cfg(test)]
+    counts::FOLDS.with(|n| n.set(n.get() + 1));
+    let NodeInput {
         spec,
         mut state,
         mut applied,
         folded,
         host,
         jobs,
-        may_start,
         retry,
         failed_jobs_kept,
         now,
@@ -44,7 +75,7 @@ pub fn step(input: StepInput) -> NodeOutcome {
     observe::migrate_legacy(spec, &mut state);
     // Jobs whose outcome the stored state holds are seen as recorded (earlier versions of the
     // operator marked the Job itself).
-    let known: Vec<JobView> = jobs
+    let known_copies: Vec<JobView> = jobs
         .iter()
         .filter(|j| !j.recorded && covered(&out.folded, j))
         .map(|j| JobView {
@@ -52,46 +83,108 @@ pub fn step(input: StepInput) -> NodeOutcome {
             ..(*j).clone()
         })
         .collect();
-    let known = overlay(jobs, &known);
-    let unwanted = if may_start {
-        invalidate::invalidate(&state, host.node_version, &known, &mut out)
-    } else {
-        Vec::new()
-    };
-    let marked = overlay(&known, &unwanted);
-    let jobs = marked.as_slice();
-    observe::observe(spec, &mut state, &mut applied, jobs, &mut out);
-    observe::prune_failed(jobs, failed_jobs_kept, &mut out);
+    let known = overlay(jobs, &known_copies);
+    // Judged against the state as stored; what folding does next never concerns these Jobs
+    // (it reads only the Jobs of each entry's own stage, and prunes only failed ones).
+    let unwanted = invalidate::find(&state, host.node_version, &known);
+    observe::observe(spec, &mut state, &mut applied, &known, &mut out);
+    observe::prune_failed(&known, failed_jobs_kept, &mut out);
     // A Job being deleted (Foreground) may still have its pod on the host: it counts.
-    out.active = jobs.iter().any(|j| !j.finished());
+    out.active = known.iter().any(|j| !j.finished());
     let go = handover::GoPods {
         pods: host.go_pods,
-        may_start,
         retry,
         now,
     };
     let held = handover::observe(spec, &mut state, &mut applied, &go, &mut out);
     adopt_unrecorded(spec, &state, &mut applied);
-    if may_start {
-        versions::version_changes(spec, &mut state);
-        versions::interrupt_gone(spec, &mut state);
-        versions::drift(spec, &mut state, &applied);
-        let m = Machine {
-            spec,
-            jobs,
-            retry,
-            now,
-        };
-        run_work(&m, host, &held, &mut state, &mut out);
+    out.state = state;
+    out.applied = applied;
+    FoldedNode {
+        spec,
+        host,
+        jobs,
+        known: known_copies,
+        unwanted,
+        held,
+        retry,
+        now,
+        out,
     }
-    // An entry with no Job left judges nothing (and the next attempt numbers from 0 again).
-    out.folded.retain(|k, _| {
+}
+
+impl FoldedNode<'_> {
+    /// The node as folded: its state, what it completed, whether work of ours runs on it.
+    pub fn outcome(&self) -> &NodeOutcome {
+        &self.out
+    }
+
+    /// Nothing new starts on the node: its running work is observed, and only what folding
+    /// needs is done (Jobs marked counted or failed, failed Jobs pruned, recorded Go pods
+    /// deleted).
+    pub fn rest(self) -> NodeOutcome {
+        let mut out = self.out;
+        let deferred = &self.held.deferred;
+        out.actions
+            .retain(|a| !matches!(a, NodeAction::DeleteGoPod { pod } if deferred.contains(pod)));
+        retain_folded(&mut out.folded, self.jobs);
+        out
+    }
+
+    /// The machine's step for a node that may start work: Jobs the state no longer asks for
+    /// go, version changes, a gone interrupt and drift reset what they invalidate, and the
+    /// next stages start.
+    pub fn advance(&self) -> NodeOutcome {
+        #[cfg(test)]
+        counts::ADVANCES.with(|n| n.set(n.get() + 1));
+        let mut out = self.out.clone();
+        let (deletions, marks) = self.unwanted.apply(&mut out.folded);
+        // The deletions of unwanted Jobs come first: they are judged on the state as stored.
+        out.actions.splice(0..0, deletions);
+        let known = overlay(self.jobs, &self.known);
+        let marked = overlay(&known, &marks);
+        let mut state = std::mem::take(&mut out.state);
+        versions::version_changes(self.spec, &mut state);
+        versions::interrupt_gone(self.spec, &mut state);
+        versions::drift(self.spec, &mut state, &out.applied);
+        let m = Machine {
+            spec: self.spec,
+            jobs: &marked,
+            retry: self.retry,
+            now: self.now,
+        };
+        run_work(&m, self.host, &self.held, &mut state, &mut out);
+        out.state = state;
+        retain_folded(&mut out.folded, self.jobs);
+        out
+    }
+}
+
+/// How often this thread folded and advanced a node, for the tests that count them.
+#[cfg(test)]
+pub(crate) mod counts {
+    use std::cell::Cell;
+
+    thread_local! {
+        pub(crate) static FOLDS: Cell<usize> = const { Cell::new(0) };
+        pub(crate) static ADVANCES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// (folds, advances) since the last call.
+    pub(crate) fn take() -> (usize, usize) {
+        (
+            FOLDS.with(|n| n.replace(0)),
+            ADVANCES.with(|n| n.replace(0)),
+        )
+    }
+}
+
+/// An entry with no Job left judges nothing (and the next attempt numbers from 0 again).
+fn retain_folded(folded: &mut Folded, jobs: &[&JobView]) {
+    folded.retain(|k, _| {
         jobs.iter()
             .any(|j| schema::is_folded_key(k, &j.package, &j.version, j.stage))
     });
-    out.state = state;
-    out.applied = applied;
-    out
 }
 
 fn covered(folded: &Folded, j: &JobView) -> bool {

@@ -57,7 +57,7 @@ pub enum NodeNote {
     },
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct NodeOutcome {
     pub state: NodeState,
     /// `<pkg>|<ver>` → spec hash of what the node completed.
