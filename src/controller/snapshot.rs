@@ -177,24 +177,19 @@ fn go_pods(caches: &Caches, skyhook: &str) -> BTreeMap<String, Vec<GoPod>> {
     by_node
 }
 
-/// Pods on this Skyhook's cordoned nodes, classified by the planner's drain step. Only cordoned
-/// nodes are listed, on demand: the operator never caches every pod in the cluster.
+/// Pods on this Skyhook's cordoned nodes, listed as the planner's drain asks.
 async fn drain_view(
     client: &Client,
     sk: &Skyhook,
     nodes: &[Arc<NodeView>],
 ) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
-    let mut out = BTreeMap::new();
-    let cordoned = plan::targeted(sk, nodes)
-        .into_iter()
-        .filter(|n| n.unschedulable);
-    let protected = plan::drain::protection(&sk.spec.pod_non_interrupt_labels);
+    let listing = plan::drain::Listing::of(sk, nodes);
     let pods: Api<Pod> = Api::all(client.clone());
-    for n in cordoned {
-        let node = n.name.clone();
+    let mut out = BTreeMap::new();
+    for node in &listing.nodes {
         let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = pods.list(&lp).await?;
-        out.insert(node, plan::drain::classify(&list.items, protected.as_ref()));
+        out.insert(node.clone(), listing.read(&list.items));
     }
     Ok(out)
 }

@@ -1,12 +1,17 @@
 //! The drain decision (§3.9.1 step 5, §3.9.3): which pods on a cordoned node hold the interrupt
-//! back, which are evicted, and when the node is ready. The controller only lists the pods.
+//! back, which are evicted, and when the node is ready. The controller only lists the pods the
+//! [`Listing`] names.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
-use super::select::tolerates_cordon;
+use super::select::{targeted, tolerates_cordon};
+use crate::crd::Skyhook;
+use crate::node::NodeView;
 use crate::schema;
 
 /// A pod on a cordoned node, as the drain sees it.
@@ -20,8 +25,36 @@ pub struct PodInfo {
     pub evictable: bool,
 }
 
+/// What a pass needs listed for the drain: the pods on the Skyhook's cordoned nodes, read as
+/// [`PodInfo`]s. The controller runs the listing; the planner says what to list and how to read
+/// it, so the shell makes no decision of its own.
+pub struct Listing {
+    /// The targeted nodes that are cordoned: only their pods are listed (the operator never
+    /// caches every pod in the cluster).
+    pub nodes: Vec<String>,
+    protected: Option<Selector>,
+}
+
+impl Listing {
+    pub fn of(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Listing {
+        Listing {
+            nodes: targeted(sk, nodes)
+                .into_iter()
+                .filter(|n| n.unschedulable)
+                .map(|n| n.name.clone())
+                .collect(),
+            protected: protection(&sk.spec.pod_non_interrupt_labels),
+        }
+    }
+
+    /// The pods listed on one node, as the drain reads them.
+    pub fn read<'p>(&self, pods: impl IntoIterator<Item = &'p Pod>) -> Vec<PodInfo> {
+        classify(pods, self.protected.as_ref())
+    }
+}
+
 /// The `podNonInterruptLabels` selector; `None` when empty (an empty selector protects nothing).
-pub fn protection(selector: &LabelSelector) -> Option<Selector> {
+fn protection(selector: &LabelSelector) -> Option<Selector> {
     let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && selector
             .match_expressions
@@ -35,7 +68,7 @@ pub fn protection(selector: &LabelSelector) -> Option<Selector> {
 }
 
 /// Classifies the pods of one node; finished pods are left out (they hold nothing back).
-pub fn classify<'p>(
+fn classify<'p>(
     pods: impl IntoIterator<Item = &'p Pod>,
     protected: Option<&Selector>,
 ) -> Vec<PodInfo> {

@@ -20,11 +20,7 @@ pub(super) struct Unwanted {
     set_aside: Vec<JobView>,
 }
 
-pub(super) fn find(
-    state: &NodeState,
-    node_version: Option<u64>,
-    jobs: &[&JobView],
-) -> Unwanted {
+pub(super) fn find(state: &NodeState, node_version: Option<u64>, jobs: &[&JobView]) -> Unwanted {
     Unwanted {
         orphaned: orphaned(state, node_version, jobs)
             .into_iter()
