@@ -18,12 +18,7 @@ pub(crate) fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)
             out.push((uninstall_package(spec, e), Stage::Uninstall));
         }
     }
-    let complete: BTreeSet<&str> = spec
-        .packages
-        .values()
-        .filter(|p| spec.package_complete(state, p))
-        .map(|p| p.name.as_str())
-        .collect();
+    let complete = complete(spec, state);
     for p in spec.packages.values() {
         if complete.contains(p.name.as_str()) {
             continue;
@@ -52,16 +47,20 @@ pub(crate) fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)
 
 /// Spec packages whose dependencies are complete and that are not complete themselves.
 pub(crate) fn frontier<'a>(spec: &'a SpecView, state: &NodeState) -> Vec<&'a Package> {
-    let complete: BTreeSet<&str> = spec
-        .packages
-        .values()
-        .filter(|p| spec.package_complete(state, p))
-        .map(|p| p.name.as_str())
-        .collect();
+    let complete = complete(spec, state);
     spec.packages
         .values()
         .filter(|p| !complete.contains(p.name.as_str()))
         .filter(|p| p.depends_on.keys().all(|d| complete.contains(d.as_str())))
+        .collect()
+}
+
+/// The names of the spec packages complete on this node.
+fn complete<'a>(spec: &'a SpecView, state: &NodeState) -> BTreeSet<&'a str> {
+    spec.packages
+        .values()
+        .filter(|p| spec.package_complete(state, p))
+        .map(|p| p.name.as_str())
         .collect()
 }
 

@@ -21,21 +21,20 @@ pub(super) struct Unwanted {
 }
 
 pub(super) fn find(state: &NodeState, node_version: Option<u64>, jobs: &[&JobView]) -> Unwanted {
+    let (mut orphaned, mut set_aside) = (Vec::new(), Vec::new());
+    for j in unwanted(state, node_version, jobs) {
+        let mut seen = j.clone();
+        if !j.finished() {
+            seen.deleting = true;
+            orphaned.push(seen);
+        } else if !j.recorded {
+            seen.recorded = true;
+            set_aside.push(seen);
+        }
+    }
     Unwanted {
-        orphaned: orphaned(state, node_version, jobs)
-            .into_iter()
-            .map(|j| JobView {
-                deleting: true,
-                ..j.clone()
-            })
-            .collect(),
-        set_aside: set_aside(state, node_version, jobs)
-            .into_iter()
-            .map(|j| JobView {
-                recorded: true,
-                ..j.clone()
-            })
-            .collect(),
+        orphaned,
+        set_aside,
     }
 }
 
@@ -54,32 +53,11 @@ impl Unwanted {
     }
 }
 
-/// The running Jobs to delete. A Job is judged only against a node copy at least as new as the
-/// one its stage was stored in ([`crate::schema::NODE_VERSION_ANNOTATION`]): an older copy is a
-/// cache that has not yet seen the Job's own node write, not a reset. Uninstalls always run to
-/// the end, as in the reference.
-fn orphaned<'j>(
-    state: &NodeState,
-    node_version: Option<u64>,
-    jobs: &[&'j JobView],
-) -> Vec<&'j JobView> {
-    unwanted(state, node_version, jobs)
-        .filter(|j| !j.finished())
-        .collect()
-}
-
-/// The finished Jobs to set aside: not yet recorded, of a stage the state no longer asks for,
-/// judged as [`orphaned`] judges running ones.
-fn set_aside<'j>(
-    state: &NodeState,
-    node_version: Option<u64>,
-    jobs: &[&'j JobView],
-) -> Vec<&'j JobView> {
-    unwanted(state, node_version, jobs)
-        .filter(|j| j.finished() && !j.recorded)
-        .collect()
-}
-
+/// The Jobs of a stage the state no longer asks for. A Job is judged only against a node copy
+/// at least as new as the one its stage was stored in
+/// ([`crate::schema::NODE_VERSION_ANNOTATION`]): an older copy is a cache that has not yet seen
+/// the Job's own node write, not a reset. Uninstalls always run to the end, as in the
+/// reference.
 fn unwanted<'s, 'j>(
     state: &'s NodeState,
     node_version: Option<u64>,
