@@ -2,7 +2,7 @@
 //!
 //! Everything the reference Skyhook operator, its kubectl plugin and its agent read or write is
 //! spelled here and nowhere else: label/annotation/finalizer/taint keys ([`keys`]), condition
-//! and event vocabulary ([`conditions`], [`events`]), the wire enums ([`Status`], [`State`],
+//! and event vocabulary ([`conditions`], [`event_reasons`]), the wire enums ([`Status`], [`State`],
 //! [`Stage`], [`InterruptType`]), the JSON documents stored on nodes, pods and ConfigMaps
 //! (byte-identical to Go's `encoding/json`), object names, and the small Go-compatible
 //! algorithms both binaries need (semver, `filepath.Match`, taint specs, node patterns).
@@ -14,7 +14,7 @@ pub mod conditions;
 pub mod digest;
 pub mod duration;
 mod error;
-pub mod events;
+pub mod event_reasons;
 pub mod folded;
 pub mod glob;
 pub mod go_json;
@@ -37,7 +37,7 @@ pub use conditions::*;
 pub use digest::sha256_hex;
 pub use duration::{DurationError, MAX_GO_DURATION, parse_go_duration};
 pub use error::SchemaError;
-pub use events::*;
+pub use event_reasons::*;
 pub use folded::{Folded, fold, folded_key, is_folded, is_folded_key};
 pub use glob::glob_match;
 pub use interrupt::{Interrupt, InterruptType, interrupt_arg, merge_interrupts};
