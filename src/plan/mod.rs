@@ -402,7 +402,7 @@ impl<'a> Planner<'a> {
             .iter()
             .filter_map(|f| Some((f.name.clone(), f.boot_id.clone()?)))
             .collect();
-        let desired = status::skyhook_status(status::SkyhookFacts {
+        let mut facts = status::SkyhookFacts {
             skyhook: self.inp.skyhook,
             prior: &base,
             node_states: std::mem::take(&mut tally.node_states),
@@ -421,26 +421,23 @@ impl<'a> Planner<'a> {
                 _ => None,
             },
             stopped: compartments::stopped(&self.name, &compartments),
+            compartment_statuses: None,
             now: self.inp.now,
-        });
-        let mut desired = desired;
+        };
+        // The compartments are final before the status is derived: a rollout completing now
+        // starts its batches over when the policy says so (§6.4).
         let completed =
-            desired.status == Some(Status::Complete) && prior.status != Some(Status::Complete);
+            status::aggregate(&facts) == Status::Complete && prior.status != Some(Status::Complete);
         if completed && self.policy.resets_on_completion(self.inp.skyhook) {
             compartments::reset(&mut compartments);
         }
         // A missing policy keeps the stored batch state for when it comes back.
         if !matches!(self.policy, Policy::Missing(_)) {
-            desired.compartment_statuses = compartments
-                .iter()
-                .map(|c| {
-                    (
-                        c.name.clone(),
-                        compartments::status(c, &desired.node_status),
-                    )
-                })
-                .collect();
+            let statuses = &facts.node_statuses;
+            let of = |c: &Compartment| (c.name.clone(), compartments::status(c, statuses));
+            facts.compartment_statuses = Some(compartments.iter().map(of).collect());
         }
+        let mut desired = status::skyhook_status(facts);
         plan.policy_label = self.policy.label().to_string();
         plan.census = Some(census::Census::of(self.inp.skyhook, &desired));
         let budget = self.inp.config.status_node_budget;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::crd::{Skyhook, SkyhookStatus};
+use crate::crd::{CompartmentStatus, Skyhook, SkyhookStatus};
 use crate::schema::{self, NodeState, State, Status};
 
 pub struct SkyhookFacts<'a> {
@@ -32,6 +32,8 @@ pub struct SkyhookFacts<'a> {
     pub missing_policy: Option<&'a str>,
     /// Compartments halted by their failure threshold, one message each.
     pub stopped: Vec<String>,
+    /// The compartments' statuses, taken after any reset; `None` keeps the stored ones.
+    pub compartment_statuses: Option<BTreeMap<String, CompartmentStatus>>,
     pub now: Timestamp,
 }
 
@@ -136,6 +138,9 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     let generation = f.skyhook.metadata.generation.unwrap_or(0);
     let mut s = carried(f.prior);
     progress(&mut s, &mut f);
+    if let Some(compartments) = f.compartment_statuses.take() {
+        s.compartment_statuses = compartments;
+    }
     let f = &f;
     let status = aggregate(f);
     if status == Status::Complete && s.status != Some(Status::Complete) {
@@ -497,6 +502,7 @@ mod tests {
             unreadable: Vec::new(),
             missing_policy: None,
             stopped: Vec::new(),
+            compartment_statuses: None,
             now: t(0),
         }
     }
