@@ -44,8 +44,10 @@ pub struct FoldedNode<'a> {
     spec: &'a SpecView<'a>,
     host: Host<'a>,
     jobs: &'a [&'a JobView],
-    /// Copies of the Jobs whose outcome the stored state holds, seen as recorded.
-    known: Vec<JobView>,
+    /// The Jobs (by index) whose outcome the stored state holds, seen as recorded. Indices,
+    /// not copies: a pass keeps every node's fold until the node is decided, and at a thousand
+    /// nodes copies of their finished Jobs were megabytes.
+    known: Vec<usize>,
     unwanted: invalidate::Unwanted,
     held: handover::Held,
     retry: RetryPolicy,
@@ -75,14 +77,10 @@ pub fn fold(input: NodeInput) -> FoldedNode {
     observe::migrate_legacy(spec, &mut state);
     // Jobs whose outcome the stored state holds are seen as recorded (earlier versions of the
     // operator marked the Job itself).
-    let known_copies: Vec<JobView> = jobs
-        .iter()
-        .filter(|j| !j.recorded && covered(&out.folded, j))
-        .map(|j| JobView {
-            recorded: true,
-            ..(*j).clone()
-        })
+    let known_jobs: Vec<usize> = (0..jobs.len())
+        .filter(|&i| !jobs[i].recorded && covered(&out.folded, jobs[i]))
         .collect();
+    let known_copies = recorded_copies(jobs, &known_jobs);
     let known = overlay(jobs, &known_copies);
     // Judged against the state as stored; what folding does next never concerns these Jobs
     // (it reads only the Jobs of each entry's own stage, and prunes only failed ones).
@@ -104,7 +102,7 @@ pub fn fold(input: NodeInput) -> FoldedNode {
         spec,
         host,
         jobs,
-        known: known_copies,
+        known: known_jobs,
         unwanted,
         held,
         retry,
@@ -141,7 +139,8 @@ impl FoldedNode<'_> {
         let (deletions, marks) = self.unwanted.apply(&mut out.folded);
         // The deletions of unwanted Jobs come first: they are judged on the state as stored.
         out.actions.splice(0..0, deletions);
-        let known = overlay(self.jobs, &self.known);
+        let known_copies = recorded_copies(self.jobs, &self.known);
+        let known = overlay(self.jobs, &known_copies);
         let marked = overlay(&known, &marks);
         let mut state = std::mem::take(&mut out.state);
         versions::version_changes(self.spec, &mut state);
@@ -177,6 +176,17 @@ pub(crate) mod counts {
             ADVANCES.with(|n| n.replace(0)),
         )
     }
+}
+
+/// Copies of `jobs[i]` for each index, marked recorded.
+fn recorded_copies(jobs: &[&JobView], indices: &[usize]) -> Vec<JobView> {
+    indices
+        .iter()
+        .map(|&i| JobView {
+            recorded: true,
+            ..jobs[i].clone()
+        })
+        .collect()
 }
 
 /// An entry with no Job left judges nothing (and the next attempt numbers from 0 again).
