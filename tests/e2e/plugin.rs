@@ -11,23 +11,7 @@ use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, Stage, State, Status};
 
 use crate::support::plugin::{plugin, plugin_with, token_kubeconfig};
-use crate::support::{Operator, TestCtx, free_port, install_crds, run};
-
-fn skyhook_object(ctx: &TestCtx, name: &str, spec: Value) -> Skyhook {
-    let (k, v) = ctx.test_label();
-    let mut spec = spec;
-    spec["nodeSelectors"] = json!({"matchLabels": {k.clone(): v.clone()}});
-    serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-        "metadata": {"name": name, "labels": {k: v}},
-        "spec": spec,
-    }))
-    .expect("valid Skyhook")
-}
-
-fn pkg(env: Value) -> Value {
-    json!({"version": "1.0.0", "image": "ghcr.io/nvidia/skyhook-packages/shellscript", "env": env})
-}
+use crate::support::{Operator, TestCtx, free_port, install_crds, pkg, run, skyhook};
 
 /// Node annotations of the given nodes.
 async fn annotations(
@@ -97,10 +81,10 @@ async fn plugin_inspects_and_controls_a_rollout() {
     skyhooks
         .create(
             &PostParams::default(),
-            &skyhook_object(
+            &skyhook(
                 &ctx,
                 &name,
-                json!({"packages": {"alpha": pkg(sleep.clone()), "bravo": pkg(sleep), "broken": pkg(fail)}}),
+                json!({"packages": {"alpha": pkg("1.0.0", sleep.clone()), "bravo": pkg("1.0.0", sleep), "broken": pkg("1.0.0", fail)}}),
             ),
         )
         .await
