@@ -1,5 +1,9 @@
 //! Batch strategies (§6.3, §6.4): how big the next batch of a compartment is, and what a
 //! finished batch does to its bookkeeping.
+//!
+//! Every counter here comes from the Skyhook's status, which anyone allowed to patch the status
+//! subresource can set to any integer, so the arithmetic saturates: a patched `currentBatch` or
+//! `lastBatchSize` near `i64::MAX` must neither panic (debug) nor wrap to a negative (release).
 
 use crate::crd::{BatchState, EffectiveStrategy};
 
@@ -18,16 +22,17 @@ pub fn batch_size(
     let Some(s) = strategy else {
         return ceiling.max(1);
     };
-    let remaining = total - (b.completed_nodes + b.failed_nodes);
-    let progress = (b.completed_nodes + b.failed_nodes) * 100 / total;
+    let done = checkpoint(b);
+    let remaining = total.saturating_sub(done);
+    let progress = percent(done, total);
     let slow_down = b.last_batch_failed && progress < s.params().safety_limit;
     let last = b.last_batch_size;
     let size = match *s {
         EffectiveStrategy::Fixed(p) => p.initial_batch,
         EffectiveStrategy::Linear { params, delta } => match last {
             0 => params.initial_batch,
-            _ if slow_down => (last - delta).max(1),
-            _ => last + delta,
+            _ if slow_down => last.saturating_sub(delta).max(1),
+            _ => last.saturating_add(delta),
         },
         EffectiveStrategy::Exponential {
             params,
@@ -52,12 +57,15 @@ pub struct Finished {
 
 /// §6.4 evaluation of a finished batch. Returns whether the state changed.
 pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Finished) -> bool {
-    if b.current_batch == 0 {
+    // Only a hand-patched status holds negative counters: start those again from their floor.
+    let patched_negative = b.consecutive_failures < 0;
+    b.consecutive_failures = b.consecutive_failures.max(0);
+    if b.current_batch <= 0 {
         b.current_batch = 1;
         return true;
     }
-    let dc = f.complete - b.completed_nodes;
-    let df = f.erroring - b.failed_nodes;
+    let dc = f.complete.saturating_sub(b.completed_nodes);
+    let df = f.erroring.saturating_sub(b.failed_nodes);
     if dc < 0 || df < 0 {
         // Nodes left the compartment or recovered: start counting again from here.
         b.completed_nodes = f.complete;
@@ -65,28 +73,24 @@ pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Fin
         return true;
     }
     if dc == 0 && df == 0 {
-        return false;
+        return patched_negative;
     }
     b.completed_nodes = f.complete;
     b.failed_nodes = f.erroring;
-    let n = dc + df;
+    let n = dc.saturating_add(df);
     let Some(s) = strategy else {
-        b.current_batch += 1;
+        b.current_batch = b.current_batch.saturating_add(1);
         b.last_batch_size = n;
         return true;
     };
     let p = s.params();
-    let success = dc * 100 / n;
-    let progress = if f.total > 0 {
-        (b.completed_nodes + b.failed_nodes) * 100 / f.total
-    } else {
-        0
-    };
+    let success = percent(dc, n);
+    let progress = percent(checkpoint(b), f.total);
     let failed = success < p.batch_threshold;
     b.last_batch_size = n;
     b.last_batch_failed = failed;
     if failed {
-        b.consecutive_failures += 1;
+        b.consecutive_failures = b.consecutive_failures.saturating_add(1);
         if p.failure_threshold
             .is_some_and(|t| progress < p.safety_limit && b.consecutive_failures >= t)
         {
@@ -95,8 +99,26 @@ pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Fin
     } else {
         b.consecutive_failures = 0;
     }
-    b.current_batch += 1;
+    b.current_batch = b.current_batch.saturating_add(1);
     true
+}
+
+/// Nodes finished at the last evaluation; a negative checkpoint (only a hand-patched status has
+/// one) counts as none.
+fn checkpoint(b: &BatchState) -> i64 {
+    b.completed_nodes
+        .max(0)
+        .saturating_add(b.failed_nodes.max(0))
+}
+
+/// `part` as a whole percentage of `whole`; 0 of nothing.
+fn percent(part: i64, whole: i64) -> i64 {
+    if whole <= 0 {
+        return 0;
+    }
+    // i128: `part * 100` of a patched counter would overflow i64.
+    let p = i128::from(part) * 100 / i128::from(whole);
+    i64::try_from(p).unwrap_or(if p < 0 { i64::MIN } else { i64::MAX })
 }
 
 #[cfg(test)]
@@ -448,6 +470,35 @@ mod tests {
             };
             assert_eq!(evaluate(s.as_ref(), &mut b, f), changed, "case: {case}");
             assert_eq!(b, want, "case: {case}");
+        }
+    }
+
+    /// Hand-patched status counters at the ends of the integer range: no panic (this test runs
+    /// in debug, where overflow panics), no wrap to a negative batch number.
+    #[test]
+    fn patched_extreme_counters_saturate() {
+        for strategy in [None, Some(fixed(3)), Some(linear(2, 3)), Some(exponential(1, 2))] {
+            for v in [i64::MAX, i64::MIN, 2_147_483_647] {
+                let mut b = BatchState {
+                    current_batch: v,
+                    consecutive_failures: v,
+                    completed_nodes: v,
+                    failed_nodes: v,
+                    last_batch_size: v,
+                    last_batch_failed: true,
+                    should_stop: false,
+                };
+                let size = batch_size(strategy.as_ref(), &b, 10, 10);
+                assert!((1..=10).contains(&size), "{strategy:?} {v}: size {size}");
+                let f = Finished {
+                    complete: 4,
+                    erroring: 1,
+                    total: 10,
+                };
+                evaluate(strategy.as_ref(), &mut b, f);
+                assert!(b.current_batch >= 1, "{strategy:?} {v}: {b:?}");
+                assert!(b.consecutive_failures >= 0, "{strategy:?} {v}: {b:?}");
+            }
         }
     }
 }
