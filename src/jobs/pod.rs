@@ -173,10 +173,13 @@ fn job_spec(template: PodTemplateSpec, cfg: &Config) -> JobSpec {
 }
 
 /// The pod fields stage and interrupt Jobs share: pinned to the node (bypassing the
-/// scheduler), host PID and network, tolerations, pull secret.
+/// scheduler), host PID and network, tolerations, pull secret, and no API token: the
+/// containers run a package author's code, which has no business with the namespace's
+/// ServiceAccount (the agent needs none).
 pub(super) fn pod_spec(skyhook: &Skyhook, node: &str, cfg: &Config) -> PodSpec {
     PodSpec {
         node_name: Some(node.to_owned()),
+        automount_service_account_token: Some(false),
         restart_policy: Some(RESTART_NEVER.to_owned()),
         host_pid: Some(true),
         host_network: Some(true),

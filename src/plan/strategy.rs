@@ -477,7 +477,12 @@ mod tests {
     /// in debug, where overflow panics), no wrap to a negative batch number.
     #[test]
     fn patched_extreme_counters_saturate() {
-        for strategy in [None, Some(fixed(3)), Some(linear(2, 3)), Some(exponential(1, 2))] {
+        for strategy in [
+            None,
+            Some(fixed(3)),
+            Some(linear(2, 3)),
+            Some(exponential(1, 2)),
+        ] {
             for v in [i64::MAX, i64::MIN, 2_147_483_647] {
                 let mut b = BatchState {
                     current_batch: v,

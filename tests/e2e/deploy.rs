@@ -476,20 +476,10 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         true,
     ));
     table.push(check("patch", "nodes/status", Cluster, true));
-    table.extend(checks(
-        &["get", "list", "watch"],
-        "pods",
-        AllNamespaces,
-        true,
-    ));
+    // Drain: one field-selected list per node, in every namespace.
+    table.push(check("list", "pods", AllNamespaces, true));
     table.push(check("create", "pods/eviction", AllNamespaces, true));
     table.push(check("create", "pods/eviction", other, true));
-    table.extend(checks(
-        &["get", "list", "watch"],
-        "poddisruptionbudgets.policy",
-        AllNamespaces,
-        true,
-    ));
     table.extend(checks(
         &["get", "list", "watch", "patch", "update"],
         "skyhooks.skyhook.nvidia.com",
@@ -530,8 +520,13 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         true,
     ));
     table.push(check("get", "pods/log", op, true));
-    // The Go operator's pods, at the hand-over.
-    table.push(check("delete", "pods", op, true));
+    // Pending stage pods and the Go operator's pods are watched here; the latter deleted.
+    table.extend(checks(
+        &["get", "list", "watch", "delete"],
+        "pods",
+        op,
+        true,
+    ));
     table.extend(checks(
         &[
             "create",
@@ -595,6 +590,15 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         false,
     ));
     table.push(check("delete", "pods", AllNamespaces, false));
+    // No cluster-wide pod reads beyond the drain's list; the Eviction API enforces budgets.
+    table.extend(checks(&["get", "watch"], "pods", AllNamespaces, false));
+    table.push(check("get", "pods", other, false));
+    table.push(check(
+        "list",
+        "poddisruptionbudgets.policy",
+        AllNamespaces,
+        false,
+    ));
     table.push(check("delete", "pods", other, false));
     table.push(check("create", "jobs.batch", other, false));
     table.push(check("list", "jobs.batch", AllNamespaces, false));

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Node};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -165,6 +165,7 @@ async fn rollout_three_packages_on_three_nodes() {
         );
         let pod = spec.template.spec.as_ref().expect("pod spec");
         assert!(pod.host_pid == Some(true) && pod.host_network == Some(true));
+        assert_eq!(pod.automount_service_account_token, Some(false));
         // The node version that stored the stage, stamped into the planned Job's JSON after
         // the node patch: a real version of that node, never newer than its current one.
         let stamped: Option<u64> = j
@@ -191,6 +192,28 @@ async fn rollout_three_packages_on_three_nodes() {
             .or_default() += 1;
     }
     assert_eq!(seen.len(), 3 * 2 * 3, "jobs: {seen:?}");
+
+    // The API server's ServiceAccount admission mounts a token into every pod that does not opt
+    // out; package code must not get one.
+    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let lp = ListParams::default().labels(&format!("{}={name}", schema::NAME_LABEL));
+    let pods = pods.list(&lp).await.expect("list stage pods").items;
+    assert!(!pods.is_empty(), "no stage pods of {name}");
+    for p in &pods {
+        let spec = p.spec.as_ref().expect("pod spec");
+        let mounts = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .flat_map(|c| c.volume_mounts.iter().flatten())
+            .map(|m| m.mount_path.as_str())
+            .collect::<Vec<_>>();
+        assert!(
+            !mounts.iter().any(|m| m.contains("serviceaccount")),
+            "pod {} mounts a ServiceAccount token: {mounts:?}",
+            p.name_any()
+        );
+    }
     assert!(seen.values().all(|n| *n == 1), "duplicate Jobs: {seen:?}");
 
     // The resource-id label (a SKYHOOK_RESOURCE_ID is per generation and package) finds that
