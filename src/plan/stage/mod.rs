@@ -253,6 +253,10 @@ fn run_work(
             let busy = out.active || host.other_busy || started(out) || held.any;
             match interrupt::turn(merged.as_ref(), &pkg.name, busy) {
                 Turn::Run(_) if interrupting => {}
+                // The drain before apply is not enough: the interrupt alone may be re-run, an
+                // engineer may uncordon a node whose interrupt waits to retry, or another
+                // Skyhook may lift the cordon. Every start and retry checks it again.
+                Turn::Run(_) if !ready(host, out) => {}
                 Turn::Run(i) => {
                     start::start(m, state, &pkg, stage, Some(&i), out);
                     interrupting = started(out);

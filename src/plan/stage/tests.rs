@@ -1189,3 +1189,106 @@ fn folded_attempts_are_never_folded_again() {
         assert_eq!(o.folded.get(&key).copied(), after, "{case}: folded");
     }
 }
+
+/// An interrupt starts, or retries, only on a node that is cordoned and drained, whatever led
+/// to it: a re-run of the interrupt stage alone, or an uncordon while its retry waited.
+#[test]
+fn the_interrupt_starts_only_on_a_cordoned_drained_node() {
+    use crate::plan::drain::PodInfo;
+    let p = package("pkg").reboot().build();
+    let pk = packages([&p]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let config_done = || node_state([entry_of(&p, Stage::Config, State::Complete)]);
+    let retry_due = || node_state([entry_of(&p, Stage::Interrupt, State::Erroring)]);
+    let failed = job(&p, Stage::Interrupt).outcome(failure(t(-3600))).build();
+    let workload = [PodInfo {
+        namespace: "apps".into(),
+        name: "web".into(),
+        protected: false,
+        evictable: true,
+    }];
+    let host = |cordoned: bool, pods: Option<&'static [PodInfo]>| Host {
+        cordoned,
+        pods,
+        ..Host::default()
+    };
+    let listed: &'static [PodInfo] = Box::leak(Box::new(workload));
+    // (case, state, jobs, host, want cordon, want evictions, want the interrupt started)
+    let cases: Vec<(&str, NodeState, Vec<&JobView>, Host, bool, usize, bool)> = vec![
+        (
+            "re-run on an uncordoned node: cordon first",
+            config_done(),
+            vec![],
+            host(false, None),
+            true,
+            0,
+            false,
+        ),
+        (
+            "cordoned, pods not listed yet: wait for the listing",
+            config_done(),
+            vec![],
+            host(true, None),
+            false,
+            0,
+            false,
+        ),
+        (
+            "cordoned with a workload: evict it first",
+            config_done(),
+            vec![],
+            host(true, Some(listed)),
+            false,
+            1,
+            false,
+        ),
+        (
+            "cordoned and drained: the interrupt starts",
+            config_done(),
+            vec![],
+            host(true, Some(&[])),
+            false,
+            0,
+            true,
+        ),
+        (
+            "a due retry on a node uncordoned meanwhile: cordoned again first",
+            retry_due(),
+            vec![&failed],
+            host(false, None),
+            true,
+            0,
+            false,
+        ),
+        (
+            "a due retry on a drained node: retried",
+            retry_due(),
+            vec![&failed],
+            host(true, Some(&[])),
+            false,
+            0,
+            true,
+        ),
+    ];
+    for (case, state, jobs, host, cordon, evictions, started) in cases {
+        let o = step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            host,
+            &jobs,
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
+        assert_eq!(o.cordon, cordon, "{case}: cordon");
+        assert_eq!(o.evict.len(), evictions, "{case}: evictions");
+        let interrupts = runs(&o)
+            .into_iter()
+            .filter(|(_, s, _)| *s == Stage::Interrupt)
+            .count();
+        assert_eq!(interrupts > 0, started, "{case}: interrupt started");
+    }
+}

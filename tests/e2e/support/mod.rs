@@ -25,6 +25,7 @@
 //!   [`wait_skyhook`] wait until one holds.
 //! - Jobs and metrics: [`Env::jobs_of`], [`label`], [`jobs_per_attempt`];
 //!   [`metrics::metrics`] and [`metrics::samples`].
+//! - Interrupts: [`interrupts::SlowInterrupts`] keeps interrupt pods running (or fails them).
 //! - Elsewhere: [`deploy`] (the `deploy/` manifests), [`plugin`] (the kubectl plugin),
 //!   [`private`] (a cluster of one's own), [`proxy`] (a faulty API server in between).
 
@@ -33,6 +34,7 @@
 pub mod deploy;
 pub mod env;
 pub mod expect;
+pub mod interrupts;
 pub mod metrics;
 pub mod objects;
 pub mod plugin;

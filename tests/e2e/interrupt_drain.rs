@@ -1,0 +1,243 @@
+//! An interrupt (a reboot) starts only on a node that is cordoned and drained, whatever led to
+//! it (issue 35, acceptance 2): a re-run of the interrupt stage alone on a node that was
+//! uncordoned after its rollout, and an engineer uncordoning a node whose interrupt is erroring.
+//! A sampler watches the node, a workload pod on it and the interrupt Jobs; the first sample that
+//! sees a new interrupt Job must already see the node cordoned and the workload gone.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use skyhook::schema::{self, Stage, State};
+
+use crate::support::interrupts::SlowInterrupts;
+use crate::support::plugin::plugin_async;
+use crate::support::{Env, pkg, setup, skyhook};
+
+/// What the sampler saw when a new interrupt Job first showed up.
+#[derive(Debug, Clone)]
+struct AtStart {
+    job: String,
+    cordoned: bool,
+    /// The workload pod was gone or terminating.
+    workload_gone: bool,
+    /// Samples before it in which the node was cordoned (after the sampler started).
+    cordoned_before: usize,
+}
+
+/// Polls every 100 ms until the first interrupt Job not in `known` appears.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: tokio::task::JoinHandle<Option<AtStart>>,
+}
+
+impl Sampler {
+    fn start(env: &Env, sk: &str, workload: Option<&str>, known: BTreeSet<String>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let jobs = env.jobs.clone();
+        let nodes = env.node_api.clone();
+        let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+        let node = env.nodes[0].clone();
+        let workload = workload.map(str::to_string);
+        let lp = ListParams::default().labels(&format!(
+            "{}={sk},{}={}",
+            schema::NAME_LABEL,
+            schema::STAGE_LABEL,
+            Stage::Interrupt
+        ));
+        let flag = stop.clone();
+        let handle = tokio::spawn(async move {
+            let mut cordoned_before = 0;
+            while !flag.load(Ordering::SeqCst) {
+                // Jobs first: whatever the node and pod show afterwards is no earlier than the
+                // Job's creation, so a cordon seen here was in place by then at the latest.
+                if let Ok(js) = jobs.list(&lp).await
+                    && let Ok(n) = nodes.get(&node).await
+                {
+                    let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+                    let new = js.items.iter().find(|j| !known.contains(&j.name_any()));
+                    if let Some(j) = new {
+                        // The node was read after the Job list: only a cordon seen in an
+                        // earlier sample proves it preceded the Job.
+                        let workload_gone = match &workload {
+                            Some(w) => pods
+                                .get_opt(w)
+                                .await
+                                .ok()
+                                .flatten()
+                                .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+                            None => true,
+                        };
+                        return Some(AtStart {
+                            job: j.name_any(),
+                            cordoned,
+                            workload_gone,
+                            cordoned_before,
+                        });
+                    }
+                    if cordoned {
+                        cordoned_before += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None
+        });
+        Sampler { stop, handle }
+    }
+
+    /// What it saw at the new Job's start; fails if no new interrupt Job came in `timeout`.
+    async fn at_start(self, timeout: Duration) -> AtStart {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.handle.is_finished() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle
+            .await
+            .expect("sampler")
+            .expect("no new interrupt Job was created")
+    }
+}
+
+fn reboot_package() -> serde_json::Value {
+    let mut p = pkg("1.0.0", json!([]));
+    p["interrupt"] = json!({"type": "reboot"});
+    p
+}
+
+async fn interrupt_jobs(env: &Env, sk: &str) -> BTreeSet<String> {
+    env.jobs_of(sk)
+        .await
+        .iter()
+        .filter(|j| crate::support::label(j, schema::STAGE_LABEL) == "interrupt")
+        .map(|j| j.name_any())
+        .collect()
+}
+
+async fn unschedulable(env: &Env) -> bool {
+    let n = env.node_api.get(&env.nodes[0]).await.expect("node");
+    n.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+}
+
+/// `package rerun --stage interrupt` on a node uncordoned after its rollout: the node is
+/// cordoned and the workload on it evicted before the interrupt Job exists.
+#[tokio::test]
+async fn a_rerun_interrupt_cordons_and_drains_first() {
+    let env = setup("intr-rerun", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"kernel": reboot_package()}}),
+    ))
+    .await;
+    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    assert!(
+        !unschedulable(&env).await,
+        "left cordoned after the rollout"
+    );
+
+    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let web = env.ctx.name("web");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": web},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example.com/app:1"}]}}))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create the workload pod");
+    env.ctx
+        .wait_for("the workload Running", Duration::from_secs(30), || async {
+            let p = pods.get(&web).await.ok()?;
+            (p.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(())
+        })
+        .await;
+
+    let sampler = Sampler::start(&env, &sk, Some(&web), interrupt_jobs(&env, &sk).await);
+    plugin_async(
+        &env.ctx,
+        &[
+            "package",
+            "rerun",
+            "kernel",
+            "--skyhook",
+            &sk,
+            "--node",
+            &node,
+            "--stage",
+            "interrupt",
+            "--confirm",
+        ],
+    )
+    .await
+    .ok();
+    let seen = sampler.at_start(Duration::from_secs(60)).await;
+    assert!(
+        seen.cordoned && seen.cordoned_before > 0 && seen.workload_gone,
+        "the interrupt Job {} started before the cordon and drain: {seen:?}",
+        seen.job
+    );
+    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    assert!(!unschedulable(&env).await, "left cordoned after the re-run");
+    let (_, state) = env.node_state(&node, &sk).await.expect("state");
+    let e = state.get("kernel", "1.0.0").expect("kernel");
+    assert_eq!(
+        (e.stage, e.state),
+        (Stage::PostInterrupt, Some(State::Complete))
+    );
+}
+
+/// An engineer uncordons a node whose interrupt failed and waits to retry: the operator cordons
+/// it again before the retry's Job.
+#[tokio::test]
+async fn an_uncordoned_erroring_interrupt_is_cordoned_again_before_its_retry() {
+    let env = setup("intr-uncordon", 1, &[("RETRY_BASE", "20s")]).await;
+    let node = env.nodes[0].clone();
+    let sk = env.ctx.name("sk");
+    let failing = SlowInterrupts::install(&env.ctx, "EXIT_CODE", "1").await;
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"kernel": reboot_package()}}),
+    ))
+    .await;
+    env.ctx
+        .wait_for(
+            "the interrupt erroring",
+            Duration::from_secs(90),
+            || async {
+                let (_, s) = env.node_state(&node, &sk).await?;
+                let e = s.get("kernel", "1.0.0")?;
+                ((e.stage, e.state) == (Stage::Interrupt, Some(State::Erroring))).then_some(())
+            },
+        )
+        .await;
+    let failed = interrupt_jobs(&env, &sk).await;
+    failing.remove(&env.ctx).await;
+    env.node_api
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .expect("uncordon");
+    let sampler = Sampler::start(&env, &sk, None, failed);
+    let seen = sampler.at_start(Duration::from_secs(90)).await;
+    assert!(
+        seen.cordoned && seen.cordoned_before > 0,
+        "the interrupt was retried ({}) on the uncordoned node: {seen:?}",
+        seen.job
+    );
+    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    assert!(!unschedulable(&env).await, "left cordoned after the retry");
+}
