@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 use serde::{Deserialize, Serialize};
 use skyhook::crd::{self, DeploymentBudget, DeploymentPolicy, Skyhook};
 use skyhook::jobs::JobView;
-use skyhook::plan::{self, CompartmentPlan, Inputs, NodeView};
+use skyhook::plan::{self, CompartmentPlan, Elsewhere, Inputs, NodeView};
 use skyhook::schema;
 use skyhook::settings::{Config, Settings};
 
@@ -48,7 +48,8 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         jobs: &world.jobs,
         configmaps: &world.configmaps,
         pods_on_nodes: &Default::default(),
-        busy_nodes: &world.busy,
+        busy_nodes: &world.elsewhere.busy,
+        interrupting_nodes: &world.elsewhere.interrupting,
         go_pods: &Default::default(),
         invalid: &[],
         config: &config,
@@ -105,7 +106,7 @@ struct World {
     nodes: Vec<Arc<NodeView>>,
     jobs: Vec<Arc<JobView>>,
     configmaps: Vec<Arc<ConfigMap>>,
-    busy: std::collections::BTreeSet<String>,
+    elsewhere: Elsewhere,
 }
 
 impl World {
@@ -141,11 +142,10 @@ impl World {
             .iter()
             .filter_map(|j| JobView::from_job(j, None))
             .collect();
-        let busy = views
-            .iter()
-            .filter(|v| v.skyhook != name && !v.finished())
-            .map(|v| v.node.to_string())
-            .collect();
+        let mut elsewhere = Elsewhere::default();
+        for v in views.iter().filter(|v| v.skyhook != name && !v.finished()) {
+            elsewhere.add(&v.node, v.stage);
+        }
         let mut skyhooks: Vec<Arc<Skyhook>> = skyhooks.items.into_iter().map(Arc::new).collect();
         skyhooks.retain(|s| s.name_any() != name);
         skyhooks.push(Arc::new(sk.clone()));
@@ -163,7 +163,7 @@ impl World {
                 .map(Arc::new)
                 .collect(),
             configmaps: configmaps.items.into_iter().map(Arc::new).collect(),
-            busy,
+            elsewhere,
         })
     }
 }

@@ -17,7 +17,7 @@ use super::write::job_creations::JobCreations;
 use crate::crd::{self, DeploymentPolicy, Skyhook};
 use crate::jobs::{GoPod, JobView};
 use crate::node::NodeView;
-use crate::plan::{self, Inputs};
+use crate::plan::{self, Elsewhere, Inputs};
 use crate::schema;
 use crate::settings::Config;
 
@@ -32,6 +32,7 @@ pub struct Snapshot {
     pub configmaps: Vec<Arc<ConfigMap>>,
     pub pods_on_nodes: BTreeMap<String, Vec<plan::PodInfo>>,
     pub busy_nodes: BTreeSet<String>,
+    pub interrupting_nodes: BTreeSet<String>,
     pub go_pods: BTreeMap<String, Vec<GoPod>>,
     pub invalid: Vec<String>,
 }
@@ -54,6 +55,7 @@ impl Snapshot {
         let policies = caches.policies.state();
         let nodes = caches.nodes.all();
         let pods_on_nodes = drain_view(client, &normalized, &nodes).await?;
+        let elsewhere = elsewhere(caches, creations, &name);
         Ok(Snapshot {
             invalid: problems(&normalized, &policies),
             skyhooks: caches.skyhooks.state(),
@@ -64,7 +66,8 @@ impl Snapshot {
                 .into_iter()
                 .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
                 .collect(),
-            busy_nodes: busy_elsewhere(caches, creations, &name),
+            busy_nodes: elsewhere.busy,
+            interrupting_nodes: elsewhere.interrupting,
             go_pods: go_pods(caches, &name),
             skyhook: normalized,
             policies,
@@ -92,6 +95,7 @@ impl Snapshot {
             configmaps: &self.configmaps,
             pods_on_nodes: &self.pods_on_nodes,
             busy_nodes: &self.busy_nodes,
+            interrupting_nodes: &self.interrupting_nodes,
             go_pods: &self.go_pods,
             invalid: &self.invalid,
             config,
@@ -137,32 +141,24 @@ fn job_views(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Vec<Ar
 
 /// Nodes where a Job of another Skyhook runs, or a pod of the Go operator for another Skyhook
 /// (unless it failed: it waits for that Skyhook's pass to replace it).
-fn busy_elsewhere(caches: &Caches, creations: &JobCreations, skyhook: &str) -> BTreeSet<String> {
-    let mut busy: BTreeSet<String> = caches
-        .jobs
-        .all()
-        .iter()
-        .filter(|j| j.skyhook != skyhook && !j.finished())
-        .map(|j| j.node.to_string())
-        .collect();
+fn elsewhere(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Elsewhere {
+    let mut at_work = Elsewhere::default();
+    let jobs = caches.jobs.all();
     let on_the_way = creations.unseen(|name| caches.jobs.get(name).is_some());
-    busy.extend(
-        on_the_way
-            .into_iter()
-            .filter(|v| v.skyhook != skyhook)
-            .map(|v| v.node.to_string()),
-    );
-    busy.extend(
-        caches
-            .go_pods
-            .all()
-            .iter()
-            .filter(|p| p.skyhook != skyhook)
-            .filter_map(|p| p.go.as_ref())
-            .filter(|p| p.deleting || !p.failed())
-            .map(|p| p.node.clone()),
-    );
-    busy
+    let running = jobs.iter().map(|j| &**j).filter(|j| !j.finished());
+    for j in running.chain(&on_the_way).filter(|j| j.skyhook != skyhook) {
+        at_work.add(&j.node, j.stage);
+    }
+    let go_pods = caches.go_pods.all();
+    let go = go_pods
+        .iter()
+        .filter(|p| p.skyhook != skyhook)
+        .filter_map(|p| p.go.as_ref())
+        .filter(|p| p.deleting || !p.failed());
+    for p in go {
+        at_work.add(&p.node, p.stage);
+    }
+    at_work
 }
 
 /// This Skyhook's pods left by the Go operator (package and interrupt pods in the operator

@@ -113,6 +113,7 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a NodeView, tolerations: &[Toleration]) ->
             cordoned: node.unschedulable,
             pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
             other_busy: inp.busy_nodes.contains(&name),
+            other_interrupting: inp.interrupting_nodes.contains(&name),
             go_pods: inp.go_pods.get(&name).map_or(&[], Vec::as_slice),
             node_version: node.version_number(),
         },

@@ -11,6 +11,7 @@ use super::drain::PodInfo;
 use crate::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
 use crate::jobs::{GoPod, JobView};
 use crate::node::NodeView;
+use crate::schema::Stage;
 use crate::settings::Config;
 
 /// Everything the planner reads.
@@ -32,6 +33,8 @@ pub struct Inputs<'a> {
     pub pods_on_nodes: &'a BTreeMap<String, Vec<PodInfo>>,
     /// Nodes where a Job of another Skyhook is running (or a pod of the Go operator for one).
     pub busy_nodes: &'a BTreeSet<String>,
+    /// Of those, the nodes where another Skyhook's interrupt runs: nothing of ours starts there.
+    pub interrupting_nodes: &'a BTreeSet<String>,
     /// This Skyhook's package and interrupt pods left by the Go operator, by node.
     pub go_pods: &'a BTreeMap<String, Vec<GoPod>>,
     /// Problems the operator-side validation found (empty when valid).
@@ -45,4 +48,22 @@ pub struct Inputs<'a> {
     /// Jobs this pass may create: [`launch::MAX_JOB_CREATES_PER_PASS`] less those still being
     /// created from earlier passes.
     pub create_room: usize,
+}
+
+/// Where other Skyhooks are at work, for [`Inputs::busy_nodes`] and
+/// [`Inputs::interrupting_nodes`]: their running Jobs (and the Go operator's pods for them).
+#[derive(Debug, Default)]
+pub struct Elsewhere {
+    pub busy: BTreeSet<String>,
+    pub interrupting: BTreeSet<String>,
+}
+
+impl Elsewhere {
+    /// Another Skyhook's `stage` runs on `node`.
+    pub fn add(&mut self, node: &str, stage: Stage) {
+        if stage == Stage::Interrupt {
+            self.interrupting.insert(node.to_string());
+        }
+        self.busy.insert(node.to_string());
+    }
 }

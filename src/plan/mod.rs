@@ -61,7 +61,7 @@ pub use actions::{
 };
 pub use delete::plan_delete;
 pub use drain::PodInfo;
-pub use inputs::Inputs;
+pub use inputs::{Elsewhere, Inputs};
 pub use select::{targeted, tolerates_cordon};
 
 use crate::crd::{Skyhook, SkyhookStatus};

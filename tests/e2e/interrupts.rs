@@ -40,6 +40,9 @@ struct Samples {
     interrupts: BTreeMap<String, Seen>,
     /// `spec.unschedulable` of the node, each time it changed (the first sample included).
     cordons: Vec<bool>,
+    /// Samples in which an unfinished interrupt Job and an unfinished Job of another Skyhook
+    /// were on the node together: (interrupt, the other Job).
+    overlaps: Vec<(String, String)>,
 }
 
 /// Samples the interrupt Jobs and pods of the test's namespace on `node` every 200 ms until
@@ -66,16 +69,33 @@ impl Sampler {
         let flag = stop.clone();
         let handle = tokio::spawn(async move {
             let lp = ListParams::default().labels(&selector);
+            let on_node = ListParams::default().labels(&format!(
+                "{}={}",
+                schema::NODE_LABEL,
+                schema::label_value(&node)
+            ));
             let mut s = Samples::default();
             // One more sample after the stop, so the last one sees the end of the rollout.
             loop {
                 let last = flag.load(Ordering::SeqCst);
-                if let (Ok(js), Ok(ps), Ok(n)) = (
+                if let (Ok(js), Ok(ps), Ok(n), Ok(all)) = (
                     jobs.list(&lp).await,
                     pods.list(&lp).await,
                     nodes.get(&node).await,
+                    jobs.list(&on_node).await,
                 ) {
                     s.samples += 1;
+                    let live = |j: &&Job| !finished(j);
+                    for i in all.items.iter().filter(live) {
+                        if label(i, schema::STAGE_LABEL) != "interrupt" {
+                            continue;
+                        }
+                        for o in all.items.iter().filter(live) {
+                            if label(o, schema::NAME_LABEL) != label(i, schema::NAME_LABEL) {
+                                s.overlaps.push((i.name_any(), o.name_any()));
+                            }
+                        }
+                    }
                     let cordoned = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
                     if s.cordons.last() != Some(&cordoned) {
                         s.cordons.push(cordoned);
@@ -136,6 +156,11 @@ impl Sampler {
         );
         // Cordoned once, uncordoned once at the end: never lifted in between.
         assert_eq!(s.cordons, [false, true, false], "cordon changes");
+        assert!(
+            s.overlaps.is_empty(),
+            "an interrupt ran beside another Skyhook's stage: {:?}",
+            s.overlaps
+        );
         s
     }
 }
@@ -175,9 +200,11 @@ async fn cordoned(env: &Env, node: &str) -> bool {
 
 /// Acceptance 5: two Skyhooks, each with an interrupt package of the same name and version, on
 /// one node. B (`b-svc`, a service restart) starts alone; while its interrupt runs, A (`a-rbt`,
-/// a reboot, ordered first by name at the same priority) is created. A then runs its stages but
-/// its interrupt waits for B's; B, gated behind A, finishes only after A completes. Never two
-/// interrupts at once, one interrupt Job per Skyhook, each labelled with its own Skyhook.
+/// a reboot, ordered first by name at the same priority) is created. A starts nothing while B's
+/// interrupt runs (issue 35: a stage under another Skyhook's reboot), then runs its stages and
+/// its interrupt; B, gated behind A, finishes only after A completes. Never two interrupts at
+/// once, never an interrupt beside another Skyhook's stage, one interrupt Job per Skyhook, each
+/// labelled with its own Skyhook.
 #[tokio::test]
 async fn two_skyhooks_never_interrupt_one_node_at_once() {
     let env = setup("intr-two", 1, &[]).await;
@@ -206,22 +233,23 @@ async fn two_skyhooks_never_interrupt_one_node_at_once() {
         json!({"packages": {"kernel": with_interrupt(json!({"type": "reboot"}))}}),
     ))
     .await;
-    // A gets to its interrupt while B's still runs: the case under test.
+    // A is seen (its node status written) while B's interrupt still runs: the case under test.
     env.ctx
         .wait_for(
-            "A's config complete while B's interrupt still runs",
+            "A to reach the node while B's interrupt runs",
             Duration::from_secs(30),
             || async {
-                let (_, s) = env.node_state(&node, &a).await?;
-                let e = s.get("kernel", "1.0.0")?;
-                ((e.stage, e.state) == (Stage::Config, Some(State::Complete))).then_some(())
+                let n = env.node_api.get(&node).await.ok()?;
+                n.labels()
+                    .contains_key(&schema::status_label(&a))
+                    .then_some(())
             },
         )
         .await;
     let b_still = env.jobs.get(&b_job.name_any()).await.expect("B's Job");
     assert!(
         !finished(&b_still),
-        "B's interrupt finished before A was ready for its own: nothing was exercised"
+        "B's interrupt finished before A reached the node: nothing was exercised"
     );
     env.wait_status(&a, schema::Status::Complete, Duration::from_secs(60))
         .await;
@@ -285,6 +313,24 @@ async fn two_skyhooks_never_interrupt_one_node_at_once() {
         assert_eq!(arg["type"], json!(kind), "{}", j.name_any());
         names.push(j.name_any());
         jobs_of.push(j.clone());
+    }
+    // A started nothing before B's interrupt had completed.
+    let b_interrupt_done = env
+        .jobs
+        .get(&b_job.name_any())
+        .await
+        .expect("B's interrupt Job")
+        .status
+        .and_then(|s| s.completion_time)
+        .expect("B's interrupt completion time")
+        .0;
+    for j in env.jobs_of(&a).await {
+        let created = j.metadata.creation_timestamp.as_ref().expect("created").0;
+        assert!(
+            created >= b_interrupt_done,
+            "A's {} created at {created}, under B's interrupt (done at {b_interrupt_done})",
+            j.name_any()
+        );
     }
     // A's interrupt Job was created only once B's had completed.
     let b_done = jobs_of[1]
@@ -599,4 +645,79 @@ async fn reset_after_an_unrecorded_interrupt_reruns_from_the_start() {
     for ((package, stage, node, attempt), n) in jobs_per_attempt(&env.jobs_of(&sk).await) {
         assert_eq!(n, 1, "{package} {stage} {node} attempt {attempt}: {n} Jobs");
     }
+}
+
+/// Issue 35, acceptance 3, the other way round: B (`b-tools`, no interrupt) has a long apply
+/// running when A (`a-rbt`, a reboot, ordered first by name) arrives. A's own stages may run
+/// beside B's, but A's interrupt waits until B's apply has finished.
+#[tokio::test]
+async fn an_interrupt_waits_for_another_skyhooks_running_stage() {
+    let env = setup("intr-wait", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let a = env.ctx.name("a-rbt");
+    let b = env.ctx.name("b-tools");
+    let sampler = Sampler::start(&env, &node);
+    env.create(&skyhook(
+        &env.ctx,
+        &b,
+        json!({"packages": {"tools": pkg("1.0.0", crate::support::sleep("12"))}}),
+    ))
+    .await;
+    let apply_of_b = env
+        .ctx
+        .wait_for("B's apply to run", Duration::from_secs(60), || async {
+            env.jobs_of(&b)
+                .await
+                .into_iter()
+                .find(|j| label(j, schema::STAGE_LABEL) == "apply" && !finished(j))
+        })
+        .await;
+    env.create(&skyhook(
+        &env.ctx,
+        &a,
+        json!({"packages": {"kernel": with_interrupt(json!({"type": "reboot"}))}}),
+    ))
+    .await;
+    env.ctx
+        .wait_for(
+            "A's config complete while B's apply runs",
+            Duration::from_secs(30),
+            || async {
+                let (_, s) = env.node_state(&node, &a).await?;
+                let e = s.get("kernel", "1.0.0")?;
+                ((e.stage, e.state) == (Stage::Config, Some(State::Complete))).then_some(())
+            },
+        )
+        .await;
+    let b_still = env.jobs.get(&apply_of_b.name_any()).await.expect("B's Job");
+    assert!(
+        !finished(&b_still),
+        "B's apply finished before A was ready for its interrupt: nothing was exercised"
+    );
+    env.wait_status(&a, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+    env.wait_status(&b, schema::Status::Complete, Duration::from_secs(60))
+        .await;
+    let samples = sampler.finish().await;
+    let b_done = env
+        .jobs
+        .get(&apply_of_b.name_any())
+        .await
+        .expect("B's apply Job")
+        .status
+        .and_then(|s| s.completion_time)
+        .expect("B's apply completion time")
+        .0;
+    let a_interrupt = env
+        .jobs_of(&a)
+        .await
+        .into_iter()
+        .find(|j| label(j, schema::STAGE_LABEL) == "interrupt")
+        .expect("A's interrupt Job");
+    let created = a_interrupt.metadata.creation_timestamp.expect("created").0;
+    assert!(
+        created >= b_done,
+        "A's interrupt created at {created}, while B's apply ran (done at {b_done})"
+    );
+    assert_eq!(samples.interrupts.len(), 1, "{:?}", samples.interrupts);
 }

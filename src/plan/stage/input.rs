@@ -34,6 +34,8 @@ pub struct Host<'a> {
     pub pods: Option<&'a [PodInfo]>,
     /// A Job of another Skyhook runs on the node.
     pub other_busy: bool,
+    /// Another Skyhook's interrupt runs on the node (a reboot may be under way).
+    pub other_interrupting: bool,
     /// This Skyhook's package and interrupt pods left on the node by the Go operator.
     pub go_pods: &'a [GoPod],
     /// The `resourceVersion` of the node copy the pass read, when it is a number.

@@ -248,6 +248,13 @@ fn run_work(
         let adopting = observe::current(m.jobs, &pkg.name, &pkg.version, stage)
             .last()
             .is_some_and(|j| !j.finished());
+        // Another Skyhook's interrupt may be rebooting the node: nothing of ours starts under
+        // it (what already runs is adopted, never stopped).
+        if host.other_interrupting && !adopting {
+            out.blocked =
+                Some("waiting for another Skyhook's interrupt on the node to finish".into());
+            continue;
+        }
         if stage == Stage::Interrupt && !adopting {
             // Stages started earlier in this pass count as running.
             let busy = out.active || host.other_busy || started(out) || held.any;

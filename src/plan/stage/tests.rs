@@ -665,9 +665,7 @@ fn stage_machine_transitions() {
         let host = Host {
             cordoned: true,
             pods: Some(&[]),
-            other_busy: false,
-            go_pods: &[],
-            node_version: None,
+            ..Host::default()
         };
         let o = step(
             &sv,
@@ -1290,5 +1288,47 @@ fn the_interrupt_starts_only_on_a_cordoned_drained_node() {
             .filter(|(_, s, _)| *s == Stage::Interrupt)
             .count();
         assert_eq!(interrupts > 0, started, "{case}: interrupt started");
+    }
+}
+
+/// While another Skyhook's interrupt runs on the node, none of our stages starts there; what
+/// already runs is adopted.
+#[test]
+fn nothing_starts_under_another_skyhooks_interrupt() {
+    let a = package("alpha").build();
+    let b = package("bravo").build();
+    let pk = packages([&a, &b]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let running = job(&b, Stage::Apply).outcome(Outcome::Running).build();
+    let state = node_state([entry_of(&b, Stage::Apply, State::InProgress)]);
+    for (other_interrupting, want) in [(false, vec!["alpha"]), (true, vec![])] {
+        let host = Host {
+            other_busy: other_interrupting,
+            other_interrupting,
+            ..Host::default()
+        };
+        let o = step(
+            &sv,
+            state.clone(),
+            BTreeMap::new(),
+            host,
+            &[&running],
+            true,
+            RETRY,
+            3,
+            t(0),
+        );
+        let started: Vec<String> = runs(&o).into_iter().map(|(p, _, _)| p).collect();
+        assert_eq!(
+            started, want,
+            "another interrupt running: {other_interrupting}"
+        );
+        assert_eq!(
+            state_of(&o, &b),
+            (Stage::Apply, Some(State::InProgress), 0),
+            "the running stage is adopted"
+        );
+        assert_eq!(o.blocked.is_some(), other_interrupting);
     }
 }
