@@ -3,8 +3,8 @@
 use skyhook::schema::SchemaError;
 
 /// Where to point people whose requests are forbidden.
-const RBAC_HINT: &str =
-    "ask a cluster admin to bind the skyhook-plugin-user roles (deploy/rbac-plugin-user.yaml)";
+const RBAC_HINT: &str = "ask a cluster admin to bind the skyhook-viewer roles (reads), and \
+     skyhook-oncall beside them for pause, rerun and reset (deploy/rbac-plugin-user.yaml)";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

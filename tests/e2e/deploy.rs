@@ -1,6 +1,6 @@
 //! `deploy/`: the install manifests apply (idempotently) to a real API server, every object they
 //! list exists afterwards and has the contract's shape, the operator's ServiceAccount and the
-//! plugin-user roles grant exactly what is needed, and the installed CRDs keep every field of the
+//! viewer and on-call roles grant exactly what is needed, and the installed CRDs keep every field of the
 //! upstream samples.
 //!
 //! `deploy/` is cluster-wide and shared by every test: these tests only ever apply it (never
@@ -8,9 +8,7 @@
 //! (RBAC bindings for a made-up user) carry the test's unique prefix and are removed afterwards.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -20,8 +18,8 @@ use serde_json::Value;
 
 use crate::support::TestCtx;
 use crate::support::deploy::{
-    APPLY_LOCK, OPERATOR_NS, apply_deploy, deploy_dir, expected_objects, kubectl_retrying,
-    object_ids, parse_json, repo, require_crd_files, text, wait_established,
+    APPLY_LOCK, OPERATOR_NS, RoleBindings, apply_deploy, deploy_dir, expected_objects,
+    kubectl_retrying, object_ids, parse_json, repo, require_crd_files, text, wait_established,
 };
 
 /// The operator's ServiceAccount, as a user name for `kubectl auth can-i --as`.
@@ -663,148 +661,129 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     assert_permissions(&ctx, OPERATOR_SA, &table);
 }
 
-/// Deletes the test's own plugin-user bindings however the test ends.
-struct Bindings<'a> {
-    ctx: &'a TestCtx,
-    name: String,
-}
-
-impl Drop for Bindings<'_> {
-    fn drop(&mut self) {
-        let _ = self.ctx.kubectl(&[
-            "delete",
-            "clusterrolebinding",
-            &self.name,
-            "--ignore-not-found",
-        ]);
-        let _ = self.ctx.kubectl(&[
-            "delete",
-            "rolebinding",
-            "-n",
-            OPERATOR_NS,
-            &self.name,
-            "--ignore-not-found",
-        ]);
-    }
-}
-
 #[tokio::test]
-async fn plugin_user_role_grants_what_the_plugin_needs() {
+async fn viewer_and_oncall_roles_grant_what_the_plugin_needs() {
     let ctx = TestCtx::new("deploy-plugin").await;
     apply_deploy(&ctx);
     use Scope::*;
     let op = Ns(OPERATOR_NS);
-    let user = ctx.name("user");
-
-    // Bind both parts as deploy/README.md tells an admin to.
-    let bindings = Bindings {
-        ctx: &ctx,
-        name: ctx.name("plugin-user"),
-    };
-    let as_user = format!("--user={user}");
-    kubectl_retrying(
-        &ctx,
-        &[
-            "create",
-            "clusterrolebinding",
-            &bindings.name,
-            "--clusterrole=skyhook-plugin-user",
-            &as_user,
-        ],
-    );
-    kubectl_retrying(
-        &ctx,
-        &[
-            "create",
-            "rolebinding",
-            "-n",
-            OPERATOR_NS,
-            &bindings.name,
-            "--role=skyhook-plugin-user",
-            &as_user,
-        ],
-    );
+    let viewer = ctx.name("viewer");
+    let oncall = ctx.name("oncall");
+    // Bound as deploy/README.md tells an admin to.
+    let _viewer = RoleBindings::viewer(&ctx, &viewer);
+    let _oncall = RoleBindings::oncall(&ctx, &oncall);
+    wait_allowed(&ctx, &viewer, check("list", "deployments.apps", op, true)).await;
     wait_allowed(
         &ctx,
-        &user,
+        &oncall,
         check("patch", "skyhooks.skyhook.nvidia.com", Cluster, true),
     )
     .await;
-    wait_allowed(&ctx, &user, check("list", "deployments.apps", op, true)).await;
 
-    let mut table = Vec::new();
-    // What the plugin does (§8): pause/resume/disable/enable and batch reset patch Skyhooks and
-    // their status; node commands and package rerun patch node annotations and labels; `version`
-    // lists Deployments in the operator namespace; `package logs` reads pods and logs there.
-    table.extend(checks(
-        &["get", "list", "watch", "patch"],
+    // What every read command needs (§8): Skyhooks, policies, nodes and events across the
+    // cluster; Jobs, pods, logs and the operator Deployment in the operator namespace.
+    let mut reads = Vec::new();
+    reads.extend(checks(
+        &["get", "list", "watch"],
         "skyhooks.skyhook.nvidia.com",
         Cluster,
         true,
     ));
-    table.extend(checks(
-        &["get", "patch"],
+    reads.push(check(
+        "get",
         "skyhooks.skyhook.nvidia.com/status",
         Cluster,
         true,
     ));
-    table.extend(checks(
+    reads.extend(checks(
         &["get", "list", "watch"],
         "deploymentpolicies.skyhook.nvidia.com",
         Cluster,
         true,
     ));
-    table.extend(checks(
-        &["get", "list", "watch", "patch"],
-        "nodes",
-        Cluster,
-        true,
-    ));
-    table.extend(checks(
+    reads.extend(checks(&["get", "list", "watch"], "nodes", Cluster, true));
+    reads.extend(checks(
         &["get", "list", "watch"],
         "events",
         AllNamespaces,
         true,
     ));
-    table.push(check("list", "events.events.k8s.io", AllNamespaces, true));
-    table.extend(checks(&["get", "list", "watch"], "jobs.batch", op, true));
-    table.extend(checks(&["get", "list", "watch"], "pods", op, true));
-    table.push(check("get", "pods/log", op, true));
-    table.extend(checks(&["get", "list"], "deployments.apps", op, true));
+    reads.push(check("list", "events.events.k8s.io", AllNamespaces, true));
+    reads.extend(checks(&["get", "list", "watch"], "jobs.batch", op, true));
+    reads.extend(checks(&["get", "list", "watch"], "pods", op, true));
+    reads.push(check("get", "pods/log", op, true));
+    reads.extend(checks(&["get", "list"], "deployments.apps", op, true));
 
-    // Nothing more.
-    table.extend(checks(
+    // Never, for either: creating or deleting Skyhooks, policies or nodes, full updates, secrets
+    // and ConfigMaps (package configMaps may hold credentials), anything outside the operator
+    // namespace, pods, Jobs or Deployments written.
+    let mut never = Vec::new();
+    never.extend(checks(
         &["create", "update", "delete"],
         "skyhooks.skyhook.nvidia.com",
         Cluster,
         false,
     ));
-    table.extend(checks(
+    never.extend(checks(
         &["create", "patch", "delete"],
         "deploymentpolicies.skyhook.nvidia.com",
         Cluster,
         false,
     ));
-    table.extend(checks(&["update", "delete"], "nodes", Cluster, false));
-    table.push(check("patch", "nodes/status", Cluster, false));
-    table.extend(checks(&["get", "list"], "secrets", op, false));
-    table.push(check("list", "deployments.apps", Ns("default"), false));
-    table.push(check("list", "pods", Ns("kube-system"), false));
-    table.push(check("get", "pods/log", Ns("kube-system"), false));
-    table.push(check("create", "pods/eviction", op, false));
-    table.extend(checks(&["create", "delete"], "pods", op, false));
-    table.extend(checks(
+    never.extend(checks(&["update", "delete"], "nodes", Cluster, false));
+    never.push(check("patch", "nodes/status", Cluster, false));
+    never.extend(checks(&["get", "list"], "secrets", op, false));
+    never.push(check("get", "configmaps", op, false));
+    never.push(check("list", "deployments.apps", Ns("default"), false));
+    never.push(check("list", "pods", Ns("kube-system"), false));
+    never.push(check("get", "pods/log", Ns("kube-system"), false));
+    never.push(check("create", "pods/eviction", op, false));
+    never.extend(checks(&["create", "delete"], "pods", op, false));
+    never.extend(checks(
         &["create", "delete", "patch"],
         "jobs.batch",
         op,
         false,
     ));
-    table.push(check("patch", "deployments.apps", op, false));
-    table.push(check("create", "events", Ns("default"), false));
-    table.push(check("get", "configmaps", op, false));
+    never.push(check("patch", "deployments.apps", op, false));
+    never.push(check("create", "events", Ns("default"), false));
 
-    assert_permissions(&ctx, &user, &table);
-    drop(bindings);
+    // The viewer writes nothing at all.
+    let mut table = reads.clone();
+    table.extend(never.clone());
+    table.push(check(
+        "patch",
+        "skyhooks.skyhook.nvidia.com",
+        Cluster,
+        false,
+    ));
+    table.push(check(
+        "patch",
+        "skyhooks.skyhook.nvidia.com/status",
+        Cluster,
+        false,
+    ));
+    table.push(check("patch", "nodes", Cluster, false));
+    assert_permissions(&ctx, &viewer, &table);
+
+    // On-call: the reads, plus patches (limited further by the admission policies; see
+    // plugin_roles.rs) and the `oncall` marker verb those policies look for.
+    let mut table = reads;
+    table.extend(never);
+    table.extend(checks(
+        &["patch", "oncall"],
+        "skyhooks.skyhook.nvidia.com",
+        Cluster,
+        true,
+    ));
+    table.push(check(
+        "patch",
+        "skyhooks.skyhook.nvidia.com/status",
+        Cluster,
+        true,
+    ));
+    table.push(check("patch", "nodes", Cluster, true));
+    assert_permissions(&ctx, &oncall, &table);
 }
 
 /// The sample files: the colleague's copy in `tests/fixtures/valid/` when present, else the
@@ -880,25 +859,6 @@ fn lost_fields(sent: &Value, got: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// Pipe `input` into `kubectl <args>`.
-fn kubectl_stdin(ctx: &TestCtx, args: &[&str], input: &[u8]) -> Output {
-    let mut cmd: Command = ctx.cluster.kubectl();
-    let mut child = cmd
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kubectl");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input)
-        .expect("write kubectl stdin");
-    child.wait_with_output().expect("kubectl output")
-}
-
 /// `resource` argument of kubectl for an object: `<kind>.<group>` (kubectl accepts the kind).
 fn resource_of(doc: &Value) -> String {
     let kind = doc["kind"].as_str().unwrap_or_default().to_lowercase();
@@ -923,8 +883,7 @@ fn body(doc: &Value) -> Value {
 /// server returns.
 fn spec_round_trip(ctx: &TestCtx, doc: &Value) -> Result<Vec<String>, String> {
     let sent = serde_json::to_vec(doc).expect("json");
-    let out = kubectl_stdin(
-        ctx,
+    let out = ctx.kubectl_stdin(
         &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
         &sent,
     );
@@ -976,8 +935,7 @@ fn status_round_trip(ctx: &TestCtx, doc: &Value, name: String) -> Result<Vec<Str
             serde_json::json!({"matchLabels": {"skyhook-e2e/never": ctx.prefix}});
     }
     let resource = resource_of(&obj);
-    let out = kubectl_stdin(
-        ctx,
+    let out = ctx.kubectl_stdin(
         &["create", "-f", "-", "-o", "name"],
         &serde_json::to_vec(&obj).expect("json"),
     );

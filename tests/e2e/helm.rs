@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -304,7 +304,7 @@ fn lint_and_template_pass_with_every_option() {
     assert!(
         !single
             .iter()
-            .any(|o| o["metadata"]["name"] == "skyhook-plugin-user"),
+            .any(|o| o["metadata"]["name"] == "skyhook-viewer"),
         "plugin-user roles rendered"
     );
 
@@ -627,28 +627,8 @@ spec:
       schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
 "#;
 
-fn kubectl_stdin(ctx: &TestCtx, args: &[&str], input: &str) -> Output {
-    let mut child = ctx
-        .cluster
-        .kubectl()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kubectl");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    child.wait_with_output().expect("kubectl")
-}
-
 fn install_monitoring_crds(ctx: &TestCtx) {
-    let out = kubectl_stdin(ctx, &["create", "-f", "-"], MONITORING_CRDS);
+    let out = ctx.kubectl_stdin(&["create", "-f", "-"], MONITORING_CRDS.as_bytes());
     let err = text(&out.stderr);
     assert!(
         out.status.success() || err.lines().all(|l| l.contains("AlreadyExists")),

@@ -17,6 +17,7 @@ mod plugin_debug;
 mod plugin_flags;
 mod plugin_jobs_logs;
 mod plugin_reset;
+mod plugin_roles;
 mod policy;
 mod readme;
 mod restarts;

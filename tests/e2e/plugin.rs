@@ -632,6 +632,6 @@ async fn plugin_reports_cluster_errors_in_one_line() {
         full.extend(args);
         let ran = plugin(&ctx, &full);
         ran.fails(1, needle);
-        assert!(ran.stderr.contains("skyhook-plugin-user"), "{ran:?}");
+        assert!(ran.stderr.contains("skyhook-viewer"), "{ran:?}");
     }
 }

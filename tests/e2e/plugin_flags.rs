@@ -161,8 +161,7 @@ async fn plugin_takes_kubectl_connection_flags() {
     let denied = |ran: Ran| {
         ran.fails(1, &forbidden);
         assert!(
-            ran.stderr
-                .contains("bind the skyhook-plugin-user roles (deploy/rbac-plugin-user.yaml)"),
+            ran.stderr.contains("bind the skyhook-viewer roles (reads)"),
             "{ran:?}"
         );
     };

@@ -167,8 +167,21 @@ pub fn expected_objects() -> BTreeSet<(String, String, String)> {
         ("RoleBinding", ns, "skyhook-operator"),
         ("Role", "default", "skyhook-operator-events"),
         ("RoleBinding", "default", "skyhook-operator-events"),
-        ("ClusterRole", "", "skyhook-plugin-user"),
-        ("Role", ns, "skyhook-plugin-user"),
+        ("ClusterRole", "", "skyhook-viewer"),
+        ("Role", ns, "skyhook-viewer"),
+        ("ClusterRole", "", "skyhook-oncall"),
+        ("ValidatingAdmissionPolicy", "", "skyhook-oncall-skyhooks"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "",
+            "skyhook-oncall-skyhooks",
+        ),
+        ("ValidatingAdmissionPolicy", "", "skyhook-oncall-nodes"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "",
+            "skyhook-oncall-nodes",
+        ),
         ("Deployment", ns, "skyhook-operator"),
         ("Service", ns, "skyhook-operator-metrics"),
         ("LimitRange", ns, "skyhook-default-limits"),
@@ -176,4 +189,88 @@ pub fn expected_objects() -> BTreeSet<(String, String, String)> {
     .into_iter()
     .map(|(k, n, m)| (k.to_string(), n.to_string(), m.to_string()))
     .collect()
+}
+
+/// A made-up user's bindings to the plugin roles of `deploy/rbac-plugin-user.yaml`, made as
+/// deploy/README.md tells an admin to, and deleted however the test ends.
+pub struct RoleBindings<'a> {
+    ctx: &'a TestCtx,
+    name: String,
+    namespaced: bool,
+}
+
+impl<'a> RoleBindings<'a> {
+    /// `skyhook-viewer`: the ClusterRole and the Role in the operator namespace.
+    pub fn viewer(ctx: &'a TestCtx, user: &str) -> RoleBindings<'a> {
+        let b = RoleBindings {
+            ctx,
+            name: format!("{user}-viewer"),
+            namespaced: true,
+        };
+        let as_user = format!("--user={user}");
+        kubectl_retrying(
+            ctx,
+            &[
+                "create",
+                "clusterrolebinding",
+                &b.name,
+                "--clusterrole=skyhook-viewer",
+                &as_user,
+            ],
+        );
+        kubectl_retrying(
+            ctx,
+            &[
+                "create",
+                "rolebinding",
+                "-n",
+                OPERATOR_NS,
+                &b.name,
+                "--role=skyhook-viewer",
+                &as_user,
+            ],
+        );
+        b
+    }
+
+    /// `skyhook-oncall` beside `skyhook-viewer` (returned together).
+    pub fn oncall(ctx: &'a TestCtx, user: &str) -> [RoleBindings<'a>; 2] {
+        let b = RoleBindings {
+            ctx,
+            name: format!("{user}-oncall"),
+            namespaced: false,
+        };
+        kubectl_retrying(
+            ctx,
+            &[
+                "create",
+                "clusterrolebinding",
+                &b.name,
+                "--clusterrole=skyhook-oncall",
+                &format!("--user={user}"),
+            ],
+        );
+        [RoleBindings::viewer(ctx, user), b]
+    }
+}
+
+impl Drop for RoleBindings<'_> {
+    fn drop(&mut self) {
+        let _ = self.ctx.kubectl(&[
+            "delete",
+            "clusterrolebinding",
+            &self.name,
+            "--ignore-not-found",
+        ]);
+        if self.namespaced {
+            let _ = self.ctx.kubectl(&[
+                "delete",
+                "rolebinding",
+                "-n",
+                OPERATOR_NS,
+                &self.name,
+                "--ignore-not-found",
+            ]);
+        }
+    }
 }

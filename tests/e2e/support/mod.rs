@@ -274,6 +274,28 @@ impl TestCtx {
             .expect("run kubectl")
     }
 
+    /// [`TestCtx::kubectl`] with `input` piped into its stdin (`apply -f -`).
+    pub fn kubectl_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut child = self
+            .cluster
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kubectl");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write kubectl stdin");
+        child.wait_with_output().expect("kubectl output")
+    }
+
     /// Poll `probe` every 200 ms until it returns `Some`, or panic after `timeout` naming `what`.
     pub async fn wait_for<T, F, Fut>(&self, what: &str, timeout: Duration, mut probe: F) -> T
     where

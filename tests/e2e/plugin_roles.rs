@@ -1,0 +1,205 @@
+//! The plugin's roles at work (issue 35, acceptance 1): as the on-call user, the steering
+//! commands work, and changing what runs on the hosts (a package image, `agentImageOverride`,
+//! tolerations, a node's taint) is refused by admission naming the policy; as the viewer every
+//! read command works and every write is refused. The roles and policies are
+//! `deploy/rbac-plugin-user.yaml`, applied as installed.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skyhook::schema;
+
+use crate::support::deploy::{OPERATOR_NS, RoleBindings, apply_deploy, text};
+use crate::support::plugin::{Ran, plugin};
+use crate::support::{Env, TestCtx, pkg, setup, skyhook, sleep};
+
+/// The viewer Role of the operator namespace, copied into the test's namespace (where this
+/// test's operator runs its Jobs) and bound to `user` there.
+fn viewer_role_here(ctx: &TestCtx, user: &str) {
+    let got = ctx.kubectl(&[
+        "get",
+        "role",
+        "skyhook-viewer",
+        "-n",
+        OPERATOR_NS,
+        "-o",
+        "json",
+    ]);
+    assert!(got.status.success(), "{}", text(&got.stderr));
+    let mut role: Value = serde_json::from_slice(&got.stdout).expect("role json");
+    role["metadata"] = json!({"name": "skyhook-viewer", "namespace": ctx.ns});
+    let applied = ctx.kubectl_stdin(&["apply", "-f", "-"], role.to_string().as_bytes());
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let bound = ctx.kubectl(&[
+        "create",
+        "rolebinding",
+        &format!("{user}-here"),
+        "-n",
+        &ctx.ns,
+        "--role=skyhook-viewer",
+        &format!("--user={user}"),
+    ]);
+    assert!(bound.status.success(), "{}", text(&bound.stderr));
+}
+
+/// The plugin as `user`, in the test's namespace, never prompting.
+fn as_user(env: &Env, user: &str, args: &[&str]) -> Ran {
+    let mut all = vec!["--as", user, "-n", env.ctx.ns.as_str()];
+    all.extend_from_slice(args);
+    plugin(&env.ctx, &all)
+}
+
+/// `kubectl --as user patch <what> --type merge -p <patch>`: its stderr when refused.
+fn refused_patch(env: &Env, user: &str, what: &[&str], patch: &Value) -> String {
+    let mut args = vec!["patch"];
+    args.extend_from_slice(what);
+    let p = patch.to_string();
+    let as_user = format!("--as={user}");
+    args.extend(["--type", "merge", "-p", p.as_str(), as_user.as_str()]);
+    let out = env.ctx.kubectl(&args);
+    assert!(
+        !out.status.success(),
+        "kubectl {} was allowed",
+        args.join(" ")
+    );
+    text(&out.stderr)
+}
+
+/// Waits until RBAC (served from informers) lets `user` patch Skyhooks, or read nodes.
+async fn wait_bound(env: &Env, user: &str, verb: &str, resource: &str) {
+    env.ctx
+        .wait_for(
+            &format!("{user} may {verb} {resource}"),
+            Duration::from_secs(20),
+            || async {
+                let out = env
+                    .ctx
+                    .kubectl(&["auth", "can-i", verb, resource, "--as", user]);
+                (text(&out.stdout).trim() == "yes").then_some(())
+            },
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
+    let env = setup("roles", 1, &[]).await;
+    apply_deploy(&env.ctx);
+    let node = env.nodes[0].clone();
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"tools": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+
+    let oncall = env.ctx.name("oncall");
+    let viewer = env.ctx.name("viewer");
+    let _oncall = RoleBindings::oncall(&env.ctx, &oncall);
+    let _viewer = RoleBindings::viewer(&env.ctx, &viewer);
+    viewer_role_here(&env.ctx, &oncall);
+    viewer_role_here(&env.ctx, &viewer);
+    wait_bound(&env, &oncall, "patch", "skyhooks.skyhook.nvidia.com").await;
+    wait_bound(&env, &viewer, "list", "nodes").await;
+
+    // On-call: the steering commands work.
+    for args in [
+        vec!["pause", sk.as_str(), "--confirm"],
+        vec!["resume", sk.as_str(), "--confirm"],
+        vec!["node", "ignore", node.as_str()],
+        vec!["node", "unignore", node.as_str()],
+        vec![
+            "package",
+            "rerun",
+            "tools",
+            "--skyhook",
+            &sk,
+            "--node",
+            &node,
+            "--confirm",
+        ],
+        vec!["reset", sk.as_str(), "--confirm"],
+    ] {
+        as_user(&env, &oncall, &args).ok();
+    }
+    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+
+    // On-call: what runs on the hosts cannot change; admission names the policy.
+    let sk_obj = format!("skyhook/{sk}");
+    for patch in [
+        json!({"spec": {"packages": {"tools": {"image": "evil.example.com/tools"}}}}),
+        json!({"spec": {"packages": {"tools": {"agentImageOverride": "evil.example.com/agent:1"}}}}),
+        json!({"spec": {"additionalTolerations": [{"operator": "Exists"}]}}),
+        json!({"metadata": {"labels": {"team": "other"}}}),
+        json!({"metadata": {"annotations": {"example.com/note": "x"}}}),
+    ] {
+        let err = refused_patch(&env, &oncall, &[&sk_obj], &patch);
+        assert!(
+            err.contains("skyhook-oncall-skyhooks"),
+            "{patch}: refused without naming the policy: {err}"
+        );
+    }
+    let node_obj = format!("node/{node}");
+    let tainted = env
+        .ctx
+        .kubectl(&["taint", "node", &node, "example.com/keep=x:NoSchedule"]);
+    assert!(tainted.status.success(), "{}", text(&tainted.stderr));
+    for patch in [
+        json!({"spec": {"taints": null}}),
+        json!({"spec": {"unschedulable": true}}),
+        json!({"metadata": {"labels": {"kubernetes.io/hostname": "other"}}}),
+    ] {
+        let err = refused_patch(&env, &oncall, &[&node_obj], &patch);
+        assert!(
+            err.contains("skyhook-oncall-nodes"),
+            "{patch}: refused without naming the policy: {err}"
+        );
+    }
+    let _ = env
+        .ctx
+        .kubectl(&["taint", "node", &node, "example.com/keep-"]);
+
+    // Viewer: every read command works, every write is refused by RBAC.
+    for args in [
+        vec!["node", "list", "--skyhook", sk.as_str()],
+        vec!["node", "status", node.as_str()],
+        vec!["package", "status", "tools", "--skyhook", sk.as_str()],
+        vec!["jobs", "--skyhook", sk.as_str()],
+        vec!["version"],
+    ] {
+        as_user(&env, &viewer, &args).ok();
+    }
+    for args in [
+        vec!["pause", sk.as_str(), "--confirm"],
+        vec!["disable", sk.as_str(), "--confirm"],
+        vec!["node", "ignore", node.as_str()],
+        vec![
+            "package",
+            "rerun",
+            "tools",
+            "--skyhook",
+            &sk,
+            "--node",
+            &node,
+            "--confirm",
+        ],
+        vec!["reset", sk.as_str(), "--confirm"],
+        vec!["deployment-policy", "reset", sk.as_str(), "--confirm"],
+    ] {
+        let ran = as_user(&env, &viewer, &args);
+        assert_ne!(ran.code, 0, "{args:?} as the viewer: {ran:?}");
+        assert!(
+            ran.stderr.contains("forbidden") && ran.stderr.contains("skyhook-oncall"),
+            "{args:?}: refused without saying by what and which role to ask for: {ran:?}"
+        );
+    }
+    let sk_now = env.skyhooks.get(&sk).await.expect("skyhook");
+    assert!(
+        !kube::ResourceExt::annotations(&sk_now).contains_key(schema::PAUSE_ANNOTATION),
+        "the viewer paused the Skyhook"
+    );
+}
