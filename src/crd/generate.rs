@@ -418,45 +418,33 @@ fn skyhook_status_patches() -> Vec<SchemaPatch> {
 /// k8s-openapi (API 1.33) also lacks the 1.34+ `fileKeyRef` env source that upstream (built with
 /// k8s 1.35 libraries) accepts; keep accepting and storing it.
 fn env_source_patches(env: &str) -> Vec<SchemaPatch> {
-    vec![
+    // Both key selectors embed `corev1.LocalObjectReference`: atomic, with a `name` that
+    // defaults to "" and is therefore not required.
+    let key_refs = ["configMapKeyRef", "secretKeyRef"]
+        .into_iter()
+        .flat_map(|source| {
+            let at = format!("{env}.{source}");
+            [
+                patch(&at, "x-kubernetes-map-type", json!("atomic")),
+                patch(&format!("{at}.name"), "default", json!("")),
+                patch(&at, "required", json!({ "remove": ["name"] })),
+            ]
+        });
+    let field_refs = ["fieldRef", "resourceFieldRef"].map(|source| {
         patch(
-            &format!("{env}.configMapKeyRef"),
+            &format!("{env}.{source}"),
             "x-kubernetes-map-type",
             json!("atomic"),
-        ),
-        patch(&format!("{env}.configMapKeyRef.name"), "default", json!("")),
-        patch(
-            &format!("{env}.configMapKeyRef"),
-            "required",
-            json!({ "remove": ["name"] }),
-        ),
-        patch(
-            &format!("{env}.secretKeyRef"),
-            "x-kubernetes-map-type",
-            json!("atomic"),
-        ),
-        patch(&format!("{env}.secretKeyRef.name"), "default", json!("")),
-        patch(
-            &format!("{env}.secretKeyRef"),
-            "required",
-            json!({ "remove": ["name"] }),
-        ),
-        patch(
-            &format!("{env}.fieldRef"),
-            "x-kubernetes-map-type",
-            json!("atomic"),
-        ),
-        patch(
-            &format!("{env}.resourceFieldRef"),
-            "x-kubernetes-map-type",
-            json!("atomic"),
-        ),
-        patch(
+        )
+    });
+    key_refs
+        .chain(field_refs)
+        .chain([patch(
             &format!("{env}.fileKeyRef"),
             ADD_PROPERTY,
             file_key_ref_schema(),
-        ),
-    ]
+        )])
+        .collect()
 }
 
 /// The `metav1.Condition` list markers and bounds controller-gen emits (at `conditions`).
