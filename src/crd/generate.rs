@@ -74,9 +74,7 @@ pub enum GenerateError {
 
 /// The Skyhook CRD as served.
 pub fn skyhook_crd() -> Result<CustomResourceDefinition, GenerateError> {
-    finish(
-        Skyhook::crd(),
-        "skyhooks.skyhook.nvidia.com",
+    finish::<Skyhook>(
         &skyhook_compat_patches(),
         &admission::skyhook_tightenings(),
         &admission::skyhook_rules(),
@@ -85,9 +83,7 @@ pub fn skyhook_crd() -> Result<CustomResourceDefinition, GenerateError> {
 
 /// The DeploymentPolicy CRD as served.
 pub fn deployment_policy_crd() -> Result<CustomResourceDefinition, GenerateError> {
-    finish(
-        DeploymentPolicy::crd(),
-        "deploymentpolicies.skyhook.nvidia.com",
+    finish::<DeploymentPolicy>(
         &policy_compat_patches(),
         &admission::deployment_policy_tightenings(),
         &admission::deployment_policy_rules(),
@@ -141,13 +137,13 @@ pub fn write_crds(dir: &Path) -> Result<Vec<PathBuf>, GenerateError> {
     Ok(written)
 }
 
-fn finish(
-    mut crd: CustomResourceDefinition,
-    name: &'static str,
+fn finish<K: CustomResourceExt>(
     compat: &[SchemaPatch],
     tightenings: &[SchemaPatch],
     rules: &[CelRule],
 ) -> Result<CustomResourceDefinition, GenerateError> {
+    let mut crd = K::crd();
+    let name = K::crd_name();
     let json_err = |source| GenerateError::Json { crd: name, source };
     // controller-gen always states the list kind; kube leaves it to the API server's default.
     crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));
