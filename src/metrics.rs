@@ -152,30 +152,14 @@ impl Metrics {
             ("skyhook_rollout_matched_nodes", "Nodes in the compartment", self.matched),
             ("skyhook_rollout_ceiling", "Nodes the compartment may work on at once", self.ceiling),
             ("skyhook_rollout_current_batch", "Current batch number", self.current_batch),
-            (
-                "skyhook_rollout_consecutive_failures",
-                "Consecutive failed batches",
-                self.consecutive_failures
-            ),
+            ("skyhook_rollout_consecutive_failures", "Consecutive failed batches", self.consecutive_failures),
             ("skyhook_rollout_should_stop", "1 when the rollout is halted", self.should_stop),
             ("skyhook_rollout_in_progress", "Compartment nodes in progress", self.in_progress),
             ("skyhook_rollout_completed", "Compartment nodes complete", self.completed),
             ("skyhook_rollout_progress_percent", "Compartment progress", self.progress),
-            (
-                "skyhook_operator_leader",
-                "1 while this operator process reconciles (it leads, or leader election is off), 0 while it waits to lead",
-                self.leader
-            ),
-            (
-                "skyhook_operator_pass_seconds",
-                "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)",
-                self.pass_seconds
-            ),
-            (
-                "skyhook_api_requests",
-                "Requests this operator sent to the API server, by verb, resource and response class",
-                API_REQUESTS
-            ),
+            ("skyhook_operator_leader", "1 while this operator process reconciles (it leads, or leader election is off), 0 while it waits to lead", self.leader),
+            ("skyhook_operator_pass_seconds", "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)", self.pass_seconds),
+            ("skyhook_api_requests", "Requests this operator sent to the API server, by verb, resource and response class", API_REQUESTS),
         );
     }
 
