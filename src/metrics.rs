@@ -47,17 +47,15 @@ struct PackageLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PackageStateLabels {
-    skyhook_name: String,
-    package_name: String,
-    package_version: String,
+    #[prometheus(flatten)]
+    package: PackageLabels,
     state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PackageStageLabels {
-    skyhook_name: String,
-    package_name: String,
-    package_version: String,
+    #[prometheus(flatten)]
+    package: PackageLabels,
     stage: String,
 }
 
@@ -292,18 +290,14 @@ impl Metrics {
 
     fn psl(&self, name: &str, key: &(String, String), state: &str) -> PackageStateLabels {
         PackageStateLabels {
-            skyhook_name: name.into(),
-            package_name: key.0.clone(),
-            package_version: key.1.clone(),
+            package: pl(name, key),
             state: state.into(),
         }
     }
 
     fn pgl(&self, name: &str, key: &(String, String), stage: &str) -> PackageStageLabels {
         PackageStageLabels {
-            skyhook_name: name.into(),
-            package_name: key.0.clone(),
-            package_version: key.1.clone(),
+            package: pl(name, key),
             stage: stage.into(),
         }
     }
