@@ -226,44 +226,21 @@ impl Settings {
     }
 
     fn durations(&self, errs: &mut Vec<String>) -> Durations {
+        let (secs, millis) = (Duration::from_secs, Duration::from_millis);
+        // One row a setting, read as a table; checked, and reported, in this order.
+        #[rustfmt::skip]
         let [
-            default_interval,
-            stage_deadline,
-            completed_job_ttl,
-            retry_base,
-            retry_max,
-            lease_duration,
-            renew_deadline,
-            retry_period,
+            default_interval, stage_deadline, completed_job_ttl, retry_base, retry_max,
+            lease_duration, renew_deadline, retry_period,
         ] = [
-            (
-                "DEFAULT_INTERVAL",
-                &self.default_interval,
-                Duration::from_secs(60),
-            ),
-            (
-                "STAGE_DEADLINE",
-                &self.stage_deadline,
-                Duration::from_secs(1),
-            ),
+            ("DEFAULT_INTERVAL", &self.default_interval, secs(60)),
+            ("STAGE_DEADLINE", &self.stage_deadline, secs(1)),
             ("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::ZERO),
-            ("RETRY_BASE", &self.retry_base, Duration::from_millis(100)),
-            ("RETRY_MAX", &self.retry_max, Duration::from_millis(100)),
-            (
-                "LEADER_ELECTION_LEASE_DURATION",
-                &self.leader_election_lease_duration,
-                Duration::from_secs(2),
-            ),
-            (
-                "LEADER_ELECTION_RENEW_DEADLINE",
-                &self.leader_election_renew_deadline,
-                Duration::from_secs(1),
-            ),
-            (
-                "LEADER_ELECTION_RETRY_PERIOD",
-                &self.leader_election_retry_period,
-                Duration::from_millis(100),
-            ),
+            ("RETRY_BASE", &self.retry_base, millis(100)),
+            ("RETRY_MAX", &self.retry_max, millis(100)),
+            ("LEADER_ELECTION_LEASE_DURATION", &self.leader_election_lease_duration, secs(2)),
+            ("LEADER_ELECTION_RENEW_DEADLINE", &self.leader_election_renew_deadline, secs(1)),
+            ("LEADER_ELECTION_RETRY_PERIOD", &self.leader_election_retry_period, millis(100)),
         ]
         .map(|(name, value, min)| checked_duration(name, value, min, errs));
         Durations {
