@@ -114,78 +114,74 @@ pub struct DeploymentStrategy {
     pub exponential: Option<ExponentialStrategy>,
 }
 
-/// Fixed batch strategy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FixedStrategy {
-    /// Batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub initial_batch: Option<i64>,
-    /// Minimum percentage of a batch that must succeed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub batch_threshold: Option<i64>,
-    /// Failed batches in a row that stop the rollout (unset: never stop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub failure_threshold: Option<i64>,
-    /// Progress percentage below which failures count towards stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub safety_limit: Option<i64>,
+/// Declares a batch strategy. Every strategy has `initialBatch` first and the three stop/threshold
+/// fields last, with the same bounds; a strategy's own growth field sits between them, the field
+/// order of the Go types (and so of the generated schema and of serialised objects).
+macro_rules! batch_strategy {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(#[$initial_doc:meta])*
+            initial_batch,
+            $($(#[$own_doc:meta])* $own:ident: range($($range:tt)*),)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            $(#[$initial_doc])*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<GoInt>", range(min = 1))]
+            pub initial_batch: Option<i64>,
+            $(
+                $(#[$own_doc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                #[schemars(with = "Option<GoInt>", range($($range)*))]
+                pub $own: Option<i64>,
+            )?
+            /// Minimum percentage of a batch that must succeed.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
+            pub batch_threshold: Option<i64>,
+            /// Failed batches in a row that stop the rollout (unset: never stop).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<GoInt>", range(min = 1))]
+            pub failure_threshold: Option<i64>,
+            /// Progress percentage below which failures count towards stopping.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
+            pub safety_limit: Option<i64>,
+        }
+    };
 }
 
-/// Linear batch strategy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LinearStrategy {
-    /// First batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub initial_batch: Option<i64>,
-    /// Growth per successful batch (and shrink per failed one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub delta: Option<i64>,
-    /// Minimum percentage of a batch that must succeed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub batch_threshold: Option<i64>,
-    /// Failed batches in a row that stop the rollout (unset: never stop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub failure_threshold: Option<i64>,
-    /// Progress percentage below which failures count towards stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub safety_limit: Option<i64>,
+batch_strategy! {
+    /// Fixed batch strategy.
+    pub struct FixedStrategy {
+        /// Batch size.
+        initial_batch,
+    }
 }
 
-/// Exponential batch strategy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ExponentialStrategy {
-    /// First batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub initial_batch: Option<i64>,
-    /// Growth factor per successful batch (and divisor per failed one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 2))]
-    pub growth_factor: Option<i64>,
-    /// Minimum percentage of a batch that must succeed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub batch_threshold: Option<i64>,
-    /// Failed batches in a row that stop the rollout (unset: never stop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub failure_threshold: Option<i64>,
-    /// Progress percentage below which failures count towards stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub safety_limit: Option<i64>,
+batch_strategy! {
+    /// Linear batch strategy.
+    pub struct LinearStrategy {
+        /// First batch size.
+        initial_batch,
+        /// Growth per successful batch (and shrink per failed one).
+        delta: range(min = 1),
+    }
+}
+
+batch_strategy! {
+    /// Exponential batch strategy.
+    pub struct ExponentialStrategy {
+        /// First batch size.
+        initial_batch,
+        /// Growth factor per successful batch (and divisor per failed one).
+        growth_factor: range(min = 2),
+    }
 }
 
 /// Strategy kind, in the order the Go operator ranks them for overlapping compartments (safest
