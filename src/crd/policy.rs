@@ -84,19 +84,66 @@ pub struct Compartment {
     pub strategy: Option<DeploymentStrategy>,
 }
 
-/// How many nodes may be worked on at once: exactly one of percent or count.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DeploymentBudget {
-    /// Percentage of the compartment's nodes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub percent: Option<i64>,
+/// Declares a struct of optional Go ints, each with its schema bounds (`range(..)`); unset
+/// fields are omitted on the wire.
+macro_rules! bounded_ints {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$doc:meta])* $field:ident: range($($range:tt)*),)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            $(
+                $(#[$doc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                #[schemars(with = "Option<GoInt>", range($($range)*))]
+                pub $field: Option<i64>,
+            )+
+        }
+    };
+}
 
-    /// Number of nodes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub count: Option<i64>,
+/// Declares a batch strategy. Every strategy has `initialBatch` first and the three stop/threshold
+/// fields last, with the same bounds; a strategy's own growth field sits between them, the field
+/// order of the Go types (and so of the generated schema and of serialised objects).
+macro_rules! batch_strategy {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(#[$initial_doc:meta])*
+            initial_batch,
+            $($(#[$own_doc:meta])* $own:ident: range($($range:tt)*),)?
+        }
+    ) => {
+        bounded_ints! {
+            $(#[$meta])*
+            pub struct $name {
+                $(#[$initial_doc])*
+                initial_batch: range(min = 1),
+                $($(#[$own_doc])* $own: range($($range)*),)?
+                /// Minimum percentage of a batch that must succeed.
+                batch_threshold: range(min = 1, max = 100),
+                /// Failed batches in a row that stop the rollout (unset: never stop).
+                failure_threshold: range(min = 1),
+                /// Progress percentage below which failures count towards stopping.
+                safety_limit: range(min = 1, max = 100),
+            }
+        }
+    };
+}
+
+bounded_ints! {
+    /// How many nodes may be worked on at once: exactly one of percent or count.
+    pub struct DeploymentBudget {
+        /// Percentage of the compartment's nodes.
+        percent: range(min = 1, max = 100),
+        /// Number of nodes.
+        count: range(min = 1),
+    }
 }
 
 /// Batch strategy: exactly one of the three.
@@ -112,48 +159,6 @@ pub struct DeploymentStrategy {
     /// Batch grows by growthFactor after each successful batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exponential: Option<ExponentialStrategy>,
-}
-
-/// Declares a batch strategy. Every strategy has `initialBatch` first and the three stop/threshold
-/// fields last, with the same bounds; a strategy's own growth field sits between them, the field
-/// order of the Go types (and so of the generated schema and of serialised objects).
-macro_rules! batch_strategy {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $(#[$initial_doc:meta])*
-            initial_batch,
-            $($(#[$own_doc:meta])* $own:ident: range($($range:tt)*),)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-        #[serde(rename_all = "camelCase")]
-        pub struct $name {
-            $(#[$initial_doc])*
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            #[schemars(with = "Option<GoInt>", range(min = 1))]
-            pub initial_batch: Option<i64>,
-            $(
-                $(#[$own_doc])*
-                #[serde(default, skip_serializing_if = "Option::is_none")]
-                #[schemars(with = "Option<GoInt>", range($($range)*))]
-                pub $own: Option<i64>,
-            )?
-            /// Minimum percentage of a batch that must succeed.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-            pub batch_threshold: Option<i64>,
-            /// Failed batches in a row that stop the rollout (unset: never stop).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            #[schemars(with = "Option<GoInt>", range(min = 1))]
-            pub failure_threshold: Option<i64>,
-            /// Progress percentage below which failures count towards stopping.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-            pub safety_limit: Option<i64>,
-        }
-    };
 }
 
 batch_strategy! {
