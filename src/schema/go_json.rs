@@ -29,6 +29,12 @@ pub(crate) fn to_string_infallible<T: Serialize + ?Sized>(value: &T) -> String {
     to_string(value).unwrap_or_else(|_| String::from("{}"))
 }
 
+/// Go's `omitempty` on a `string` field held as `Option<String>`: absent and `""` are both left
+/// out (`#[serde(skip_serializing_if = "go_json::is_none_or_empty")]`).
+pub(crate) fn is_none_or_empty(v: &Option<String>) -> bool {
+    v.as_deref().is_none_or(str::is_empty)
+}
+
 fn write_with<T: Serialize + ?Sized, F: Formatter>(
     value: &T,
     formatter: GoFormatter<F>,
