@@ -47,17 +47,15 @@ struct PackageLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PackageStateLabels {
-    skyhook_name: String,
-    package_name: String,
-    package_version: String,
+    #[prometheus(flatten)]
+    package: PackageLabels,
     state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PackageStageLabels {
-    skyhook_name: String,
-    package_name: String,
-    package_version: String,
+    #[prometheus(flatten)]
+    package: PackageLabels,
     stage: String,
 }
 
@@ -67,6 +65,13 @@ struct RolloutLabels {
     policy_name: String,
     compartment_name: String,
     strategy: String,
+}
+
+/// Registers each `(name, help, metric)` in turn; a macro because the metrics differ in type.
+macro_rules! register_all {
+    ($registry:expr; $(($name:literal, $help:literal, $metric:expr)),+ $(,)?) => {
+        $($registry.register($name, $help, $metric.clone());)+
+    };
 }
 
 pub struct Metrics {
@@ -118,24 +123,7 @@ impl Default for Metrics {
             emitted: Mutex::new(BTreeMap::new()),
             emitted_policy: Mutex::new(BTreeMap::new()),
         };
-        m.register_skyhook_families();
-        m.register_package_families();
-        m.register_rollout_families();
-        m.registry.register(
-            "skyhook_operator_leader",
-            "1 while this operator process reconciles (it leads, or leader election is off), 0 while it waits to lead",
-            m.leader.clone(),
-        );
-        m.registry.register(
-            "skyhook_operator_pass_seconds",
-            "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)",
-            m.pass_seconds.clone(),
-        );
-        m.registry.register(
-            "skyhook_api_requests",
-            "Requests this operator sent to the API server, by verb, resource and response class",
-            API_REQUESTS.clone(),
-        );
+        m.register_families();
         m
     }
 }
@@ -149,90 +137,28 @@ impl Metrics {
         self.pass_seconds.get_or_create(&labels).observe(seconds);
     }
 
-    fn register_skyhook_families(&mut self) {
+    /// Every family, in the reference's order (ours last).
+    fn register_families(&mut self) {
         let r = &mut self.registry;
-        r.register(
-            "skyhook_status",
-            "1 for the Skyhook's current status, 0 for the others",
-            self.status.clone(),
+        register_all!(r;
+            ("skyhook_status", "1 for the Skyhook's current status, 0 for the others", self.status),
+            ("skyhook_node_status_count", "Targeted nodes per status", self.node_status),
+            ("skyhook_node_target_count", "Targeted nodes", self.targets),
+            ("skyhook_package_state_count", "Nodes per package state", self.package_state),
+            ("skyhook_package_stage_count", "Nodes per package stage", self.package_stage),
+            ("skyhook_package_restarts_count", "Failed attempts summed over nodes", self.restarts),
+            ("skyhook_rollout_matched_nodes", "Nodes in the compartment", self.matched),
+            ("skyhook_rollout_ceiling", "Nodes the compartment may work on at once", self.ceiling),
+            ("skyhook_rollout_current_batch", "Current batch number", self.current_batch),
+            ("skyhook_rollout_consecutive_failures", "Consecutive failed batches", self.consecutive_failures),
+            ("skyhook_rollout_should_stop", "1 when the rollout is halted", self.should_stop),
+            ("skyhook_rollout_in_progress", "Compartment nodes in progress", self.in_progress),
+            ("skyhook_rollout_completed", "Compartment nodes complete", self.completed),
+            ("skyhook_rollout_progress_percent", "Compartment progress", self.progress),
+            ("skyhook_operator_leader", "1 while this operator process reconciles (it leads, or leader election is off), 0 while it waits to lead", self.leader),
+            ("skyhook_operator_pass_seconds", "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)", self.pass_seconds),
+            ("skyhook_api_requests", "Requests this operator sent to the API server, by verb, resource and response class", API_REQUESTS),
         );
-        r.register(
-            "skyhook_node_status_count",
-            "Targeted nodes per status",
-            self.node_status.clone(),
-        );
-        r.register(
-            "skyhook_node_target_count",
-            "Targeted nodes",
-            self.targets.clone(),
-        );
-    }
-
-    fn register_package_families(&mut self) {
-        let r = &mut self.registry;
-        r.register(
-            "skyhook_package_state_count",
-            "Nodes per package state",
-            self.package_state.clone(),
-        );
-        r.register(
-            "skyhook_package_stage_count",
-            "Nodes per package stage",
-            self.package_stage.clone(),
-        );
-        r.register(
-            "skyhook_package_restarts_count",
-            "Failed attempts summed over nodes",
-            self.restarts.clone(),
-        );
-    }
-
-    fn register_rollout_families(&mut self) {
-        let families = [
-            (
-                "skyhook_rollout_matched_nodes",
-                "Nodes in the compartment",
-                &self.matched,
-            ),
-            (
-                "skyhook_rollout_ceiling",
-                "Nodes the compartment may work on at once",
-                &self.ceiling,
-            ),
-            (
-                "skyhook_rollout_current_batch",
-                "Current batch number",
-                &self.current_batch,
-            ),
-            (
-                "skyhook_rollout_consecutive_failures",
-                "Consecutive failed batches",
-                &self.consecutive_failures,
-            ),
-            (
-                "skyhook_rollout_should_stop",
-                "1 when the rollout is halted",
-                &self.should_stop,
-            ),
-            (
-                "skyhook_rollout_in_progress",
-                "Compartment nodes in progress",
-                &self.in_progress,
-            ),
-            (
-                "skyhook_rollout_completed",
-                "Compartment nodes complete",
-                &self.completed,
-            ),
-            (
-                "skyhook_rollout_progress_percent",
-                "Compartment progress",
-                &self.progress,
-            ),
-        ];
-        for (name, help, family) in families {
-            self.registry.register(name, help, family.clone());
-        }
     }
 
     /// Set every series of one Skyhook: node counts from `census` (every targeted node, even
@@ -364,18 +290,14 @@ impl Metrics {
 
     fn psl(&self, name: &str, key: &(String, String), state: &str) -> PackageStateLabels {
         PackageStateLabels {
-            skyhook_name: name.into(),
-            package_name: key.0.clone(),
-            package_version: key.1.clone(),
+            package: pl(name, key),
             state: state.into(),
         }
     }
 
     fn pgl(&self, name: &str, key: &(String, String), stage: &str) -> PackageStageLabels {
         PackageStageLabels {
-            skyhook_name: name.into(),
-            package_name: key.0.clone(),
-            package_version: key.1.clone(),
+            package: pl(name, key),
             stage: stage.into(),
         }
     }

@@ -176,6 +176,21 @@ struct Durations {
     leader: LeaderTimings,
 }
 
+/// A duration setting; one that is invalid or below `min` reads as `min`, and is reported.
+fn checked_duration(name: &str, value: &str, min: Duration, errs: &mut Vec<String>) -> Duration {
+    match parse_go_duration(value) {
+        Ok(d) if d >= min => d,
+        Ok(_) => {
+            errs.push(format!("{name} must be at least {min:?}, got {value:?}"));
+            min
+        }
+        Err(e) => {
+            errs.push(format!("{name}: {e}"));
+            min
+        }
+    }
+}
+
 impl Settings {
     /// Check every setting, reporting all problems at once (as the reference does).
     pub fn validate(&self) -> Result<Config, SettingsError> {
@@ -211,51 +226,33 @@ impl Settings {
     }
 
     fn durations(&self, errs: &mut Vec<String>) -> Durations {
-        let mut dur = |name: &str, v: &str, min: Duration| match parse_go_duration(v) {
-            Ok(d) if d >= min => d,
-            Ok(_) => {
-                errs.push(format!("{name} must be at least {min:?}, got {v:?}"));
-                min
-            }
-            Err(e) => {
-                errs.push(format!("{name}: {e}"));
-                min
-            }
-        };
+        let (secs, millis) = (Duration::from_secs, Duration::from_millis);
+        // One row a setting, read as a table; checked, and reported, in this order.
+        #[rustfmt::skip]
+        let [
+            default_interval, stage_deadline, completed_job_ttl, retry_base, retry_max,
+            lease_duration, renew_deadline, retry_period,
+        ] = [
+            ("DEFAULT_INTERVAL", &self.default_interval, secs(60)),
+            ("STAGE_DEADLINE", &self.stage_deadline, secs(1)),
+            ("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::ZERO),
+            ("RETRY_BASE", &self.retry_base, millis(100)),
+            ("RETRY_MAX", &self.retry_max, millis(100)),
+            ("LEADER_ELECTION_LEASE_DURATION", &self.leader_election_lease_duration, secs(2)),
+            ("LEADER_ELECTION_RENEW_DEADLINE", &self.leader_election_renew_deadline, secs(1)),
+            ("LEADER_ELECTION_RETRY_PERIOD", &self.leader_election_retry_period, millis(100)),
+        ]
+        .map(|(name, value, min)| checked_duration(name, value, min, errs));
         Durations {
-            default_interval: dur(
-                "DEFAULT_INTERVAL",
-                &self.default_interval,
-                Duration::from_secs(60),
-            ),
-            stage_deadline: dur(
-                "STAGE_DEADLINE",
-                &self.stage_deadline,
-                Duration::from_secs(1),
-            ),
-            completed_job_ttl: dur(
-                "COMPLETED_JOB_TTL",
-                &self.completed_job_ttl,
-                Duration::from_secs(0),
-            ),
-            retry_base: dur("RETRY_BASE", &self.retry_base, Duration::from_millis(100)),
-            retry_max: dur("RETRY_MAX", &self.retry_max, Duration::from_millis(100)),
+            default_interval,
+            stage_deadline,
+            completed_job_ttl,
+            retry_base,
+            retry_max,
             leader: LeaderTimings {
-                lease_duration: dur(
-                    "LEADER_ELECTION_LEASE_DURATION",
-                    &self.leader_election_lease_duration,
-                    Duration::from_secs(2),
-                ),
-                renew_deadline: dur(
-                    "LEADER_ELECTION_RENEW_DEADLINE",
-                    &self.leader_election_renew_deadline,
-                    Duration::from_secs(1),
-                ),
-                retry_period: dur(
-                    "LEADER_ELECTION_RETRY_PERIOD",
-                    &self.leader_election_retry_period,
-                    Duration::from_millis(100),
-                ),
+                lease_duration,
+                renew_deadline,
+                retry_period,
             },
         }
     }

@@ -74,9 +74,7 @@ pub enum GenerateError {
 
 /// The Skyhook CRD as served.
 pub fn skyhook_crd() -> Result<CustomResourceDefinition, GenerateError> {
-    finish(
-        Skyhook::crd(),
-        "skyhooks.skyhook.nvidia.com",
+    finish::<Skyhook>(
         &skyhook_compat_patches(),
         &admission::skyhook_tightenings(),
         &admission::skyhook_rules(),
@@ -85,9 +83,7 @@ pub fn skyhook_crd() -> Result<CustomResourceDefinition, GenerateError> {
 
 /// The DeploymentPolicy CRD as served.
 pub fn deployment_policy_crd() -> Result<CustomResourceDefinition, GenerateError> {
-    finish(
-        DeploymentPolicy::crd(),
-        "deploymentpolicies.skyhook.nvidia.com",
+    finish::<DeploymentPolicy>(
         &policy_compat_patches(),
         &admission::deployment_policy_tightenings(),
         &admission::deployment_policy_rules(),
@@ -141,13 +137,13 @@ pub fn write_crds(dir: &Path) -> Result<Vec<PathBuf>, GenerateError> {
     Ok(written)
 }
 
-fn finish(
-    mut crd: CustomResourceDefinition,
-    name: &'static str,
+fn finish<K: CustomResourceExt>(
     compat: &[SchemaPatch],
     tightenings: &[SchemaPatch],
     rules: &[CelRule],
 ) -> Result<CustomResourceDefinition, GenerateError> {
+    let mut crd = K::crd();
+    let name = K::crd_name();
     let json_err = |source| GenerateError::Json { crd: name, source };
     // controller-gen always states the list kind; kube leaves it to the API server's default.
     crd.spec.names.list_kind = Some(format!("{}List", crd.spec.names.kind));
@@ -418,45 +414,33 @@ fn skyhook_status_patches() -> Vec<SchemaPatch> {
 /// k8s-openapi (API 1.33) also lacks the 1.34+ `fileKeyRef` env source that upstream (built with
 /// k8s 1.35 libraries) accepts; keep accepting and storing it.
 fn env_source_patches(env: &str) -> Vec<SchemaPatch> {
-    vec![
+    // Both key selectors embed `corev1.LocalObjectReference`: atomic, with a `name` that
+    // defaults to "" and is therefore not required.
+    let key_refs = ["configMapKeyRef", "secretKeyRef"]
+        .into_iter()
+        .flat_map(|source| {
+            let at = format!("{env}.{source}");
+            [
+                patch(&at, "x-kubernetes-map-type", json!("atomic")),
+                patch(&format!("{at}.name"), "default", json!("")),
+                patch(&at, "required", json!({ "remove": ["name"] })),
+            ]
+        });
+    let field_refs = ["fieldRef", "resourceFieldRef"].map(|source| {
         patch(
-            &format!("{env}.configMapKeyRef"),
+            &format!("{env}.{source}"),
             "x-kubernetes-map-type",
             json!("atomic"),
-        ),
-        patch(&format!("{env}.configMapKeyRef.name"), "default", json!("")),
-        patch(
-            &format!("{env}.configMapKeyRef"),
-            "required",
-            json!({ "remove": ["name"] }),
-        ),
-        patch(
-            &format!("{env}.secretKeyRef"),
-            "x-kubernetes-map-type",
-            json!("atomic"),
-        ),
-        patch(&format!("{env}.secretKeyRef.name"), "default", json!("")),
-        patch(
-            &format!("{env}.secretKeyRef"),
-            "required",
-            json!({ "remove": ["name"] }),
-        ),
-        patch(
-            &format!("{env}.fieldRef"),
-            "x-kubernetes-map-type",
-            json!("atomic"),
-        ),
-        patch(
-            &format!("{env}.resourceFieldRef"),
-            "x-kubernetes-map-type",
-            json!("atomic"),
-        ),
-        patch(
+        )
+    });
+    key_refs
+        .chain(field_refs)
+        .chain([patch(
             &format!("{env}.fileKeyRef"),
             ADD_PROPERTY,
             file_key_ref_schema(),
-        ),
-    ]
+        )])
+        .collect()
 }
 
 /// The `metav1.Condition` list markers and bounds controller-gen emits (at `conditions`).

@@ -84,19 +84,87 @@ pub struct Compartment {
     pub strategy: Option<DeploymentStrategy>,
 }
 
-/// How many nodes may be worked on at once: exactly one of percent or count.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DeploymentBudget {
-    /// Percentage of the compartment's nodes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub percent: Option<i64>,
+/// Declares a struct of optional Go ints, each with its schema bounds (`range(..)`); unset
+/// fields are omitted on the wire.
+macro_rules! bounded_ints {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$doc:meta])* $field:ident: range($($range:tt)*),)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $name {
+            $(
+                $(#[$doc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                #[schemars(with = "Option<GoInt>", range($($range)*))]
+                pub $field: Option<i64>,
+            )+
+        }
+    };
+}
 
-    /// Number of nodes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub count: Option<i64>,
+/// Declares a batch strategy. Every strategy has `initialBatch` first and the three stop/threshold
+/// fields last, with the same bounds and defaults; a strategy's own growth field (with its
+/// default) sits between them, the field order of the Go types (and so of the generated schema
+/// and of serialised objects).
+macro_rules! batch_strategy {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(#[$initial_doc:meta])*
+            initial_batch,
+            $($(#[$own_doc:meta])* $own:ident: range($($range:tt)*) = $own_default:expr,)?
+        }
+    ) => {
+        bounded_ints! {
+            $(#[$meta])*
+            pub struct $name {
+                $(#[$initial_doc])*
+                initial_batch: range(min = 1),
+                $($(#[$own_doc])* $own: range($($range)*),)?
+                /// Minimum percentage of a batch that must succeed.
+                batch_threshold: range(min = 1, max = 100),
+                /// Failed batches in a row that stop the rollout (unset: never stop).
+                failure_threshold: range(min = 1),
+                /// Progress percentage below which failures count towards stopping.
+                safety_limit: range(min = 1, max = 100),
+            }
+        }
+
+        impl $name {
+            /// The shared parameters, defaults applied.
+            fn params(&self) -> StrategyParams {
+                StrategyParams {
+                    initial_batch: self.initial_batch.unwrap_or(DEFAULT_INITIAL_BATCH),
+                    batch_threshold: self.batch_threshold.unwrap_or(DEFAULT_BATCH_THRESHOLD),
+                    failure_threshold: self.failure_threshold,
+                    safety_limit: self.safety_limit.unwrap_or(DEFAULT_SAFETY_LIMIT),
+                }
+            }
+
+            /// Fills every unset defaulted field in place (`failureThreshold` has no default).
+            fn apply_defaults(&mut self) {
+                self.initial_batch.get_or_insert(DEFAULT_INITIAL_BATCH);
+                $(self.$own.get_or_insert($own_default);)?
+                self.batch_threshold.get_or_insert(DEFAULT_BATCH_THRESHOLD);
+                self.safety_limit.get_or_insert(DEFAULT_SAFETY_LIMIT);
+            }
+        }
+    };
+}
+
+bounded_ints! {
+    /// How many nodes may be worked on at once: exactly one of percent or count.
+    pub struct DeploymentBudget {
+        /// Percentage of the compartment's nodes.
+        percent: range(min = 1, max = 100),
+        /// Number of nodes.
+        count: range(min = 1),
+    }
 }
 
 /// Batch strategy: exactly one of the three.
@@ -114,78 +182,32 @@ pub struct DeploymentStrategy {
     pub exponential: Option<ExponentialStrategy>,
 }
 
-/// Fixed batch strategy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct FixedStrategy {
-    /// Batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub initial_batch: Option<i64>,
-    /// Minimum percentage of a batch that must succeed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub batch_threshold: Option<i64>,
-    /// Failed batches in a row that stop the rollout (unset: never stop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub failure_threshold: Option<i64>,
-    /// Progress percentage below which failures count towards stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub safety_limit: Option<i64>,
+batch_strategy! {
+    /// Fixed batch strategy.
+    pub struct FixedStrategy {
+        /// Batch size.
+        initial_batch,
+    }
 }
 
-/// Linear batch strategy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LinearStrategy {
-    /// First batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub initial_batch: Option<i64>,
-    /// Growth per successful batch (and shrink per failed one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub delta: Option<i64>,
-    /// Minimum percentage of a batch that must succeed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub batch_threshold: Option<i64>,
-    /// Failed batches in a row that stop the rollout (unset: never stop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub failure_threshold: Option<i64>,
-    /// Progress percentage below which failures count towards stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub safety_limit: Option<i64>,
+batch_strategy! {
+    /// Linear batch strategy.
+    pub struct LinearStrategy {
+        /// First batch size.
+        initial_batch,
+        /// Growth per successful batch (and shrink per failed one).
+        delta: range(min = 1) = DEFAULT_DELTA,
+    }
 }
 
-/// Exponential batch strategy.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ExponentialStrategy {
-    /// First batch size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub initial_batch: Option<i64>,
-    /// Growth factor per successful batch (and divisor per failed one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 2))]
-    pub growth_factor: Option<i64>,
-    /// Minimum percentage of a batch that must succeed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub batch_threshold: Option<i64>,
-    /// Failed batches in a row that stop the rollout (unset: never stop).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1))]
-    pub failure_threshold: Option<i64>,
-    /// Progress percentage below which failures count towards stopping.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<GoInt>", range(min = 1, max = 100))]
-    pub safety_limit: Option<i64>,
+batch_strategy! {
+    /// Exponential batch strategy.
+    pub struct ExponentialStrategy {
+        /// First batch size.
+        initial_batch,
+        /// Growth factor per successful batch (and divisor per failed one).
+        growth_factor: range(min = 2) = DEFAULT_GROWTH_FACTOR,
+    }
 }
 
 /// Strategy kind, in the order the Go operator ranks them for overlapping compartments (safest
@@ -264,52 +286,23 @@ impl EffectiveStrategy {
     }
 }
 
-fn params(
-    initial_batch: Option<i64>,
-    batch_threshold: Option<i64>,
-    failure_threshold: Option<i64>,
-    safety_limit: Option<i64>,
-) -> StrategyParams {
-    StrategyParams {
-        initial_batch: initial_batch.unwrap_or(DEFAULT_INITIAL_BATCH),
-        batch_threshold: batch_threshold.unwrap_or(DEFAULT_BATCH_THRESHOLD),
-        failure_threshold,
-        safety_limit: safety_limit.unwrap_or(DEFAULT_SAFETY_LIMIT),
-    }
-}
-
 impl DeploymentStrategy {
     /// The strategy with defaults applied, or `None` when no type is set. When several are set
     /// (rejected at admission, but possible in old objects) the first of fixed, linear,
     /// exponential wins, as in the Go operator.
     pub fn effective(&self) -> Option<EffectiveStrategy> {
         if let Some(f) = &self.fixed {
-            return Some(EffectiveStrategy::Fixed(params(
-                f.initial_batch,
-                f.batch_threshold,
-                f.failure_threshold,
-                f.safety_limit,
-            )));
+            return Some(EffectiveStrategy::Fixed(f.params()));
         }
         if let Some(l) = &self.linear {
             return Some(EffectiveStrategy::Linear {
-                params: params(
-                    l.initial_batch,
-                    l.batch_threshold,
-                    l.failure_threshold,
-                    l.safety_limit,
-                ),
+                params: l.params(),
                 delta: l.delta.unwrap_or(DEFAULT_DELTA),
             });
         }
         if let Some(e) = &self.exponential {
             return Some(EffectiveStrategy::Exponential {
-                params: params(
-                    e.initial_batch,
-                    e.batch_threshold,
-                    e.failure_threshold,
-                    e.safety_limit,
-                ),
+                params: e.params(),
                 growth_factor: e.growth_factor.unwrap_or(DEFAULT_GROWTH_FACTOR),
             });
         }
@@ -326,21 +319,13 @@ impl DeploymentStrategy {
     /// Fills every unset defaulted parameter in place, like the Go mutating webhook.
     pub fn apply_defaults(&mut self) {
         if let Some(f) = &mut self.fixed {
-            f.initial_batch.get_or_insert(DEFAULT_INITIAL_BATCH);
-            f.batch_threshold.get_or_insert(DEFAULT_BATCH_THRESHOLD);
-            f.safety_limit.get_or_insert(DEFAULT_SAFETY_LIMIT);
+            f.apply_defaults();
         }
         if let Some(l) = &mut self.linear {
-            l.initial_batch.get_or_insert(DEFAULT_INITIAL_BATCH);
-            l.delta.get_or_insert(DEFAULT_DELTA);
-            l.batch_threshold.get_or_insert(DEFAULT_BATCH_THRESHOLD);
-            l.safety_limit.get_or_insert(DEFAULT_SAFETY_LIMIT);
+            l.apply_defaults();
         }
         if let Some(e) = &mut self.exponential {
-            e.initial_batch.get_or_insert(DEFAULT_INITIAL_BATCH);
-            e.growth_factor.get_or_insert(DEFAULT_GROWTH_FACTOR);
-            e.batch_threshold.get_or_insert(DEFAULT_BATCH_THRESHOLD);
-            e.safety_limit.get_or_insert(DEFAULT_SAFETY_LIMIT);
+            e.apply_defaults();
         }
     }
 }

@@ -29,6 +29,12 @@ pub(crate) fn to_string_infallible<T: Serialize + ?Sized>(value: &T) -> String {
     to_string(value).unwrap_or_else(|_| String::from("{}"))
 }
 
+/// Go's `omitempty` on a `string` field held as `Option<String>`: absent and `""` are both left
+/// out (`#[serde(skip_serializing_if = "go_json::is_none_or_empty")]`).
+pub(crate) fn is_none_or_empty(v: &Option<String>) -> bool {
+    v.as_deref().is_none_or(str::is_empty)
+}
+
 fn write_with<T: Serialize + ?Sized, F: Formatter>(
     value: &T,
     formatter: GoFormatter<F>,
@@ -48,6 +54,22 @@ fn write_with<T: Serialize + ?Sized, F: Formatter>(
 
 /// Delegates layout to the wrapped formatter and adds Go's extra string escapes.
 struct GoFormatter<F>(F);
+
+/// `Formatter` methods of `GoFormatter` that only hand over to the wrapped layout; the trait's
+/// defaults would instead lay out compactly, which is wrong for the pretty formatter.
+macro_rules! forward_to_inner {
+    ($($method:ident($($arg:ident: $ty:ty)?);)+) => {
+        $(
+            fn $method<W: ?Sized + io::Write>(
+                &mut self,
+                writer: &mut W,
+                $($arg: $ty)?
+            ) -> io::Result<()> {
+                self.0.$method(writer $(, $arg)?)
+            }
+        )+
+    };
+}
 
 fn write_go_fragment<W: ?Sized + io::Write>(writer: &mut W, fragment: &str) -> io::Result<()> {
     let mut start = 0;
@@ -76,60 +98,18 @@ impl<F: Formatter> Formatter for GoFormatter<F> {
         write_go_fragment(writer, fragment)
     }
 
-    fn write_char_escape<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        char_escape: CharEscape,
-    ) -> io::Result<()> {
-        self.0.write_char_escape(writer, char_escape)
-    }
-
-    fn begin_array<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.begin_array(writer)
-    }
-
-    fn end_array<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.end_array(writer)
-    }
-
-    fn begin_array_value<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        self.0.begin_array_value(writer, first)
-    }
-
-    fn end_array_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.end_array_value(writer)
-    }
-
-    fn begin_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.begin_object(writer)
-    }
-
-    fn end_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.end_object(writer)
-    }
-
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        self.0.begin_object_key(writer, first)
-    }
-
-    fn end_object_key<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.end_object_key(writer)
-    }
-
-    fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.begin_object_value(writer)
-    }
-
-    fn end_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.0.end_object_value(writer)
+    forward_to_inner! {
+        write_char_escape(char_escape: CharEscape);
+        begin_array();
+        end_array();
+        begin_array_value(first: bool);
+        end_array_value();
+        begin_object();
+        end_object();
+        begin_object_key(first: bool);
+        end_object_key();
+        begin_object_value();
+        end_object_value();
     }
 }
 

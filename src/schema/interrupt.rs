@@ -4,43 +4,25 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-use super::{SchemaError, go_json};
+use super::go_json;
+use super::wire_enum::wire_enum;
 
-/// Interrupt type as spelled in the CRD (`spec.packages.*.interrupt.type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum InterruptType {
-    #[serde(rename = "service")]
-    Service,
-    #[serde(rename = "reboot")]
-    Reboot,
-    #[serde(rename = "noop")]
-    Noop,
-    #[serde(rename = "restartAllServices")]
-    RestartAllServices,
+wire_enum! {
+    // Declared in CRD enum order. The wire string is also used in `packages.json` and in
+    // interrupt pod/Job names.
+    /// Interrupt type as spelled in the CRD (`spec.packages.*.interrupt.type`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+    pub serde enum InterruptType {
+        Service = "service",
+        Reboot = "reboot",
+        Noop = "noop",
+        RestartAllServices = "restartAllServices",
+    }
+    kind = "interrupt type";
 }
 
 impl InterruptType {
-    /// Every type, in CRD enum order.
-    pub const ALL: [InterruptType; 4] = [
-        InterruptType::Service,
-        InterruptType::Reboot,
-        InterruptType::Noop,
-        InterruptType::RestartAllServices,
-    ];
-
-    /// CRD spelling (also used in `packages.json` and in interrupt pod/Job names).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            InterruptType::Service => "service",
-            InterruptType::Reboot => "reboot",
-            InterruptType::Noop => "noop",
-            InterruptType::RestartAllServices => "restartAllServices",
-        }
-    }
-
     /// Spelling the agent expects inside the interrupt argument.
     pub const fn agent_name(self) -> &'static str {
         match self {
@@ -59,26 +41,6 @@ impl InterruptType {
             InterruptType::Service => 2,
             InterruptType::Noop => 3,
         }
-    }
-}
-
-impl FromStr for InterruptType {
-    type Err = SchemaError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        InterruptType::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| SchemaError::UnknownValue {
-                kind: "interrupt type",
-                value: s.to_owned(),
-            })
-    }
-}
-
-impl fmt::Display for InterruptType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -31,6 +31,7 @@ pub mod stage;
 pub mod status;
 pub mod taint;
 pub mod validation;
+mod wire_enum;
 
 pub use agent::*;
 pub use conditions::*;

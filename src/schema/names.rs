@@ -82,8 +82,13 @@ fn attempt_name(parts: &[&str], attempt: u32) -> Result<String, SchemaError> {
     if attempt > MAX_JOB_ATTEMPT {
         return Err(SchemaError::AttemptOutOfRange(attempt));
     }
-    let base: String = safe_name(59, parts)
-        .chars()
+    let base = dash_outside_lower_alnum(&safe_name(59, parts));
+    Ok(format!("{base}-{attempt}"))
+}
+
+/// Replaces every character other than `[a-z0-9]` with `-`.
+fn dash_outside_lower_alnum(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_ascii_lowercase() || c.is_ascii_digit() {
                 c
@@ -91,8 +96,7 @@ fn attempt_name(parts: &[&str], attempt: u32) -> Result<String, SchemaError> {
                 '-'
             }
         })
-        .collect();
-    Ok(format!("{base}-{attempt}"))
+        .collect()
 }
 
 /// Node metadata ConfigMap name.
@@ -118,16 +122,7 @@ pub fn package_configmap_name(skyhook: &str, package: &str, version: &str) -> St
         return lowered;
     }
     let hash = sha256_hex(&original, 64);
-    let sanitised: String = lowered
-        .chars()
-        .map(|c| {
-            if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let sanitised = dash_outside_lower_alnum(&lowered);
     let kept = truncate_bytes(&sanitised, 253 - 9);
     format!("{kept}-{}", &hash[..8])
 }

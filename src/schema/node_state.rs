@@ -39,7 +39,7 @@ pub struct PackageStatus {
     #[serde(
         rename = "containerSHA",
         default,
-        skip_serializing_if = "is_none_or_empty"
+        skip_serializing_if = "go_json::is_none_or_empty"
     )]
     pub container_sha: Option<String>,
     pub stage: Stage,
@@ -60,10 +60,6 @@ impl PackageStatus {
     pub fn key(&self) -> String {
         package_key(&self.name, &self.version)
     }
-}
-
-fn is_none_or_empty(v: &Option<String>) -> bool {
-    v.as_deref().is_none_or(str::is_empty)
 }
 
 fn is_zero(v: &i32) -> bool {

@@ -17,16 +17,12 @@ pub struct PackageAnnotation {
     #[serde(
         rename = "containerSHA",
         default,
-        skip_serializing_if = "is_none_or_empty"
+        skip_serializing_if = "go_json::is_none_or_empty"
     )]
     pub container_sha: Option<String>,
     /// Set when the operator has invalidated the pod; it is deleted on the next pod event.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub invalid: bool,
-}
-
-fn is_none_or_empty(v: &Option<String>) -> bool {
-    v.as_deref().is_none_or(str::is_empty)
 }
 
 impl PackageAnnotation {

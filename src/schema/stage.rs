@@ -2,52 +2,27 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-use super::SchemaError;
+use super::wire_enum::wire_enum;
 
-/// A stage of a package on a node. The wire string is also the agent mode the stage runs.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
-pub enum Stage {
-    #[serde(rename = "uninstall")]
-    Uninstall,
-    #[serde(rename = "upgrade")]
-    Upgrade,
-    #[serde(rename = "apply")]
-    Apply,
-    #[serde(rename = "interrupt")]
-    Interrupt,
-    #[serde(rename = "post-interrupt")]
-    PostInterrupt,
-    #[serde(rename = "config")]
-    Config,
+wire_enum! {
+    // Declared in the order the reference emits its metrics.
+    /// A stage of a package on a node. The wire string is also the agent mode the stage runs.
+    #[derive(
+        Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    )]
+    pub serde enum Stage {
+        Uninstall = "uninstall",
+        Upgrade = "upgrade",
+        Apply = "apply",
+        Interrupt = "interrupt",
+        PostInterrupt = "post-interrupt",
+        Config = "config",
+    }
+    kind = "stage";
 }
 
 impl Stage {
-    /// Every stage, in the order the reference emits its metrics.
-    pub const ALL: [Stage; 6] = [
-        Stage::Uninstall,
-        Stage::Upgrade,
-        Stage::Apply,
-        Stage::Interrupt,
-        Stage::PostInterrupt,
-        Stage::Config,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Stage::Uninstall => "uninstall",
-            Stage::Upgrade => "upgrade",
-            Stage::Apply => "apply",
-            Stage::Interrupt => "interrupt",
-            Stage::PostInterrupt => "post-interrupt",
-            Stage::Config => "config",
-        }
-    }
-
     /// Rank in a package's life for sorting displays: uninstall < apply = upgrade < config <
     /// interrupt < post-interrupt.
     pub const fn run_order(self) -> u8 {
@@ -79,26 +54,6 @@ impl Stage {
         } else {
             Stage::Config
         }
-    }
-}
-
-impl FromStr for Stage {
-    type Err = SchemaError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Stage::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| SchemaError::UnknownValue {
-                kind: "stage",
-                value: s.to_owned(),
-            })
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -2,63 +2,34 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-use super::SchemaError;
+use super::wire_enum::wire_enum;
 
-/// Status of a Skyhook on a node (`status_<sh>` annotation/label) and of a Skyhook as a whole
-/// (`.status.status`).
-///
-/// Deserialisation is lenient like Go's `GetStatus`: an unrecognised string becomes `Unknown`,
-/// so one bad value cannot make a whole Skyhook object unreadable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
-pub enum Status {
-    #[serde(rename = "complete")]
-    Complete,
-    #[serde(rename = "blocked")]
-    Blocked,
-    #[serde(rename = "waiting")]
-    Waiting,
-    #[serde(rename = "disabled")]
-    Disabled,
-    #[serde(rename = "paused")]
-    Paused,
-    #[serde(rename = "in_progress")]
-    InProgress,
-    #[serde(rename = "erroring")]
-    Erroring,
-    #[default]
-    #[serde(rename = "unknown", other)]
-    Unknown,
+wire_enum! {
+    // Declared in the order of the reference's metrics and cheat-sheet. `FromStr` is strict;
+    // `parse_lenient` is the reference's reading.
+    /// Status of a Skyhook on a node (`status_<sh>` annotation/label) and of a Skyhook as a whole
+    /// (`.status.status`).
+    ///
+    /// Deserialisation is lenient like Go's `GetStatus`: an unrecognised string becomes `Unknown`,
+    /// so one bad value cannot make a whole Skyhook object unreadable.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+    pub serde enum Status {
+        Complete = "complete",
+        Blocked = "blocked",
+        Waiting = "waiting",
+        Disabled = "disabled",
+        Paused = "paused",
+        InProgress = "in_progress",
+        Erroring = "erroring",
+        #[default]
+        #[serde(other)]
+        Unknown = "unknown",
+    }
+    kind = "status";
 }
 
 impl Status {
-    /// Every status, in the order of the reference's metrics and cheat-sheet.
-    pub const ALL: [Status; 8] = [
-        Status::Complete,
-        Status::Blocked,
-        Status::Waiting,
-        Status::Disabled,
-        Status::Paused,
-        Status::InProgress,
-        Status::Erroring,
-        Status::Unknown,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Status::Complete => "complete",
-            Status::Blocked => "blocked",
-            Status::Waiting => "waiting",
-            Status::Disabled => "disabled",
-            Status::Paused => "paused",
-            Status::InProgress => "in_progress",
-            Status::Erroring => "erroring",
-            Status::Unknown => "unknown",
-        }
-    }
-
     /// Reads a node's status annotation the way the reference does: missing or unrecognised
     /// values are `Unknown`.
     pub fn from_annotation(value: Option<&str>) -> Status {
@@ -71,85 +42,23 @@ impl Status {
     }
 }
 
-impl FromStr for Status {
-    type Err = SchemaError;
-
-    /// Strict: only the eight wire strings. Use `parse_lenient` for the reference reading.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Status::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| SchemaError::UnknownValue {
-                kind: "status",
-                value: s.to_owned(),
-            })
+wire_enum! {
+    // Declared in the order of the reference's metrics.
+    /// State of a package at its current stage on a node.
+    ///
+    /// Deserialisation maps unrecognised strings to `Unknown` (the reference only ever accepts that
+    /// value, never writes it).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+    pub serde enum State {
+        Complete = "complete",
+        InProgress = "in_progress",
+        Skipped = "skipped",
+        Erroring = "erroring",
+        #[default]
+        #[serde(other)]
+        Unknown = "unknown",
     }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// State of a package at its current stage on a node.
-///
-/// Deserialisation maps unrecognised strings to `Unknown` (the reference only ever accepts that
-/// value, never writes it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
-pub enum State {
-    #[serde(rename = "complete")]
-    Complete,
-    #[serde(rename = "in_progress")]
-    InProgress,
-    #[serde(rename = "skipped")]
-    Skipped,
-    #[serde(rename = "erroring")]
-    Erroring,
-    #[default]
-    #[serde(rename = "unknown", other)]
-    Unknown,
-}
-
-impl State {
-    /// Every state, in the order of the reference's metrics.
-    pub const ALL: [State; 5] = [
-        State::Complete,
-        State::InProgress,
-        State::Skipped,
-        State::Erroring,
-        State::Unknown,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            State::Complete => "complete",
-            State::InProgress => "in_progress",
-            State::Skipped => "skipped",
-            State::Erroring => "erroring",
-            State::Unknown => "unknown",
-        }
-    }
-}
-
-impl FromStr for State {
-    type Err = SchemaError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        State::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| SchemaError::UnknownValue {
-                kind: "state",
-                value: s.to_owned(),
-            })
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    kind = "state";
 }
 
 #[cfg(test)]

@@ -6,42 +6,17 @@ use std::str::FromStr;
 
 use super::SchemaError;
 use super::validation::{is_qualified_name, is_valid_label_value};
+use super::wire_enum::wire_enum;
 
-/// Taint effects accepted when adding a taint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TaintEffect {
-    NoSchedule,
-    PreferNoSchedule,
-    NoExecute,
-}
-
-impl TaintEffect {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            TaintEffect::NoSchedule => "NoSchedule",
-            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-            TaintEffect::NoExecute => "NoExecute",
-        }
+wire_enum! {
+    /// Taint effects accepted when adding a taint.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum TaintEffect {
+        NoSchedule = "NoSchedule",
+        PreferNoSchedule = "PreferNoSchedule",
+        NoExecute = "NoExecute",
     }
-}
-
-impl FromStr for TaintEffect {
-    type Err = SchemaError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "NoSchedule" => Ok(TaintEffect::NoSchedule),
-            "PreferNoSchedule" => Ok(TaintEffect::PreferNoSchedule),
-            "NoExecute" => Ok(TaintEffect::NoExecute),
-            other => Err(SchemaError::InvalidTaintEffect(other.to_owned())),
-        }
-    }
-}
-
-impl fmt::Display for TaintEffect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+    parse_error(|s| SchemaError::InvalidTaintEffect(s.to_owned()));
 }
 
 /// A taint to add, parsed like `kubectl taint` (removal specs `key-` / `key:Effect-` are
