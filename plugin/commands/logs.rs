@@ -16,7 +16,7 @@ use skyhook::schema::{self, NodePattern, NodeState, Stage, State};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
-use crate::app::jobs::{Found, find};
+use crate::app::jobs::{Found, container_statuses, find};
 use crate::app::kube::Kube;
 use crate::app::nodes::select_nodes;
 use crate::app::packages::spec_version;
@@ -92,13 +92,7 @@ fn stage_slot(stage: Stage) -> usize {
 }
 
 fn container_status<'p>(pod: &'p Pod, name: &str) -> Option<&'p ContainerStatus> {
-    let status = pod.status.as_ref()?;
-    status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .find(|c| c.name == name)
+    container_statuses(pod).find(|c| c.name == name)
 }
 
 /// Container names in the order they run: init containers, then the others.

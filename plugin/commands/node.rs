@@ -12,13 +12,14 @@ use kube::api::{Api, ListParams};
 use serde::Serialize;
 use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::plan::compartments;
-use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
+use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta};
-use crate::app::nodes::{parse_state, select_nodes, skyhook_states};
+use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
 use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
+use crate::app::prompt::dry_run_stop;
 use crate::app::sort::{Sortable, sort_by_key};
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
@@ -382,10 +383,7 @@ pub async fn status(
     patterns: &[String],
     skyhook: Option<&str>,
 ) -> Result<(), CliError> {
-    // Bad patterns fail before any request.
-    for p in patterns {
-        NodePattern::new(p)?;
-    }
+    check_patterns(patterns)?;
     let by_compartment = ctx
         .global
         .sort_key
@@ -471,12 +469,7 @@ pub async fn ignore(
     patterns: &[String],
     ignore: bool,
 ) -> Result<(), CliError> {
-    for p in patterns {
-        NodePattern::new(p)?;
-    }
-    let kube = ctx.kube().await?;
-    let nodes = kube.nodes().await?;
-    let selected = select_nodes(patterns, nodes.iter().map(|n| n.name.as_str()))?;
+    let (kube, nodes, selected) = list_selected(ctx, patterns).await?;
     let (action, verb, skip_note) = if ignore {
         ("Ignoring", "ignored", "already ignored")
     } else {
@@ -486,8 +479,7 @@ pub async fn ignore(
     for name in &selected {
         writeln!(out, "  - {name}")?;
     }
-    if ctx.global.dry_run {
-        writeln!(out, "\n[dry-run] No changes applied")?;
+    if dry_run_stop(ctx.global.dry_run, out)? {
         return Ok(());
     }
     let mut errors = Vec::new();

@@ -9,7 +9,7 @@ use skyhook::schema::{self, PackageStatus};
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::NodeMeta;
-use crate::app::nodes::{parse_state, select_nodes};
+use crate::app::nodes::{check_patterns, parse_state, select_nodes};
 use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
 use crate::app::sort::{Sortable, sort_by_key};
 
@@ -144,9 +144,7 @@ pub async fn status(
     skyhook: &str,
     node_patterns: &[String],
 ) -> Result<(), CliError> {
-    for p in node_patterns {
-        schema::NodePattern::new(p)?;
-    }
+    check_patterns(node_patterns)?;
     let kube = ctx.kube().await?;
     let sk = kube.skyhook(skyhook).await?;
     let nodes = kube.nodes().await?;
