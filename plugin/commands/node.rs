@@ -18,7 +18,7 @@ use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta};
 use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
-use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
+use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
 use crate::app::prompt::dry_run_stop;
 use crate::app::sort::{Sortable, sort_by_key};
 
@@ -119,16 +119,12 @@ pub fn render_list(
     skyhook: &str,
     entries: &[NodeListEntry],
 ) -> Result<String, CliError> {
-    if format == OutputFormat::Name {
-        return Ok(names("node", entries.iter().map(|e| e.node_name.as_str())));
-    }
-    if let Some(text) = structured(
-        format,
-        &NodeListOutput {
-            skyhook_name: skyhook,
-            nodes: entries,
-        },
-    )? {
+    let output = NodeListOutput {
+        skyhook_name: skyhook,
+        nodes: entries,
+    };
+    let node_names = entries.iter().map(|e| e.node_name.as_str());
+    if let Some(text) = untabled(format, "node", node_names, &output)? {
         return Ok(text);
     }
     if entries.is_empty() {
@@ -167,16 +163,13 @@ pub fn render_list(
             row
         })
         .collect();
-    if painter.no_headers() {
-        return Ok(painter.table(&headers, &rows));
-    }
-    Ok(format!(
-        "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)\n\n{}",
+    let title = format!(
+        "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)",
         count(painter, complete, State::Complete),
         count(painter, erroring, State::Erroring),
         total - complete - erroring,
-        painter.table(&headers, &rows)
-    ))
+    );
+    Ok(painter.titled_table(&title, &headers, &rows))
 }
 
 /// A summary count, coloured like its state when it is not zero.
@@ -315,13 +308,8 @@ pub fn render_status(
     format: OutputFormat,
     summaries: &[NodeSkyhookSummary],
 ) -> Result<String, CliError> {
-    if format == OutputFormat::Name {
-        return Ok(names(
-            "node",
-            summaries.iter().map(|s| s.node_name.as_str()),
-        ));
-    }
-    if let Some(text) = structured(format, summaries)? {
+    let node_names = summaries.iter().map(|s| s.node_name.as_str());
+    if let Some(text) = untabled(format, "node", node_names, summaries)? {
         return Ok(text);
     }
     if summaries.is_empty() {
