@@ -273,17 +273,6 @@ impl Kube {
             .map_err(|e| self.skyhook_patch_failed(e, name, format!("patching skyhook {name:?}")))
     }
 
-    /// JSON merge patch of one node label (`None` removes it).
-    pub async fn set_node_label(
-        &self,
-        node: &str,
-        key: &str,
-        value: Option<&str>,
-    ) -> Result<(), CliError> {
-        self.merge_patch_node(node, &single_key_patch("labels", key, value))
-            .await
-    }
-
     /// JSON merge patch of a node's metadata.
     pub async fn merge_patch_node(&self, node: &str, patch: &Value) -> Result<(), CliError> {
         self.merge_metadata::<Node>(node, patch)

@@ -11,7 +11,7 @@ use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, LogParams};
 use skyhook::interned::Shared;
-use skyhook::jobs::{Outcome, STUCK_WAITING_REASONS};
+use skyhook::jobs::{JobView, Outcome, STUCK_WAITING_REASONS};
 use skyhook::schema::{self, NodePattern, NodeState, Stage, State};
 
 use crate::app::Ctx;
@@ -41,28 +41,20 @@ pub fn select(found: Vec<Found>, args: &LogsArgs, node: Option<&NodePattern>) ->
         })
         .collect();
     if !args.all_attempts {
-        let mut newest: HashMap<(Shared, Shared, Shared, Stage), u32> = HashMap::new();
+        let key = |v: &JobView| -> (Shared, Shared, Shared, Stage) {
+            (
+                v.node.clone(),
+                v.skyhook.clone(),
+                v.version.clone(),
+                v.stage,
+            )
+        };
+        let mut newest: HashMap<_, u32> = HashMap::new();
         for f in &picked {
-            let v = &f.view;
-            let key = (
-                v.node.clone(),
-                v.skyhook.clone(),
-                v.version.clone(),
-                v.stage,
-            );
-            let e = newest.entry(key).or_insert(v.attempt);
-            *e = (*e).max(v.attempt);
+            let e = newest.entry(key(&f.view)).or_insert(f.view.attempt);
+            *e = (*e).max(f.view.attempt);
         }
-        picked.retain(|f| {
-            let v = &f.view;
-            let key = (
-                v.node.clone(),
-                v.skyhook.clone(),
-                v.version.clone(),
-                v.stage,
-            );
-            newest.get(&key) == Some(&v.attempt)
-        });
+        picked.retain(|f| newest.get(&key(&f.view)) == Some(&f.view.attempt));
     }
     picked
 }

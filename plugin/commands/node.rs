@@ -16,7 +16,7 @@ use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
-use crate::app::kube::{Kube, Labels, NodeMeta};
+use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
 use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
 use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
 use crate::app::prompt::dry_run_stop;
@@ -480,10 +480,8 @@ pub async fn ignore(
             continue;
         }
         let value = ignore.then_some(schema::TRUE_VALUE);
-        match kube
-            .set_node_label(&node.name, schema::IGNORE_LABEL, value)
-            .await
-        {
+        let patch = single_key_patch("labels", schema::IGNORE_LABEL, value);
+        match kube.merge_patch_node(&node.name, &patch).await {
             Ok(()) => done += 1,
             Err(e) => errors.push(format!("{}: {e}", node.name)),
         }
