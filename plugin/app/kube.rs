@@ -18,6 +18,17 @@ use skyhook::streamed;
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
 
+/// What a typed [`Api`] call needs of a kind (of any scope).
+pub trait Kind:
+    kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+{
+}
+
+impl<K> Kind for K where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+{
+}
+
 /// Nodes are listed in pages of this size (kubectl's default chunk size).
 const PAGE_SIZE: u32 = 500;
 
@@ -326,11 +337,7 @@ impl Kube {
     /// (a 409 is an answer to some of them, a failure to others).
     async fn merge_metadata<K>(&self, name: &str, patch: &Value) -> Result<(), kube::Error>
     where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
+        K: Kind + kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
     {
         let api: Api<K> = Api::all(self.client.clone());
         api.patch_metadata(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -365,11 +372,7 @@ impl Kube {
         kind: &str,
     ) -> Result<Vec<K>, CliError>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
+        K: Kind + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         api.list(params)

@@ -30,7 +30,7 @@ use self::archive::{Archive, Piece, human_size};
 use crate::app::Ctx;
 use crate::app::error::{CliError, is_not_found};
 use crate::app::global::Timeout;
-use crate::app::kube::Kube;
+use crate::app::kube::{Kind, Kube};
 use crate::app::operator::PLUGIN_VERSION;
 use crate::cli::CollectArgs;
 
@@ -291,11 +291,7 @@ impl Collector<'_> {
     /// Lists the namespaced objects of each Skyhook by their name label.
     async fn list_labelled<K>(&self, piece: &mut Piece, kind: &str, skyhooks: &[String]) -> Vec<K>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
+        K: Kind + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
         let api: Api<K> = Api::namespaced(self.kube.client(), &self.ns);
         let mut items = Vec::new();
@@ -332,12 +328,7 @@ impl Collector<'_> {
         describe: fn(&K) -> String,
     ) -> Vec<K>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Serialize,
-        K::DynamicType: Default,
+        K: Kind + Resource<Scope = k8s_openapi::NamespaceResourceScope> + Serialize,
     {
         let mut piece = self.start(kind);
         let items: Vec<K> = self
