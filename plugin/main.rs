@@ -104,14 +104,17 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
         Command::Package(cmd) => package_cmd(&ctx, &mut out, cmd).await?,
         Command::Logs(args) => logs::run(&ctx, &mut out, &args).await?,
         Command::Reset(args) => {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
-            reset::skyhook(&ctx, &mut out, &mut input, &args).await?
+            reset::skyhook(&ctx, &mut out, &mut io::stdin().lock(), &args).await?
         }
         Command::DeploymentPolicy(PolicyCommand::Reset(args)) => {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
-            reset::batch_state(&ctx, &mut out, &mut input, &args.name, args.confirm).await?
+            reset::batch_state(
+                &ctx,
+                &mut out,
+                &mut io::stdin().lock(),
+                &args.name,
+                args.confirm,
+            )
+            .await?
         }
         Command::DeploymentPolicy(PolicyCommand::Preview(args)) => {
             preview::run(&ctx, &mut out, &args.name).await?
@@ -141,9 +144,15 @@ async fn node_cmd(ctx: &Ctx, out: &mut dyn Write, cmd: NodeCommand) -> Result<()
             skyhook,
             confirm,
         } => {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
-            reset::nodes(ctx, out, &mut input, &patterns, &skyhook, confirm).await?
+            reset::nodes(
+                ctx,
+                out,
+                &mut io::stdin().lock(),
+                &patterns,
+                &skyhook,
+                confirm,
+            )
+            .await?
         }
     }
     Ok(())
@@ -163,15 +172,13 @@ async fn package_cmd(ctx: &Ctx, out: &mut dyn Write, cmd: PackageCommand) -> Res
             stage,
             confirm,
         } => {
-            let stdin = io::stdin();
-            let mut input = stdin.lock();
             let target = rerun::Target {
                 package: &package,
                 skyhook: &skyhook,
                 patterns: &nodes,
                 stage,
             };
-            rerun::run(ctx, out, &mut input, &target, confirm).await?
+            rerun::run(ctx, out, &mut io::stdin().lock(), &target, confirm).await?
         }
         PackageCommand::Logs(args) => logs::run(ctx, out, &args).await?,
     }
@@ -184,7 +191,5 @@ async fn lifecycle_cmd(
     action: Action,
     args: &cli::LifecycleArgs,
 ) -> Result<(), CliError> {
-    let stdin = io::stdin();
-    let mut input = stdin.lock();
-    lifecycle::run(ctx, out, &mut input, action, args).await
+    lifecycle::run(ctx, out, &mut io::stdin().lock(), action, args).await
 }

@@ -178,12 +178,14 @@ impl Floor {
         };
         let job = stage_job(
             &StageJob {
-                skyhook: &self.skyhook,
+                place: skyhook::jobs::JobPlace {
+                    skyhook: &self.skyhook,
+                    node,
+                    attempt: 0,
+                    spec_hash: "",
+                },
                 package: pkg,
                 stage,
-                node,
-                attempt: 0,
-                spec_hash: "",
             },
             &self.cfg,
         );

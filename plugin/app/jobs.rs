@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use kube::api::ListParams;
 use skyhook::jobs::JobView;
 
 use super::error::CliError;
@@ -40,18 +40,8 @@ impl Found {
 /// in stage order. Foreign Jobs (no readable Skyhook annotations) are left out.
 pub async fn find(kube: &Kube, namespace: &str, selector: &str) -> Result<Vec<Found>, CliError> {
     let params = ListParams::default().labels(selector);
-    let jobs: Api<Job> = Api::namespaced(kube.client(), namespace);
-    let jobs = jobs
-        .list(&params)
-        .await
-        .map_err(|e| kube.fail(e, format!("listing jobs in namespace {namespace:?}")))?
-        .items;
-    let pods: Api<Pod> = Api::namespaced(kube.client(), namespace);
-    let pods = pods
-        .list(&params)
-        .await
-        .map_err(|e| kube.fail(e, format!("listing pods in namespace {namespace:?}")))?
-        .items;
+    let jobs = kube.list_in::<Job>(namespace, &params, "jobs").await?;
+    let pods = kube.list_in::<Pod>(namespace, &params, "pods").await?;
     Ok(assemble(jobs, pods))
 }
 
@@ -92,21 +82,23 @@ pub fn assemble(jobs: Vec<Job>, pods: Vec<Pod>) -> Vec<Found> {
 /// A container of the pod waiting for a reason worth showing (not the routine
 /// `PodInitializing`/`ContainerCreating`): (container, reason, message).
 pub fn waiting_reason(pod: &Pod) -> Option<(String, String, String)> {
-    let status = pod.status.as_ref()?;
-    status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .find_map(|c| {
-            let w = c.state.as_ref()?.waiting.as_ref()?;
-            let reason = w.reason.clone()?;
-            (!matches!(reason.as_str(), "PodInitializing" | "ContainerCreating")).then(|| {
-                (
-                    c.name.clone(),
-                    reason,
-                    w.message.clone().unwrap_or_default(),
-                )
-            })
+    container_statuses(pod).find_map(|c| {
+        let w = c.state.as_ref()?.waiting.as_ref()?;
+        let reason = w.reason.clone()?;
+        (!matches!(reason.as_str(), "PodInitializing" | "ContainerCreating")).then(|| {
+            (
+                c.name.clone(),
+                reason,
+                w.message.clone().unwrap_or_default(),
+            )
         })
+    })
+}
+
+/// The statuses of the pod's init containers, then of its containers.
+pub fn container_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let status = pod.status.as_ref();
+    let init = status.and_then(|s| s.init_container_statuses.as_ref());
+    let main = status.and_then(|s| s.container_statuses.as_ref());
+    init.into_iter().chain(main).flatten()
 }

@@ -18,6 +18,17 @@ use skyhook::streamed;
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
 
+/// What a typed [`Api`] call needs of a kind (of any scope).
+pub trait Kind:
+    kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+{
+}
+
+impl<K> Kind for K where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug
+{
+}
+
 /// Nodes are listed in pages of this size (kubectl's default chunk size).
 const PAGE_SIZE: u32 = 500;
 
@@ -267,48 +278,17 @@ impl Kube {
         key: &str,
         value: Option<&str>,
     ) -> Result<(), CliError> {
-        let api: Api<Skyhook> = Api::all(self.client.clone());
         let patch = single_key_patch("annotations", key, value);
-        match api
-            .patch_metadata(name, &PatchParams::default(), &Patch::Merge(&patch))
+        self.merge_metadata::<Skyhook>(name, &patch)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(CliError::SkyhookNotFound(name.to_string())),
-            Err(e) => Err(self.fail(e, format!("patching skyhook {name:?}"))),
-        }
-    }
-
-    /// JSON merge patch of one node label (`None` removes it).
-    pub async fn set_node_label(
-        &self,
-        node: &str,
-        key: &str,
-        value: Option<&str>,
-    ) -> Result<(), CliError> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        let patch = single_key_patch("labels", key, value);
-        match api
-            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
-            Err(e) => Err(self.fail(e, format!("patching node {node:?}"))),
-        }
+            .map_err(|e| self.skyhook_patch_failed(e, name, format!("patching skyhook {name:?}")))
     }
 
     /// JSON merge patch of a node's metadata.
     pub async fn merge_patch_node(&self, node: &str, patch: &Value) -> Result<(), CliError> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        match api
-            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(patch))
+        self.merge_metadata::<Node>(node, patch)
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
-            Err(e) => Err(self.fail(e, format!("patching node {node:?}"))),
-        }
+            .map_err(|e| self.node_patch_failed(e, node))
     }
 
     /// A node's annotations and resourceVersion.
@@ -334,37 +314,71 @@ impl Kube {
         node: &str,
         patch: &Value,
     ) -> Result<bool, CliError> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        match api
-            .patch_metadata(node, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => Ok(true),
+        match self.merge_metadata::<Node>(node, patch).await {
+            Ok(()) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
-            Err(e) => Err(self.fail(e, format!("patching node {node:?}"))),
+            Err(e) => Err(self.node_patch_failed(e, node)),
         }
     }
 
     /// JSON merge patch of a Skyhook's status subresource.
     pub async fn patch_skyhook_status(&self, name: &str, patch: &Value) -> Result<(), CliError> {
         let api: Api<Skyhook> = Api::all(self.client.clone());
-        match api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(CliError::SkyhookNotFound(name.to_string())),
-            Err(e) => Err(self.fail(e, format!("patching the status of skyhook {name:?}"))),
+            .map(drop)
+            .map_err(|e| {
+                let action = format!("patching the status of skyhook {name:?}");
+                self.skyhook_patch_failed(e, name, action)
+            })
+    }
+
+    /// The raw call behind the metadata patches, whose callers map the error their own way
+    /// (a 409 is an answer to some of them, a failure to others).
+    async fn merge_metadata<K>(&self, name: &str, patch: &Value) -> Result<(), kube::Error>
+    where
+        K: Kind + kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        api.patch_metadata(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+    }
+
+    fn node_patch_failed(&self, err: kube::Error, node: &str) -> CliError {
+        if is_not_found(&err) {
+            return CliError::NodeNotFound(node.to_string());
         }
+        self.fail(err, format!("patching node {node:?}"))
+    }
+
+    fn skyhook_patch_failed(&self, err: kube::Error, name: &str, action: String) -> CliError {
+        if is_not_found(&err) {
+            return CliError::SkyhookNotFound(name.to_string());
+        }
+        self.fail(err, action)
     }
 
     pub async fn deployments(&self, namespace: &str) -> Result<Vec<Deployment>, CliError> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
-        api.list(&ListParams::default())
+        self.list_in(namespace, &ListParams::default(), "deployments")
+            .await
+    }
+
+    /// One list call in `namespace`; `kind` names the objects in the error.
+    pub async fn list_in<K>(
+        &self,
+        namespace: &str,
+        params: &ListParams,
+        kind: &str,
+    ) -> Result<Vec<K>, CliError>
+    where
+        K: Kind + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        api.list(params)
             .await
             .map(|l| l.items)
-            .map_err(|e| self.fail(e, format!("listing deployments in namespace {namespace:?}")))
+            .map_err(|e| self.fail(e, format!("listing {kind} in namespace {namespace:?}")))
     }
 }
 

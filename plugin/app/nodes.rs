@@ -7,7 +7,7 @@ use skyhook::schema::{self, NodePattern, NodeState};
 
 use super::Ctx;
 use super::error::CliError;
-use super::kube::NodeMeta;
+use super::kube::{Kube, NodeMeta};
 
 /// Every `(skyhook, raw nodeState)` annotation of a node.
 pub fn skyhook_states(node: &NodeMeta) -> impl Iterator<Item = (&str, &str)> {
@@ -30,6 +30,26 @@ pub fn parse_state(ctx: &Ctx, node: &str, skyhook: Option<&str>, raw: &str) -> O
             None
         }
     }
+}
+
+/// Fails on the first bad pattern, before any request is made.
+pub fn check_patterns(patterns: &[String]) -> Result<(), CliError> {
+    for p in patterns {
+        NodePattern::new(p)?;
+    }
+    Ok(())
+}
+
+/// The patterns checked, then every node listed and the names the patterns select.
+pub async fn list_selected(
+    ctx: &Ctx,
+    patterns: &[String],
+) -> Result<(Kube, Vec<NodeMeta>, BTreeSet<String>), CliError> {
+    check_patterns(patterns)?;
+    let kube = ctx.kube().await?;
+    let nodes = kube.nodes().await?;
+    let selected = select_nodes(patterns, nodes.iter().map(|n| n.name.as_str()))?;
+    Ok((kube, nodes, selected))
 }
 
 /// The node names the patterns select. Every pattern must match at least one node, so a typo

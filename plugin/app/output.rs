@@ -129,11 +129,6 @@ impl Painter {
         Painter { no_headers, ..self }
     }
 
-    /// Whether tables are printed bare (no header, so no summary above them either).
-    pub fn no_headers(&self) -> bool {
-        self.no_headers
-    }
-
     /// From the flag, the environment and stdout.
     pub fn detect(no_color_flag: bool) -> Painter {
         Painter::new(color_enabled(
@@ -172,6 +167,15 @@ impl Painter {
 
     /// kubectl-style table: upper-case headers, no borders, columns three spaces apart, no
     /// trailing spaces.
+    /// The table under a title, which `--no-headers` leaves out along with the header row.
+    pub fn titled_table(&self, title: &str, headers: &[&str], rows: &[Vec<Field>]) -> String {
+        let table = self.table(headers, rows);
+        if self.no_headers {
+            return table;
+        }
+        format!("{title}\n\n{table}")
+    }
+
     pub fn table(&self, headers: &[&str], rows: &[Vec<Field>]) -> String {
         let mut table = Table::new();
         table
@@ -274,6 +278,20 @@ pub fn structured<T: Serialize + ?Sized>(
         OutputFormat::Yaml => yaml(value).map(Some),
         OutputFormat::Table | OutputFormat::Wide | OutputFormat::Name => Ok(None),
     }
+}
+
+/// The renderings that need no table: `-o name` (`<resource>/<name>` lines, see [`names`])
+/// and [`structured`]; `None` for a table.
+pub fn untabled<'a, T: Serialize + ?Sized>(
+    format: OutputFormat,
+    resource: &str,
+    names_of: impl IntoIterator<Item = &'a str>,
+    value: &T,
+) -> Result<Option<String>, CliError> {
+    if format == OutputFormat::Name {
+        return Ok(Some(names(resource, names_of)));
+    }
+    structured(format, value)
 }
 
 /// `-o name`: `<resource>/<name>` lines, each name once, in the order given.
@@ -392,7 +410,7 @@ mod tests {
     #[test]
     fn no_headers_drops_the_header_line_only() {
         let p = Painter::new(false).without_headers(true);
-        assert!(p.no_headers());
+        assert!(p.no_headers);
         assert_eq!(
             p.table(&["NODE", "STATUS", "PACKAGES"], &sample_rows()),
             "worker-1    complete   3/3\n\

@@ -35,3 +35,26 @@ pub fn ask(
     }
     Ok(yes)
 }
+
+/// Under `--dry-run`, says that nothing was changed: the caller stops there.
+pub fn dry_run_stop(dry_run: bool, out: &mut dyn Write) -> Result<bool, CliError> {
+    if dry_run {
+        writeln!(out, "\n[dry-run] No changes applied")?;
+    }
+    Ok(dry_run)
+}
+
+/// Whether a change goes ahead: not under `--dry-run` ([`dry_run_stop`]), and confirmed by
+/// `--confirm` or else at the prompt ([`ask`]).
+pub fn go_ahead(
+    dry_run: bool,
+    confirm: bool,
+    out: &mut dyn Write,
+    input: &mut dyn BufRead,
+    lines: &[String],
+) -> Result<bool, CliError> {
+    if dry_run_stop(dry_run, out)? {
+        return Ok(false);
+    }
+    Ok(confirm || ask(out, input, lines)?)
+}

@@ -12,7 +12,7 @@ use skyhook::schema;
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::jobs::{Found, find, waiting_reason};
-use crate::app::output::{Field, OutputFormat, Painter, Tone, names, structured};
+use crate::app::output::{Field, OutputFormat, Painter, Tone, untabled};
 use crate::app::sort::{Sortable, sort_by_key};
 use crate::cli::JobsArgs;
 
@@ -149,10 +149,8 @@ pub fn render(
     format: OutputFormat,
     rows: &[JobRow],
 ) -> Result<String, CliError> {
-    if format == OutputFormat::Name {
-        return Ok(names("job.batch", rows.iter().map(|r| r.job_name.as_str())));
-    }
-    if let Some(text) = structured(format, rows)? {
+    let job_names = rows.iter().map(|r| r.job_name.as_str());
+    if let Some(text) = untabled(format, "job.batch", job_names, rows)? {
         return Ok(text);
     }
     let wide = format == OutputFormat::Wide;

@@ -11,12 +11,12 @@ use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, LogParams};
 use skyhook::interned::Shared;
-use skyhook::jobs::{Outcome, STUCK_WAITING_REASONS};
+use skyhook::jobs::{JobView, Outcome, STUCK_WAITING_REASONS};
 use skyhook::schema::{self, NodePattern, NodeState, Stage, State};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
-use crate::app::jobs::{Found, find};
+use crate::app::jobs::{Found, container_statuses, find};
 use crate::app::kube::Kube;
 use crate::app::nodes::select_nodes;
 use crate::app::packages::spec_version;
@@ -41,28 +41,20 @@ pub fn select(found: Vec<Found>, args: &LogsArgs, node: Option<&NodePattern>) ->
         })
         .collect();
     if !args.all_attempts {
-        let mut newest: HashMap<(Shared, Shared, Shared, Stage), u32> = HashMap::new();
+        let key = |v: &JobView| -> (Shared, Shared, Shared, Stage) {
+            (
+                v.node.clone(),
+                v.skyhook.clone(),
+                v.version.clone(),
+                v.stage,
+            )
+        };
+        let mut newest: HashMap<_, u32> = HashMap::new();
         for f in &picked {
-            let v = &f.view;
-            let key = (
-                v.node.clone(),
-                v.skyhook.clone(),
-                v.version.clone(),
-                v.stage,
-            );
-            let e = newest.entry(key).or_insert(v.attempt);
-            *e = (*e).max(v.attempt);
+            let e = newest.entry(key(&f.view)).or_insert(f.view.attempt);
+            *e = (*e).max(f.view.attempt);
         }
-        picked.retain(|f| {
-            let v = &f.view;
-            let key = (
-                v.node.clone(),
-                v.skyhook.clone(),
-                v.version.clone(),
-                v.stage,
-            );
-            newest.get(&key) == Some(&v.attempt)
-        });
+        picked.retain(|f| newest.get(&key(&f.view)) == Some(&f.view.attempt));
     }
     picked
 }
@@ -92,13 +84,7 @@ fn stage_slot(stage: Stage) -> usize {
 }
 
 fn container_status<'p>(pod: &'p Pod, name: &str) -> Option<&'p ContainerStatus> {
-    let status = pod.status.as_ref()?;
-    status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .find(|c| c.name == name)
+    container_statuses(pod).find(|c| c.name == name)
 }
 
 /// Container names in the order they run: init containers, then the others.
@@ -183,13 +169,10 @@ impl Printer<'_> {
                 let key = (job.clone(), container.clone());
                 let tries = self.failures.get(&key).copied().unwrap_or(0);
                 let quiet = self.follow && tries < QUIET_RETRIES;
-                let read = if running && self.follow {
-                    self.stream(out, &pod_name, &container, &prefix, quiet)
-                        .await?
-                } else {
-                    self.fetch(out, &pod_name, &container, &prefix, quiet)
-                        .await?
-                };
+                let follow = running && self.follow;
+                let read = self
+                    .print_log(out, &pod_name, &container, &prefix, quiet, follow)
+                    .await?;
                 if !read {
                     self.failures.insert(key, tries + 1);
                     return Ok(Progress::Waiting);
@@ -214,57 +197,62 @@ impl Printer<'_> {
         })
     }
 
-    /// Prints a container's log; `Ok(false)` when it could not be read and `quiet` asked to
-    /// keep the error for a later attempt.
-    async fn fetch(
+    /// Prints a container's log, following it when `follow` (it is running);
+    /// `Ok(false)` when it could not be read and `quiet` asked to keep the error for a later
+    /// attempt.
+    async fn print_log(
         &self,
         out: &mut dyn Write,
         pod: &str,
         container: &str,
         prefix: &str,
         quiet: bool,
+        follow: bool,
     ) -> Result<bool, CliError> {
         let pods: Api<Pod> = Api::namespaced(self.kube.client(), &self.ctx.global.namespace);
-        match pods.logs(pod, &self.params(container, false)).await {
-            Ok(text) => {
-                for l in text.lines() {
-                    self.line(out, prefix, l)?;
+        let params = self.params(container, follow);
+        let (verb, err) = if follow {
+            match pods.log_stream(pod, &params).await {
+                Ok(stream) => {
+                    self.stream(out, &pods, stream, pod, container, prefix)
+                        .await?;
+                    return Ok(true);
                 }
-                Ok(true)
+                Err(e) => ("following", e),
             }
-            Err(_) if quiet => Ok(false),
-            Err(e) => {
-                let e = self
-                    .kube
-                    .fail(e, format!("getting logs of {pod}/{container}"));
-                self.line(out, prefix, &format!("(error: {e})"))?;
-                Ok(true)
+        } else {
+            match pods.logs(pod, &params).await {
+                Ok(text) => {
+                    for l in text.lines() {
+                        self.line(out, prefix, l)?;
+                    }
+                    return Ok(true);
+                }
+                Err(e) => ("getting", e),
             }
+        };
+        if quiet {
+            return Ok(false);
         }
+        let e = self
+            .kube
+            .fail(err, format!("{verb} logs of {pod}/{container}"));
+        self.line(out, prefix, &format!("(error: {e})"))?;
+        Ok(true)
     }
 
-    /// Streams a running container until it terminates. The stream is not trusted to end on
-    /// its own (a fake kubelet may keep it open), so the container's state is polled too.
+    /// Prints a running container's log stream until the container terminates. The stream is
+    /// not trusted to end on its own (a fake kubelet may keep it open), so the container's
+    /// state is polled too.
     async fn stream(
         &self,
         out: &mut dyn Write,
+        pods: &Api<Pod>,
+        stream: impl futures::AsyncBufRead,
         pod: &str,
         container: &str,
         prefix: &str,
-        quiet: bool,
-    ) -> Result<bool, CliError> {
-        let pods: Api<Pod> = Api::namespaced(self.kube.client(), &self.ctx.global.namespace);
-        let stream = match pods.log_stream(pod, &self.params(container, true)).await {
-            Ok(s) => s,
-            Err(_) if quiet => return Ok(false),
-            Err(e) => {
-                let e = self
-                    .kube
-                    .fail(e, format!("following logs of {pod}/{container}"));
-                self.line(out, prefix, &format!("(error: {e})"))?;
-                return Ok(true);
-            }
-        };
+    ) -> Result<(), CliError> {
         let mut lines = Box::pin(stream.lines());
         let mut tick = tokio::time::interval(POLL);
         let mut ended: Option<Instant> = None;
@@ -296,7 +284,7 @@ impl Printer<'_> {
                 },
             }
         }
-        Ok(true)
+        Ok(())
     }
 }
 

@@ -12,13 +12,14 @@ use kube::api::{Api, ListParams};
 use serde::Serialize;
 use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::plan::compartments;
-use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
+use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
-use crate::app::kube::{Kube, Labels, NodeMeta};
-use crate::app::nodes::{parse_state, select_nodes, skyhook_states};
-use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
+use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
+use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
+use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
+use crate::app::prompt::dry_run_stop;
 use crate::app::sort::{Sortable, sort_by_key};
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
@@ -118,16 +119,12 @@ pub fn render_list(
     skyhook: &str,
     entries: &[NodeListEntry],
 ) -> Result<String, CliError> {
-    if format == OutputFormat::Name {
-        return Ok(names("node", entries.iter().map(|e| e.node_name.as_str())));
-    }
-    if let Some(text) = structured(
-        format,
-        &NodeListOutput {
-            skyhook_name: skyhook,
-            nodes: entries,
-        },
-    )? {
+    let output = NodeListOutput {
+        skyhook_name: skyhook,
+        nodes: entries,
+    };
+    let node_names = entries.iter().map(|e| e.node_name.as_str());
+    if let Some(text) = untabled(format, "node", node_names, &output)? {
         return Ok(text);
     }
     if entries.is_empty() {
@@ -166,16 +163,13 @@ pub fn render_list(
             row
         })
         .collect();
-    if painter.no_headers() {
-        return Ok(painter.table(&headers, &rows));
-    }
-    Ok(format!(
-        "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)\n\n{}",
+    let title = format!(
+        "Skyhook: {skyhook}\n\nSummary: {total} nodes ({} complete, {} erroring, {} in progress)",
         count(painter, complete, State::Complete),
         count(painter, erroring, State::Erroring),
         total - complete - erroring,
-        painter.table(&headers, &rows)
-    ))
+    );
+    Ok(painter.titled_table(&title, &headers, &rows))
 }
 
 /// A summary count, coloured like its state when it is not zero.
@@ -314,13 +308,8 @@ pub fn render_status(
     format: OutputFormat,
     summaries: &[NodeSkyhookSummary],
 ) -> Result<String, CliError> {
-    if format == OutputFormat::Name {
-        return Ok(names(
-            "node",
-            summaries.iter().map(|s| s.node_name.as_str()),
-        ));
-    }
-    if let Some(text) = structured(format, summaries)? {
+    let node_names = summaries.iter().map(|s| s.node_name.as_str());
+    if let Some(text) = untabled(format, "node", node_names, summaries)? {
         return Ok(text);
     }
     if summaries.is_empty() {
@@ -382,10 +371,7 @@ pub async fn status(
     patterns: &[String],
     skyhook: Option<&str>,
 ) -> Result<(), CliError> {
-    // Bad patterns fail before any request.
-    for p in patterns {
-        NodePattern::new(p)?;
-    }
+    check_patterns(patterns)?;
     let by_compartment = ctx
         .global
         .sort_key
@@ -471,12 +457,7 @@ pub async fn ignore(
     patterns: &[String],
     ignore: bool,
 ) -> Result<(), CliError> {
-    for p in patterns {
-        NodePattern::new(p)?;
-    }
-    let kube = ctx.kube().await?;
-    let nodes = kube.nodes().await?;
-    let selected = select_nodes(patterns, nodes.iter().map(|n| n.name.as_str()))?;
+    let (kube, nodes, selected) = list_selected(ctx, patterns).await?;
     let (action, verb, skip_note) = if ignore {
         ("Ignoring", "ignored", "already ignored")
     } else {
@@ -486,8 +467,7 @@ pub async fn ignore(
     for name in &selected {
         writeln!(out, "  - {name}")?;
     }
-    if ctx.global.dry_run {
-        writeln!(out, "\n[dry-run] No changes applied")?;
+    if dry_run_stop(ctx.global.dry_run, out)? {
         return Ok(());
     }
     let mut errors = Vec::new();
@@ -500,10 +480,8 @@ pub async fn ignore(
             continue;
         }
         let value = ignore.then_some(schema::TRUE_VALUE);
-        match kube
-            .set_node_label(&node.name, schema::IGNORE_LABEL, value)
-            .await
-        {
+        let patch = single_key_patch("labels", schema::IGNORE_LABEL, value);
+        match kube.merge_patch_node(&node.name, &patch).await {
             Ok(()) => done += 1,
             Err(e) => errors.push(format!("{}: {e}", node.name)),
         }

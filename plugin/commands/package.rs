@@ -9,8 +9,8 @@ use skyhook::schema::{self, PackageStatus};
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::NodeMeta;
-use crate::app::nodes::{parse_state, select_nodes};
-use crate::app::output::{Field, OutputFormat, Painter, names, structured, tone};
+use crate::app::nodes::{check_patterns, parse_state, select_nodes};
+use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
 use crate::app::sort::{Sortable, sort_by_key};
 
 /// A node-state entry with its node: the `PackageStatus` fields inlined, then `nodeName`.
@@ -92,10 +92,8 @@ pub fn render(
     packages: &str,
     statuses: &[NodePackageStatus],
 ) -> Result<String, CliError> {
-    if format == OutputFormat::Name {
-        return Ok(names("node", statuses.iter().map(|s| s.node_name.as_str())));
-    }
-    if let Some(text) = structured(format, statuses)? {
+    let node_names = statuses.iter().map(|s| s.node_name.as_str());
+    if let Some(text) = untabled(format, "node", node_names, statuses)? {
         return Ok(text);
     }
     if statuses.is_empty() {
@@ -128,13 +126,8 @@ pub fn render(
             row
         })
         .collect();
-    if painter.no_headers() {
-        return Ok(painter.table(&headers, &rows));
-    }
-    Ok(format!(
-        "Skyhook: {skyhook}\nPackages: {packages}\n\n{}",
-        painter.table(&headers, &rows)
-    ))
+    let title = format!("Skyhook: {skyhook}\nPackages: {packages}");
+    Ok(painter.titled_table(&title, &headers, &rows))
 }
 
 pub async fn status(
@@ -144,9 +137,7 @@ pub async fn status(
     skyhook: &str,
     node_patterns: &[String],
 ) -> Result<(), CliError> {
-    for p in node_patterns {
-        schema::NodePattern::new(p)?;
-    }
+    check_patterns(node_patterns)?;
     let kube = ctx.kube().await?;
     let sk = kube.skyhook(skyhook).await?;
     let nodes = kube.nodes().await?;

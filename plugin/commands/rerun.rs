@@ -4,14 +4,14 @@
 use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
-use skyhook::schema::{self, NodePattern, NodeState, PackageStatus, Stage, State};
+use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::Kube;
-use crate::app::nodes::select_nodes;
+use crate::app::nodes::{check_patterns, select_nodes};
 use crate::app::packages::spec_version;
-use crate::app::prompt::ask;
+use crate::app::prompt::go_ahead;
 
 /// Attempts at the read-modify-write of one node's state before giving up: the operator may be
 /// writing the same annotation.
@@ -107,9 +107,7 @@ pub async fn run(
     target: &Target<'_>,
     confirm: bool,
 ) -> Result<(), CliError> {
-    for p in target.patterns {
-        NodePattern::new(p)?;
-    }
+    check_patterns(target.patterns)?;
     let kube = ctx.kube().await?;
     let sk = kube.skyhook(target.skyhook).await?;
     let version = spec_version(&sk, target.skyhook, target.package)?;
@@ -138,15 +136,11 @@ pub async fn run(
         });
     }
     plan_summary(out, target, &version, &found)?;
-    if ctx.global.dry_run {
-        writeln!(out, "\n[dry-run] No changes applied")?;
-        return Ok(());
-    }
     let first = match target.stage {
         Some(stage) => format!("\nThis will reset package state to re-run from the '{stage}' stage."),
         None => "\nThis will remove package state from node annotations and cause the package to re-run from the beginning.".to_string(),
     };
-    if !confirm && !ask(out, input, &[first])? {
+    if !go_ahead(ctx.global.dry_run, confirm, out, input, &[first])? {
         return Ok(());
     }
     let mut errors = Vec::new();

@@ -6,13 +6,13 @@ use std::io::{BufRead, Write};
 
 use serde_json::{Map, Value, json};
 use skyhook::crd::{BatchState, Skyhook};
-use skyhook::schema::{self, NodePattern, NodeState};
+use skyhook::schema::{self, NodeState};
 
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, NodeMeta};
-use crate::app::nodes::select_nodes;
-use crate::app::prompt::ask;
+use crate::app::nodes::list_selected;
+use crate::app::prompt::go_ahead;
 use crate::cli::ResetArgs;
 
 /// A node that has state for the Skyhook, and how many package entries it holds (`None` when
@@ -141,26 +141,17 @@ pub async fn nodes(
     skyhook: &str,
     confirm: bool,
 ) -> Result<(), CliError> {
-    for p in patterns {
-        NodePattern::new(p)?;
-    }
-    let kube = ctx.kube().await?;
-    let nodes = kube.nodes().await?;
-    let selected = select_nodes(patterns, nodes.iter().map(|n| n.name.as_str()))?;
+    let (kube, nodes, selected) = list_selected(ctx, patterns).await?;
     let targets = targets(ctx, &nodes, skyhook, Some(&selected));
     if targets.is_empty() {
         return no_state(&kube, out, skyhook).await;
     }
     summary(out, skyhook, &targets)?;
-    if ctx.global.dry_run {
-        writeln!(out, "\n[dry-run] No changes applied")?;
-        return Ok(());
-    }
     let prompt = [
         format!("\nThis will remove ALL package state for Skyhook {skyhook:?} on these nodes."),
         "All packages will re-run from the beginning.".to_string(),
     ];
-    if !confirm && !ask(out, input, &prompt)? {
+    if !go_ahead(ctx.global.dry_run, confirm, out, input, &prompt)? {
         return Ok(());
     }
     match forget(&kube, out, skyhook, &targets).await? {
@@ -193,10 +184,6 @@ pub async fn skyhook(
             "\nBatch state will also be reset (use --skip-batch-reset to preserve)"
         )?;
     }
-    if ctx.global.dry_run {
-        writeln!(out, "\n[dry-run] No changes applied")?;
-        return Ok(());
-    }
     let mut prompt = vec![
         format!(
             "\nThis will remove ALL package state for Skyhook {name:?} on {} node(s).",
@@ -207,7 +194,7 @@ pub async fn skyhook(
     if !args.skip_batch_reset {
         prompt.push("Batch state will be reset to start from batch 1.".to_string());
     }
-    if !args.confirm && !ask(out, input, &prompt)? {
+    if !go_ahead(ctx.global.dry_run, args.confirm, out, input, &prompt)? {
         return Ok(());
     }
     let failed = forget(&kube, out, name, &targets).await?;
@@ -297,14 +284,12 @@ pub async fn batch_state(
         writeln!(out, "  - CompletedNodes: 0")?;
         writeln!(out, "  - FailedNodes: 0")?;
         writeln!(out, "  - ShouldStop: false")?;
-        writeln!(out, "\n[dry-run] No changes applied")?;
-        return Ok(());
     }
     let prompt = [
         format!("\nThis will reset the batch state for Skyhook {name:?}."),
         "The next reconciliation will start from batch 1.".to_string(),
     ];
-    if !confirm && !ask(out, input, &prompt)? {
+    if !go_ahead(ctx.global.dry_run, confirm, out, input, &prompt)? {
         return Ok(());
     }
     kube.patch_skyhook_status(name, &batch_reset_patch(&sk))
@@ -316,7 +301,7 @@ pub async fn batch_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::prompt::read_confirmation;
+    use crate::app::prompt::{ask, read_confirmation};
 
     #[test]
     fn confirmation_answers() {

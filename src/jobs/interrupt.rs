@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::pod::{
-    JobIdentity, PULL_ALWAYS, SkyhookIds, agent_env, agent_image, build_job, job_labels,
-    package_annotation, pod_spec, privileged, root_mount, root_volume,
+    JobIdentity, JobPlace, PULL_ALWAYS, SkyhookIds, agent_env, agent_image, build_job, pod_spec,
+    privileged, root_mount, root_volume,
 };
-use crate::crd::{Package, Skyhook};
+use crate::crd::Package;
 use crate::schema::{self, Stage};
 use crate::settings::Config;
 
@@ -23,16 +23,12 @@ const INTERRUPT_MEMORY: &str = "64Mi";
 /// An interrupt Job to build.
 #[derive(Debug, Clone, Copy)]
 pub struct InterruptJob<'a> {
-    pub skyhook: &'a Skyhook,
+    pub place: JobPlace<'a>,
     /// The package the (merged) interrupt is run for: its identity, copy dir, resource id and
     /// agent image are used.
     pub owner: &'a Package,
     /// The merged interrupt ([`schema::merge_interrupts`]).
     pub interrupt: &'a schema::Interrupt,
-    pub node: &'a str,
-    /// Attempt index, also the Job name suffix; at most [`schema::MAX_JOB_ATTEMPT`].
-    pub attempt: u32,
-    pub spec_hash: &'a str,
 }
 
 /// Builds the Job that runs a (merged) interrupt on a node for its owner package (§4.3 as a
@@ -42,25 +38,24 @@ pub struct InterruptJob<'a> {
 ///
 /// Like [`super::stage_job`], with a successful Job's TTL.
 pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
-    let ids = SkyhookIds::of(req.skyhook);
+    let place = req.place;
+    let ids = SkyhookIds::of(place.skyhook);
     let owner = req.owner;
-    let agent_id = ids.agent_resource_id(owner);
     let copy_dir = ids.copy_dir(owner, cfg);
     let name = schema::interrupt_job_name(
         ids.name,
         req.interrupt.kind,
         (&owner.name, &owner.version),
-        req.node,
-        req.attempt,
+        place.node,
+        place.attempt,
     )
     .ok();
 
-    let mut labels = job_labels(&ids, owner, Stage::Interrupt, req.node, &agent_id);
-    labels.insert(
+    let mut id = JobIdentity::of(place, &ids, owner, Stage::Interrupt, name);
+    id.labels.insert(
         schema::INTERRUPT_LABEL.to_owned(),
         schema::INTERRUPT_LABEL_VALUE.to_owned(),
     );
-    let annotation = package_annotation(&ids, owner, Stage::Interrupt);
 
     let fixed: BTreeMap<String, Quantity> = [
         ("cpu".to_owned(), Quantity(INTERRUPT_CPU.to_owned())),
@@ -75,7 +70,7 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
             &copy_dir,
             &schema::interrupt_arg(req.interrupt.kind, &req.interrupt.services),
         )),
-        env: Some(agent_env(&ids, cfg, &agent_id).to_vec()),
+        env: Some(agent_env(&ids, cfg, &id.agent_id).to_vec()),
         volume_mounts: Some(vec![root_mount()]),
         resources: Some(ResourceRequirements {
             requests: Some(fixed.clone()),
@@ -88,22 +83,9 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
     let pod = PodSpec {
         containers: vec![interrupt],
         volumes: Some(vec![root_volume()]),
-        ..pod_spec(req.skyhook, req.node, cfg)
+        ..pod_spec(place.skyhook, place.node, cfg)
     };
-    build_job(
-        JobIdentity {
-            skyhook: req.skyhook,
-            name,
-            labels,
-            annotation,
-            agent_id,
-            node: req.node,
-            attempt: req.attempt,
-            spec_hash: req.spec_hash,
-        },
-        pod,
-        cfg,
-    )
+    build_job(id, pod, cfg)
 }
 
 #[cfg(test)]
@@ -125,12 +107,14 @@ mod tests {
         let merged = Interrupt::new(InterruptType::Reboot);
         let job = interrupt_job(
             &InterruptJob {
-                skyhook: &sk,
+                place: crate::jobs::JobPlace {
+                    skyhook: &sk,
+                    node: "kind-worker",
+                    attempt: 3,
+                    spec_hash: "ih",
+                },
                 owner: &p,
                 interrupt: &merged,
-                node: "kind-worker",
-                attempt: 3,
-                spec_hash: "ih",
             },
             &cfg(),
         );

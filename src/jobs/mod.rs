@@ -26,6 +26,7 @@ pub use interrupt::{InterruptJob, interrupt_job};
 pub use planned::PlannedJob;
 #[cfg(test)]
 pub use planned::minimal_job;
+pub use pod::JobPlace;
 pub use stage::{StageJob, stage_job};
 pub use view::{JobView, Outcome, PodView, STUCK_WAITING_REASONS};
 

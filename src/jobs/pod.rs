@@ -67,17 +67,46 @@ impl<'a> SkyhookIds<'a> {
     }
 }
 
+/// Where and as which attempt a Job runs: what stage and interrupt Jobs have in common.
+#[derive(Debug, Clone, Copy)]
+pub struct JobPlace<'a> {
+    pub skyhook: &'a Skyhook,
+    pub node: &'a str,
+    /// Attempt index, also the Job name suffix; at most [`schema::MAX_JOB_ATTEMPT`].
+    pub attempt: u32,
+    /// The package's spec hash as the planner computes it, written verbatim to the
+    /// `spec-hash` annotation (the planner uses `""` for uninstalls).
+    pub spec_hash: &'a str,
+}
+
 /// What distinguishes one Job from another: metadata on the Job (and, partly, its pods).
 pub(super) struct JobIdentity<'a> {
-    pub(super) skyhook: &'a Skyhook,
+    pub(super) place: JobPlace<'a>,
     /// `None` only for an attempt beyond `MAX_JOB_ATTEMPT`.
     pub(super) name: Option<String>,
     pub(super) labels: BTreeMap<String, String>,
     pub(super) annotation: PackageAnnotation,
     pub(super) agent_id: String,
-    pub(super) node: &'a str,
-    pub(super) attempt: u32,
-    pub(super) spec_hash: &'a str,
+}
+
+impl<'a> JobIdentity<'a> {
+    /// The Job running `stage` of `package` at `place`, under `name`.
+    pub(super) fn of(
+        place: JobPlace<'a>,
+        ids: &SkyhookIds,
+        package: &Package,
+        stage: Stage,
+        name: Option<String>,
+    ) -> Self {
+        let agent_id = ids.agent_resource_id(package);
+        JobIdentity {
+            place,
+            name,
+            labels: job_labels(ids, package, stage, place.node, &agent_id),
+            annotation: package_annotation(ids, package, stage),
+            agent_id,
+        }
+    }
 }
 
 pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
@@ -85,9 +114,12 @@ pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
     let annotations = string_map([
         (schema::PACKAGE_ANNOTATION, package_annotation.as_str()),
         (schema::RESOURCE_ID_ANNOTATION, id.agent_id.as_str()),
-        (schema::NODE_ANNOTATION, id.node),
-        (schema::ATTEMPT_ANNOTATION, id.attempt.to_string().as_str()),
-        (schema::SPEC_HASH_ANNOTATION, id.spec_hash),
+        (schema::NODE_ANNOTATION, id.place.node),
+        (
+            schema::ATTEMPT_ANNOTATION,
+            id.place.attempt.to_string().as_str(),
+        ),
+        (schema::SPEC_HASH_ANNOTATION, id.place.spec_hash),
     ]);
     // `kubectl logs job/<name>` reads this container: the stage's own (the second init
     // container of a stage pod, whose main container only idles), or the interrupt's.
@@ -115,7 +147,7 @@ pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
             namespace: Some(cfg.namespace.clone()),
             labels: Some(id.labels),
             annotations: Some(annotations),
-            owner_references: Some(vec![owner_reference(id.skyhook)]),
+            owner_references: Some(vec![owner_reference(id.place.skyhook)]),
             ..Default::default()
         },
         spec: Some(job_spec(template, cfg)),
@@ -210,7 +242,7 @@ fn tolerations(skyhook: &Skyhook, cfg: &Config) -> Vec<Toleration> {
 /// Labels of a Job and its pods. Values that may not be valid label values (node names,
 /// versions with build metadata, the resource id) use their label-safe forms; the full values
 /// are in the Job's annotations.
-pub(super) fn job_labels(
+fn job_labels(
     ids: &SkyhookIds,
     package: &Package,
     stage: Stage,
@@ -239,11 +271,7 @@ pub(super) fn job_labels(
     .collect()
 }
 
-pub(super) fn package_annotation(
-    ids: &SkyhookIds,
-    package: &Package,
-    stage: Stage,
-) -> PackageAnnotation {
+fn package_annotation(ids: &SkyhookIds, package: &Package, stage: Stage) -> PackageAnnotation {
     PackageAnnotation {
         name: package.name.clone(),
         version: package.version.clone(),

@@ -21,27 +21,21 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::pod::{
-    JobIdentity, PULL_ALWAYS, SkyhookIds, agent_env, agent_image, build_job, env_var, job_labels,
-    package_annotation, pod_spec, privileged, root_mount, root_volume,
+    JobIdentity, JobPlace, PULL_ALWAYS, SkyhookIds, agent_env, agent_image, build_job, env_var,
+    pod_spec, privileged, root_mount, root_volume,
 };
-use crate::crd::{Package, PackageResources, Skyhook};
+use crate::crd::{Package, PackageResources};
 use crate::schema::{self, Stage, parse_go_duration};
 use crate::settings::Config;
 
 /// A stage Job to build: `stage` is one of apply, config, upgrade, uninstall, post-interrupt.
 #[derive(Debug, Clone, Copy)]
 pub struct StageJob<'a> {
-    pub skyhook: &'a Skyhook,
+    pub place: JobPlace<'a>,
     /// The package to run. For uninstalls of versions no longer in the spec, the planner
     /// passes a synthesised minimal package (name, version, image only).
     pub package: &'a Package,
     pub stage: Stage,
-    pub node: &'a str,
-    /// Attempt index, also the Job name suffix; at most [`schema::MAX_JOB_ATTEMPT`].
-    pub attempt: u32,
-    /// The package's spec hash as the planner computes it, written verbatim to the
-    /// `spec-hash` annotation (the planner uses `""` for uninstalls).
-    pub spec_hash: &'a str,
 }
 
 /// Builds the Job that runs one stage of a package on a node (§4.2 as a Job, see the module
@@ -50,46 +44,31 @@ pub struct StageJob<'a> {
 /// An `attempt` above [`schema::MAX_JOB_ATTEMPT`] yields a Job without a name, which the API
 /// server rejects; the planner never asks for one.
 pub fn stage_job(req: &StageJob, cfg: &Config) -> Job {
-    let ids = SkyhookIds::of(req.skyhook);
+    let place = req.place;
+    let ids = SkyhookIds::of(place.skyhook);
     let pkg = req.package;
     let stage = req.stage;
-    let agent_id = ids.agent_resource_id(pkg);
     let name = schema::job_name(
         ids.name,
         &pkg.name,
         &pkg.version,
         stage,
-        req.node,
-        req.attempt,
+        place.node,
+        place.attempt,
     )
     .ok();
-
-    let labels = job_labels(&ids, pkg, stage, req.node, &agent_id);
-    let annotation = package_annotation(&ids, pkg, stage);
-    let (volumes, mounts) = stage_volumes(&ids, pkg, req.node);
-    let [copy, run, check] = stage_containers(&ids, pkg, stage, &agent_id, &mounts, cfg);
+    let id = JobIdentity::of(place, &ids, pkg, stage, name);
+    let (volumes, mounts) = stage_volumes(&ids, pkg, place.node);
+    let [copy, run, check] = stage_containers(&ids, pkg, stage, &id.agent_id, &mounts, cfg);
     let pod = PodSpec {
         init_containers: Some(vec![copy, run]),
         // The main container: the Job completes when the check exits 0 (module docs).
         containers: vec![check],
         termination_grace_period_seconds: grace_period_seconds(pkg),
         volumes: Some(volumes),
-        ..pod_spec(req.skyhook, req.node, cfg)
+        ..pod_spec(place.skyhook, place.node, cfg)
     };
-    build_job(
-        JobIdentity {
-            skyhook: req.skyhook,
-            name,
-            labels,
-            annotation,
-            agent_id,
-            node: req.node,
-            attempt: req.attempt,
-            spec_hash: req.spec_hash,
-        },
-        pod,
-        cfg,
-    )
+    build_job(id, pod, cfg)
 }
 
 /// The volumes of a stage pod and the mounts every one of its containers gets, in order: the
@@ -450,12 +429,14 @@ mod tests {
         c.image_pull_secret = Some("regcred".into());
         let job = stage_job(
             &StageJob {
-                skyhook: &sk,
+                place: crate::jobs::JobPlace {
+                    skyhook: &sk,
+                    node: "kind-worker",
+                    attempt: 0,
+                    spec_hash: "h",
+                },
                 package: &p,
                 stage: Stage::Apply,
-                node: "kind-worker",
-                attempt: 0,
-                spec_hash: "h",
             },
             &c,
         );

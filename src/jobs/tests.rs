@@ -74,12 +74,14 @@ pub(super) fn skyhook(packages: &[&Package]) -> Skyhook {
 pub(super) fn build(sk: &Skyhook, p: &Package, stage: Stage, node: &str, attempt: u32) -> Job {
     stage_job(
         &StageJob {
-            skyhook: sk,
+            place: crate::jobs::JobPlace {
+                skyhook: sk,
+                node,
+                attempt,
+                spec_hash: "0123456789abcdef",
+            },
             package: p,
             stage,
-            node,
-            attempt,
-            spec_hash: "0123456789abcdef",
         },
         &cfg(),
     )
@@ -141,12 +143,14 @@ fn job_view_reads_back_identity() {
     let reboot = Interrupt::new(InterruptType::Reboot);
     let ij = interrupt_job(
         &InterruptJob {
-            skyhook: &sk,
+            place: crate::jobs::JobPlace {
+                skyhook: &sk,
+                node: "kind-worker",
+                attempt: 0,
+                spec_hash: "ih",
+            },
             owner: &p,
             interrupt: &reboot,
-            node: "kind-worker",
-            attempt: 0,
-            spec_hash: "ih",
         },
         &cfg(),
     );

@@ -17,13 +17,14 @@ use serde_json::{Value, json};
 use super::NodeView;
 use super::facts::NodeFacts;
 use super::spec::{SpecView, spec_hash};
-use super::stage::{RetryPolicy, StepInput};
+use super::stage::{self, Host, NodeInput, NodeOutcome, RetryPolicy};
 use crate::crd::{
     DeploymentPolicy, EffectiveStrategy, Package, Skyhook, SkyhookStatus, StrategyParams,
 };
 use crate::jobs::{GoOutcome, GoPod, JobView, Outcome};
 use crate::schema::{
-    self, Interrupt, InterruptType, NodeState, PackageStatus, Stage, State, Status, TaintSpec,
+    self, Folded, Interrupt, InterruptType, NodeState, PackageStatus, Stage, State, Status,
+    TaintSpec,
 };
 use crate::settings::Config;
 
@@ -56,6 +57,56 @@ pub(crate) const RETRY: RetryPolicy = RetryPolicy {
     base: Duration::from_secs(10),
     max: Duration::from_secs(300),
 };
+
+/// One node's input to [`step`]: a [`NodeInput`] with the decision to start work, which a pass
+/// makes between the fold and the advance and a test makes up front.
+pub(crate) struct StepInput<'a> {
+    pub spec: &'a SpecView<'a>,
+    pub state: NodeState,
+    pub applied: BTreeMap<String, String>,
+    pub folded: Folded,
+    pub host: Host<'a>,
+    pub jobs: &'a [&'a JobView],
+    /// False outside the current batch, paused, disabled, gated or blocked: running work is
+    /// still observed, but nothing new starts.
+    pub may_start: bool,
+    pub retry: RetryPolicy,
+    pub failed_jobs_kept: usize,
+    pub now: Timestamp,
+}
+
+/// One step of the machine for one node: [`stage::fold`], then advance when it may start
+/// work, else rest.
+pub(crate) fn step(input: StepInput) -> NodeOutcome {
+    let StepInput {
+        spec,
+        state,
+        applied,
+        folded,
+        host,
+        jobs,
+        may_start,
+        retry,
+        failed_jobs_kept,
+        now,
+    } = input;
+    let node = stage::fold(NodeInput {
+        spec,
+        state,
+        applied,
+        folded,
+        host,
+        jobs,
+        retry,
+        failed_jobs_kept,
+        now,
+    });
+    if may_start {
+        node.advance()
+    } else {
+        node.rest()
+    }
+}
 
 /// One node's step over `spec`: an empty node, nothing running, in the batch, at `t(0)`.
 pub(crate) fn input<'a>(spec: &'a SpecView<'a>) -> StepInput<'a> {

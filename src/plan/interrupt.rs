@@ -224,8 +224,9 @@ mod tests {
 
     #[test]
     fn a_package_whose_interrupt_went_away_is_not_stuck() {
+        use crate::plan::fixtures::{StepInput, step};
         use crate::plan::spec::spec_hash;
-        use crate::plan::stage::{RetryPolicy, StepInput, step};
+        use crate::plan::stage::RetryPolicy;
         // p's interrupt was removed from the spec (or a configUpdates record matches none of its
         // configInterrupts) while a node was retrying p's interrupt stage.
         let retry = RetryPolicy {

@@ -113,14 +113,17 @@ struct Run<'a> {
 /// The Job of one run (and, for an interrupt, its Event on the Skyhook).
 fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) -> Option<Job> {
     let package = run.package;
+    let place = jobs::JobPlace {
+        skyhook: sk,
+        node,
+        attempt: run.attempt,
+        spec_hash: run.spec_hash,
+    };
     if run.stage != Stage::Interrupt {
         let req = jobs::StageJob {
-            skyhook: sk,
+            place,
             package,
             stage: run.stage,
-            node,
-            attempt: run.attempt,
-            spec_hash: run.spec_hash,
         };
         return Some(jobs::stage_job(&req, cfg));
     }
@@ -131,12 +134,9 @@ fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) -
     plan.events
         .push(Note::skyhook(schema::INTERRUPT_REASON, message).about(node));
     let req = jobs::InterruptJob {
-        skyhook: sk,
+        place,
         owner: package,
         interrupt: merged,
-        node,
-        attempt: run.attempt,
-        spec_hash: run.spec_hash,
     };
     Some(jobs::interrupt_job(&req, cfg))
 }

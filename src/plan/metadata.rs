@@ -195,28 +195,35 @@ pub fn node_conditions(
     let erroring = state
         .iter()
         .any(|(_, e)| matches!(e.state, Some(State::Erroring) | Some(State::Unknown)));
+    // (type, whether it is True, its reason when True and when False, message)
     let want = [
         (
             schema::node_not_ready_condition(skyhook),
-            if complete { "False" } else { "True" },
-            if complete {
-                schema::NOT_READY_REASON_COMPLETE
-            } else {
-                schema::NOT_READY_REASON_INCOMPLETE
-            },
+            !complete,
+            [
+                schema::NOT_READY_REASON_INCOMPLETE,
+                schema::NOT_READY_REASON_COMPLETE,
+            ],
             schema::node_not_ready_message(skyhook),
         ),
         (
             schema::node_erroring_condition(skyhook),
-            if erroring { "True" } else { "False" },
-            if erroring {
-                schema::ERRORING_REASON_ERRORING
-            } else {
-                schema::ERRORING_REASON_NOT_ERRORING
-            },
+            erroring,
+            [
+                schema::ERRORING_REASON_ERRORING,
+                schema::ERRORING_REASON_NOT_ERRORING,
+            ],
             schema::node_erroring_message(skyhook),
         ),
-    ];
+    ]
+    .map(|(t, on, [if_true, if_false], m)| {
+        let (status, reason) = if on {
+            ("True", if_true)
+        } else {
+            ("False", if_false)
+        };
+        (t, status, reason, m)
+    });
     let existing = &node.conditions;
     let current = |t: &str| existing.iter().find(|c| c.type_.as_str() == t);
     let up_to_date = want.iter().all(|(t, s, r, _)| {

@@ -348,24 +348,24 @@ fn node_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64)
         generation,
         f.now,
     );
-    set_condition(
-        list,
-        schema::TAINT_NOT_TOLERABLE_CONDITION,
-        !f.blocked_nodes.is_empty(),
-        schema::TAINT_NOT_TOLERABLE_REASON,
-        schema::taint_not_tolerable_message(&refs(&f.blocked_nodes)),
-        0,
-        f.now,
-    );
-    set_condition(
-        list,
-        schema::NODES_IGNORED_CONDITION,
-        !f.ignored_nodes.is_empty(),
-        schema::NODES_IGNORED_REASON,
-        schema::nodes_ignored_message(&refs(&f.ignored_nodes)),
-        0,
-        f.now,
-    );
+    let listed = [
+        (
+            schema::TAINT_NOT_TOLERABLE_CONDITION,
+            schema::TAINT_NOT_TOLERABLE_REASON,
+            &f.blocked_nodes,
+            schema::taint_not_tolerable_message as fn(&[&str]) -> String,
+        ),
+        (
+            schema::NODES_IGNORED_CONDITION,
+            schema::NODES_IGNORED_REASON,
+            &f.ignored_nodes,
+            schema::nodes_ignored_message,
+        ),
+    ];
+    for (type_, reason, nodes, message) in listed {
+        let message = message(&refs(nodes));
+        set_condition(list, type_, !nodes.is_empty(), reason, message, 0, f.now);
+    }
 }
 
 /// `True` while some node's stored progress cannot be read. Skyhooks that never had such a node

@@ -685,12 +685,14 @@ fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged_not_fatal() {
     // Building its Job anyway (as an older operator would have) must not panic either.
     let package = &sk.spec.packages[PLAIN];
     let req = crate::jobs::StageJob {
-        skyhook: &sk,
+        place: crate::jobs::JobPlace {
+            skyhook: &sk,
+            node: "n1",
+            attempt: 0,
+            spec_hash: "h",
+        },
         package,
         stage: Stage::Apply,
-        node: "n1",
-        attempt: 0,
-        spec_hash: "h",
     };
     let job = crate::jobs::stage_job(&req, &config());
     let grace = job

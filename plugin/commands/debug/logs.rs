@@ -35,10 +35,7 @@ impl Target {
 /// of each that restarted. Containers that never started have no logs, and asking would only
 /// produce an error that says nothing new.
 pub fn targets(pod: &Pod, dir: &str) -> Vec<Target> {
-    let status = pod.status.as_ref();
-    let init = status.and_then(|s| s.init_container_statuses.as_ref());
-    let main = status.and_then(|s| s.container_statuses.as_ref());
-    let statuses = init.into_iter().flatten().chain(main.into_iter().flatten());
+    let statuses = crate::app::jobs::container_statuses(pod);
     let pod_name = pod.name_any();
     let namespace = pod.namespace().unwrap_or_default();
     let mut out = Vec::new();

@@ -30,7 +30,7 @@ use self::archive::{Archive, Piece, human_size};
 use crate::app::Ctx;
 use crate::app::error::{CliError, is_not_found};
 use crate::app::global::Timeout;
-use crate::app::kube::Kube;
+use crate::app::kube::{Kind, Kube};
 use crate::app::operator::PLUGIN_VERSION;
 use crate::cli::CollectArgs;
 
@@ -291,11 +291,7 @@ impl Collector<'_> {
     /// Lists the namespaced objects of each Skyhook by their name label.
     async fn list_labelled<K>(&self, piece: &mut Piece, kind: &str, skyhooks: &[String]) -> Vec<K>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
+        K: Kind + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
         let api: Api<K> = Api::namespaced(self.kube.client(), &self.ns);
         let mut items = Vec::new();
@@ -313,39 +309,42 @@ impl Collector<'_> {
     }
 
     async fn jobs(&mut self, skyhooks: &[String]) -> Vec<Job> {
-        let mut piece = self.start("jobs");
-        let jobs: Vec<Job> = self
-            .list_labelled::<Job>(&mut piece, "jobs", skyhooks)
+        self.labelled_piece("jobs", skyhooks, job_node, describe::job)
             .await
-            .into_iter()
-            .filter(|j| self.node_selected(j.labels().get(schema::NODE_LABEL).map_or("", |n| n)))
-            .collect();
-        for job in &jobs {
-            let name = job.name_any();
-            self.archive
-                .add(format!("jobs/{name}.txt"), describe::job(job));
-            self.add_yaml(&mut piece, format!("jobs/{name}.yaml"), job);
-        }
-        self.finish(piece);
-        jobs
     }
 
     async fn pods(&mut self, skyhooks: &[String]) -> Vec<Pod> {
-        let mut piece = self.start("pods");
-        let pods: Vec<Pod> = self
-            .list_labelled::<Pod>(&mut piece, "pods", skyhooks)
+        self.labelled_piece("pods", skyhooks, pod_node, describe::pod)
+            .await
+    }
+
+    /// The piece `kind`: the Skyhooks' objects on the selected nodes, each described and as
+    /// YAML under `<kind>/`.
+    async fn labelled_piece<K>(
+        &mut self,
+        kind: &'static str,
+        skyhooks: &[String],
+        node: fn(&K) -> String,
+        describe: fn(&K) -> String,
+    ) -> Vec<K>
+    where
+        K: Kind + Resource<Scope = k8s_openapi::NamespaceResourceScope> + Serialize,
+    {
+        let mut piece = self.start(kind);
+        let items: Vec<K> = self
+            .list_labelled::<K>(&mut piece, kind, skyhooks)
             .await
             .into_iter()
-            .filter(|p| self.node_selected(&pod_node(p)))
+            .filter(|o| self.node_selected(&node(o)))
             .collect();
-        for pod in &pods {
-            let name = pod.name_any();
+        for item in &items {
+            let name = item.name_any();
             self.archive
-                .add(format!("pods/{name}.txt"), describe::pod(pod));
-            self.add_yaml(&mut piece, format!("pods/{name}.yaml"), pod);
+                .add(format!("{kind}/{name}.txt"), describe(item));
+            self.add_yaml(&mut piece, format!("{kind}/{name}.yaml"), item);
         }
         self.finish(piece);
-        pods
+        items
     }
 
     /// Nodes a Skyhook has state, Jobs or pods on (and that match `--node`).
@@ -394,17 +393,29 @@ impl Collector<'_> {
 
     async fn logs(&mut self, pods: &[Pod]) {
         let mut piece = self.start("logs");
-        let targets: Vec<logs::Target> =
-            pods.iter().flat_map(|p| logs::targets(p, "logs")).collect();
-        self.bar.inc_length(targets.len() as u64);
-        let bar = self.bar.clone();
+        self.archive_logs(&mut piece, pods, "logs", true).await;
+        self.finish(piece);
+    }
+
+    /// The logs of the pods' containers under `dir`, a failure per container; `progress`
+    /// counts each container on the progress bar.
+    async fn archive_logs(&mut self, piece: &mut Piece, pods: &[Pod], dir: &str, progress: bool) {
+        let targets: Vec<logs::Target> = pods.iter().flat_map(|p| logs::targets(p, dir)).collect();
+        let bar = progress.then(|| self.bar.clone());
+        if let Some(bar) = &bar {
+            bar.inc_length(targets.len() as u64);
+        }
         let results = logs::fetch(
             self.kube.client(),
             targets,
             self.args.since,
             self.args.max_log_bytes,
             self.timeout,
-            move || bar.inc(1),
+            move || {
+                if let Some(bar) = &bar {
+                    bar.inc(1);
+                }
+            },
         )
         .await;
         for (target, result) in results {
@@ -416,7 +427,6 @@ impl Collector<'_> {
                 }
             }
         }
-        self.finish(piece);
     }
 
     /// The Events of every collected object, beside it as `<object>.events.yaml`.
@@ -516,6 +526,13 @@ impl Collector<'_> {
 }
 
 /// The node a pod runs on (or was meant for, by the operator's label, while still pending).
+fn job_node(job: &Job) -> String {
+    job.labels()
+        .get(schema::NODE_LABEL)
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn pod_node(pod: &Pod) -> String {
     pod.spec
         .as_ref()

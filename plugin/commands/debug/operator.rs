@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, GetParams, ListParams};
 
 use super::archive::Piece;
-use super::{Collector, METRICS_SERVICE, logs};
+use super::{Collector, METRICS_SERVICE};
 use crate::app::operator::find_operator;
 
 impl Collector<'_> {
@@ -55,32 +55,8 @@ impl Collector<'_> {
         let pods: Api<Pod> = Api::namespaced(self.kube.client(), &ns);
         match pods.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => {
-                let targets: Vec<logs::Target> = list
-                    .items
-                    .iter()
-                    .flat_map(|p| logs::targets(p, "operator/logs"))
-                    .collect();
-                let results = logs::fetch(
-                    self.kube.client(),
-                    targets,
-                    self.args.since,
-                    self.args.max_log_bytes,
-                    self.timeout,
-                    || {},
-                )
-                .await;
-                for (target, result) in results {
-                    match result {
-                        Ok(bytes) => self.archive.add(target.path, bytes),
-                        Err(e) => {
-                            let what = target.describe();
-                            piece.object_failed(
-                                what.clone(),
-                                self.error(e, &format!("getting {what}")),
-                            );
-                        }
-                    }
-                }
+                self.archive_logs(piece, &list.items, "operator/logs", false)
+                    .await
             }
             Err(e) => piece.request_failed(
                 format!("list pods -n {ns} -l {selector}"),

@@ -18,6 +18,7 @@ use kube::api::PostParams;
 use kube::core::Request;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 
 use crate::crd::{Skyhook, SkyhookSpec, SkyhookStatus};
@@ -63,10 +64,23 @@ fn meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     })
 }
 
+/// A watched object as decoded: its metadata without managedFields, and only the parts of its
+/// spec and status a pass reads (`Spec` and `Status`, kind by kind).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Lean<Spec, Status> {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    spec: Spec,
+    status: Status,
+}
+
 /// A lean type that stands for the full kind `$full` in requests (same group, version,
-/// resource) and turns into it.
+/// resource) and turns into it, its spec and status through the expressions given.
 macro_rules! stands_for {
-    ($lean:ty, $full:ty) => {
+    ($lean:ty => $full:ident {
+        spec: |$spec:ident| $to_spec:expr,
+        status: |$status:ident| $to_status:expr $(,)?
+    }) => {
         impl kube::Resource for $lean {
             type DynamicType = ();
             type Scope = <$full as kube::Resource>::Scope;
@@ -90,56 +104,48 @@ macro_rules! stands_for {
                 &mut self.metadata
             }
         }
+
+        impl From<$lean> for $full {
+            fn from(lean: $lean) -> $full {
+                let Lean {
+                    metadata,
+                    spec: $spec,
+                    status: $status,
+                } = lean;
+                $full {
+                    metadata,
+                    spec: $to_spec,
+                    status: $to_status,
+                }
+            }
+        }
     };
 }
 
-/// A Job: its metadata (identity, annotations) and status (conditions); never its spec.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LeanJob {
-    #[serde(deserialize_with = "meta")]
-    metadata: ObjectMeta,
-    status: Option<JobStatus>,
-}
-stands_for!(LeanJob, Job);
+/// A Job: its metadata (identity, annotations) and status (conditions); never its spec, which
+/// is skipped unbuilt.
+pub type LeanJob = Lean<Option<IgnoredAny>, Option<JobStatus>>;
+stands_for!(LeanJob => Job {
+    spec: |_spec| None,
+    status: |status| status,
+});
 
-impl From<LeanJob> for Job {
-    fn from(j: LeanJob) -> Job {
-        Job {
-            metadata: j.metadata,
-            spec: None,
-            status: j.status,
-        }
-    }
-}
-
+/// Of a pod's spec, only the node it is bound to.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LeanPodSpec {
+pub struct LeanPodSpec {
     node_name: Option<String>,
 }
 
 /// A pod: its metadata, node and status (container states); not its containers or volumes.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LeanPod {
-    #[serde(deserialize_with = "meta")]
-    metadata: ObjectMeta,
-    spec: Option<LeanPodSpec>,
-    status: Option<PodStatus>,
-}
-stands_for!(LeanPod, Pod);
-
-impl From<LeanPod> for Pod {
-    fn from(p: LeanPod) -> Pod {
-        Pod {
-            metadata: p.metadata,
-            spec: p.spec.map(|s| PodSpec {
-                node_name: s.node_name,
-                ..PodSpec::default()
-            }),
-            status: p.status,
-        }
-    }
-}
+pub type LeanPod = Lean<Option<LeanPodSpec>, Option<PodStatus>>;
+stands_for!(LeanPod => Pod {
+    spec: |spec| spec.map(|s| PodSpec {
+        node_name: s.node_name,
+        ..PodSpec::default()
+    }),
+    status: |status| status,
+});
 
 #[derive(Clone, Debug, Deserialize)]
 struct BootId {
@@ -147,9 +153,10 @@ struct BootId {
     boot_id: Option<String>,
 }
 
+/// Of a node's status, the Skyhook conditions, the boot id and the phase.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LeanNodeStatus {
+pub struct LeanNodeStatus {
     #[serde(default, deserialize_with = "skyhook_conditions")]
     conditions: Option<Vec<NodeCondition>>,
     node_info: Option<BootId>,
@@ -170,53 +177,27 @@ fn skyhook_conditions<'de, D: Deserializer<'de>>(
 
 /// A node: metadata, spec (taints, unschedulable) and of its status the Skyhook conditions and
 /// the boot id; not its images, addresses, capacities, volumes or the kubelet's conditions.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LeanNode {
-    #[serde(deserialize_with = "meta")]
-    metadata: ObjectMeta,
-    spec: Option<NodeSpec>,
-    status: Option<LeanNodeStatus>,
-}
-stands_for!(LeanNode, Node);
-
-impl From<LeanNode> for Node {
-    fn from(n: LeanNode) -> Node {
-        Node {
-            metadata: n.metadata,
-            spec: n.spec,
-            status: n.status.map(|s| NodeStatus {
-                conditions: s.conditions,
-                node_info: s.node_info.map(|i| NodeSystemInfo {
-                    boot_id: i.boot_id.unwrap_or_default(),
-                    ..NodeSystemInfo::default()
-                }),
-                phase: s.phase,
-                ..NodeStatus::default()
-            }),
-        }
-    }
-}
+pub type LeanNode = Lean<Option<NodeSpec>, Option<LeanNodeStatus>>;
+stands_for!(LeanNode => Node {
+    spec: |spec| spec,
+    status: |status| status.map(|s| NodeStatus {
+        conditions: s.conditions,
+        node_info: s.node_info.map(|i| NodeSystemInfo {
+            boot_id: i.boot_id.unwrap_or_default(),
+            ..NodeSystemInfo::default()
+        }),
+        phase: s.phase,
+        ..NodeStatus::default()
+    }),
+});
 
 /// A Skyhook without managedFields: after a status replace they name every field of every
 /// node's state, more than the status itself.
-#[derive(Clone, Debug, Deserialize)]
-pub struct LeanSkyhook {
-    #[serde(deserialize_with = "meta")]
-    metadata: ObjectMeta,
-    spec: SkyhookSpec,
-    status: Option<SkyhookStatus>,
-}
-stands_for!(LeanSkyhook, Skyhook);
-
-impl From<LeanSkyhook> for Skyhook {
-    fn from(s: LeanSkyhook) -> Skyhook {
-        Skyhook {
-            metadata: s.metadata,
-            spec: s.spec,
-            status: s.status,
-        }
-    }
-}
+pub type LeanSkyhook = Lean<SkyhookSpec, Option<SkyhookStatus>>;
+stands_for!(LeanSkyhook => Skyhook {
+    spec: |spec| spec,
+    status: |status| status,
+});
 
 /// A watch event of a lean object as one of its full kind.
 pub fn full<L: Into<K>, K>(event: watcher::Event<L>) -> watcher::Event<K> {

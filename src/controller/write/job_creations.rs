@@ -98,14 +98,18 @@ impl JobCreations {
         let skyhook = ObjectRef::from(sk);
         let reference = sk.object_ref(&());
         tokio::spawn(async move {
-            let api: Api<Job> = Api::namespaced(this.client.clone(), &this.namespace);
-            let (api, this_ref, reference) = (&api, &this, &reference);
+            let target = Target {
+                creations: &this,
+                api: Api::namespaced(this.client.clone(), &this.namespace),
+                skyhook: reference,
+            };
+            let target = &target;
             let failures: Vec<Error> = stream::iter(jobs)
                 .map(|job| async move {
-                    let sent = retried(|| Box::pin(this_ref.create(api, reference, &job))).await;
+                    let sent = retried(|| Box::pin(target.create(&job))).await;
                     match sent {
-                        Ok(()) => this_ref.queue.created(&job.view.name),
-                        Err(_) => this_ref.queue.failed(&job.view.name),
+                        Ok(()) => target.creations.queue.created(&job.view.name),
+                        Err(_) => target.creations.queue.failed(&job.view.name),
                     }
                     sent.err()
                 })
@@ -186,35 +190,33 @@ impl Queue {
     }
 }
 
-impl JobCreations {
-    async fn create(
-        &self,
-        api: &Api<Job>,
-        skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-        job: &PlannedJob,
-    ) -> Result<(), Error> {
-        match lean::create_job(&self.client, &self.namespace, job.body().to_vec()).await {
+/// One Skyhook's creations: where its Jobs go, and whom a taken name is reported to.
+struct Target<'a> {
+    creations: &'a JobCreations,
+    api: Api<Job>,
+    skyhook: k8s_openapi::api::core::v1::ObjectReference,
+}
+
+impl Target<'_> {
+    async fn create(&self, job: &PlannedJob) -> Result<(), Error> {
+        let c = self.creations;
+        match lean::create_job(&c.client, &c.namespace, job.body().to_vec()).await {
             Ok(_) => {
                 info!(job = %job.view.name, "created Job");
                 Ok(())
             }
             // A deterministic name already taken means an earlier pass created it: adopt it, but
             // only if it is the same work.
-            Err(e) if is_status(&e, 409) => self.adopt(api, skyhook, job).await,
+            Err(e) if is_status(&e, 409) => self.adopt(job).await,
             Err(e) => Err(e.into()),
         }
     }
 
     /// The Job under this name is adopted when its labels and spec hash say it does the same work;
     /// otherwise a Warning Event names both, never a silent wait.
-    async fn adopt(
-        &self,
-        api: &Api<Job>,
-        skyhook: &k8s_openapi::api::core::v1::ObjectReference,
-        job: &PlannedJob,
-    ) -> Result<(), Error> {
+    async fn adopt(&self, job: &PlannedJob) -> Result<(), Error> {
         let name = &job.view.name;
-        let existing = api.get(name).await?;
+        let existing = self.api.get(name).await?;
         let have = JobView::from_job(&existing, None);
         if let Some(h) = &have
             && same_work(&job.view, h)
@@ -248,7 +250,7 @@ impl JobCreations {
             action: "CreateJob".to_string(),
             secondary: None,
         };
-        self.events.send(ev, skyhook.clone());
+        self.creations.events.send(ev, self.skyhook.clone());
         Err(Error::JobNameTaken(message))
     }
 }

@@ -125,36 +125,20 @@ pub async fn execute(
     }
     // Dropped once written: a node's metadata ConfigMap repeats all its labels and annotations.
     let configmaps = std::mem::take(&mut plan.configmaps);
-    all(configmaps
-        .iter()
-        .map(|cm| retried(move || w.apply_configmap(cm).boxed()).boxed())
-        .collect())
-    .await?;
+    each(&configmaps, |cm| w.apply_configmap(cm).boxed()).await?;
     drop(configmaps);
     let mut written = w.write_nodes(&mut plan).await?;
-    all(plan
-        .node_conditions
-        .iter()
-        .map(|c| retried(move || w.patch_node_conditions(c).boxed()).boxed())
-        .collect())
+    each(&plan.node_conditions, |c| {
+        w.patch_node_conditions(c).boxed()
+    })
     .await?;
-    all(plan
-        .job_ops
-        .iter()
-        .map(|op| retried(move || w.job_op(op).boxed()).boxed())
-        .collect())
-    .await?;
+    each(&plan.job_ops, |op| w.job_op(op).boxed()).await?;
     let mut creations = std::mem::take(&mut plan.create_jobs);
     for job in &mut creations {
         w.stamp(job);
     }
     create(creations);
-    all(plan
-        .evictions
-        .iter()
-        .map(|e| retried(move || w.evict(e).boxed()).boxed())
-        .collect())
-    .await?;
+    each(&plan.evictions, |e| w.evict(e).boxed()).await?;
     let status_started = Instant::now();
     let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
     let stored = stored.map(|sk| (sk, status_started.elapsed()));
@@ -166,6 +150,18 @@ pub async fn execute(
     }
     w.publish_events(&plan.events);
     Ok(Executed { written, stored })
+}
+
+/// Writes each item ([`retried`]) through [`all`].
+async fn each<'a, T: Sync + 'a>(
+    items: impl IntoIterator<Item = &'a T>,
+    write: impl Fn(&'a T) -> BoxFuture<'a, Result<(), Error>> + Copy + Send + 'a,
+) -> Result<(), Error> {
+    all(items
+        .into_iter()
+        .map(|item| retried(move || write(item)).boxed())
+        .collect())
+    .await
 }
 
 /// Runs the writes of one step, [`PARALLEL_WRITES`] at a time, attempting all of them; the
@@ -277,10 +273,7 @@ impl Writer<'_> {
                 left_out.extend(patches.map(|p| p.node.clone()));
                 break;
             }
-            all(patches
-                .map(|p| retried(move || self.patch_node(p).boxed()).boxed())
-                .collect())
-            .await?;
+            each(patches, |p| self.patch_node(p).boxed()).await?;
         }
         left_out.extend(self.take_conflicts());
         if left_out.is_empty() {

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use super::stale;
 use crate::crd::Package;
 use crate::jobs::{GoOutcome, GoPod};
-use crate::plan::fixtures::{entry_of, go_pod, input, node_state, package, packages, t};
+use crate::plan::fixtures::{
+    StepInput, entry_of, go_pod, input, node_state, package, packages, step, t,
+};
 use crate::plan::spec::SpecView;
-use crate::plan::stage::{Host, NodeAction, NodeNote, NodeOutcome, StepInput, step};
+use crate::plan::stage::{Host, NodeAction, NodeNote, NodeOutcome};
 use crate::schema::{NodeState, PackageStatus, Stage, State};
 
 /// Crash-looping since `at`, after `restarts` kubelet restarts.

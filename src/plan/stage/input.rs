@@ -42,8 +42,9 @@ pub struct Host<'a> {
     pub node_version: Option<u64>,
 }
 
-/// One node's input to the machine.
-pub struct StepInput<'a> {
+/// One node's input to the fold. The decision to start work is not part of it: the pass makes
+/// that only after folding every node.
+pub struct NodeInput<'a> {
     pub spec: &'a SpecView<'a>,
     pub state: NodeState,
     /// `<pkg>|<ver>` → spec hash of what the node completed.
@@ -53,44 +54,9 @@ pub struct StepInput<'a> {
     pub host: Host<'a>,
     /// This Skyhook's Jobs on the node.
     pub jobs: &'a [&'a JobView],
-    /// False outside the current batch, paused, disabled, gated or blocked: running work is
-    /// still observed, but nothing new starts.
-    pub may_start: bool,
     pub retry: RetryPolicy,
     pub failed_jobs_kept: usize,
     pub now: Timestamp,
-}
-
-/// One node's input to the fold: [`StepInput`] without the decision to start work, which the
-/// pass makes only after folding every node.
-pub struct NodeInput<'a> {
-    pub spec: &'a SpecView<'a>,
-    pub state: NodeState,
-    pub applied: BTreeMap<String, String>,
-    pub folded: Folded,
-    pub host: Host<'a>,
-    pub jobs: &'a [&'a JobView],
-    pub retry: RetryPolicy,
-    pub failed_jobs_kept: usize,
-    pub now: Timestamp,
-}
-
-impl<'a> StepInput<'a> {
-    /// The fold's input, and whether the node may start work.
-    pub fn split(self) -> (NodeInput<'a>, bool) {
-        let node = NodeInput {
-            spec: self.spec,
-            state: self.state,
-            applied: self.applied,
-            folded: self.folded,
-            host: self.host,
-            jobs: self.jobs,
-            retry: self.retry,
-            failed_jobs_kept: self.failed_jobs_kept,
-            now: self.now,
-        };
-        (node, self.may_start)
-    }
 }
 
 /// What stays fixed while one node is stepped.

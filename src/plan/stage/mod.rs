@@ -14,7 +14,7 @@ mod versions;
 use std::collections::BTreeMap;
 
 use input::Machine;
-pub use input::{Host, NodeInput, RetryPolicy, StepInput};
+pub use input::{Host, NodeInput, RetryPolicy};
 pub use outcome::{NodeAction, NodeNote, NodeOutcome};
 
 use super::drain::{self, Readiness};
@@ -24,18 +24,6 @@ use jiff::Timestamp;
 
 use crate::jobs::JobView;
 use crate::schema::{self, Folded, NodeState, Stage, State};
-
-/// One step of the machine for one node: [`fold`], then [`FoldedNode::advance`] when it may
-/// start work, else [`FoldedNode::rest`].
-pub fn step(input: StepInput) -> NodeOutcome {
-    let (input, may_start) = input.split();
-    let node = fold(input);
-    if may_start {
-        node.advance()
-    } else {
-        node.rest()
-    }
-}
 
 /// A node's finished work folded into its state, before the machine decides anything. A pass
 /// folds each node once, chooses the batch from what the folds say, then advances each node

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::outcome::{NodeAction, NodeNote, NodeOutcome};
+use super::start::fresh_entry;
 use crate::jobs::{JobView, Outcome};
 use crate::plan::spec::{SpecView, config_part, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};
@@ -226,19 +227,10 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
                 .get(e.name.as_str())
                 .filter(|p| p.version != e.version)
             {
-                let mut next =
-                    state
-                        .get(&p.name, &p.version)
-                        .cloned()
-                        .unwrap_or_else(|| PackageStatus {
-                            name: p.name.as_str().into(),
-                            version: p.version.as_str().into(),
-                            image: p.image.as_str().into(),
-                            container_sha: p.container_sha.clone(),
-                            stage: Stage::Uninstall,
-                            state: None,
-                            restarts: 0,
-                        });
+                let mut next = state
+                    .get(&p.name, &p.version)
+                    .cloned()
+                    .unwrap_or_else(|| fresh_entry(p, Stage::Uninstall, None));
                 next.stage = Stage::Uninstall;
                 next.state = Some(State::Complete);
                 state.upsert(next);

@@ -122,18 +122,27 @@ fn judge(m: &Machine, stage: Stage, latest: &JobView, hash: &str, failed: u32) -
     }
 }
 
+/// A new node-state entry for the package, not restarted.
+pub(super) fn fresh_entry(p: &Package, stage: Stage, state: Option<State>) -> PackageStatus {
+    PackageStatus {
+        name: p.name.as_str().into(),
+        version: p.version.as_str().into(),
+        image: p.image.as_str().into(),
+        container_sha: p.container_sha.clone(),
+        stage,
+        state,
+        restarts: 0,
+    }
+}
+
 pub(super) fn mark(state: &mut NodeState, p: &Package, stage: Stage, s: State, restarts: i32) {
     let mut e = state
         .get(&p.name, &p.version)
         .cloned()
+        // An uninstall keeps no digest of the package; the others take it below.
         .unwrap_or_else(|| PackageStatus {
-            name: p.name.as_str().into(),
-            version: p.version.as_str().into(),
-            image: p.image.as_str().into(),
             container_sha: None,
-            stage,
-            state: None,
-            restarts: 0,
+            ..fresh_entry(p, stage, None)
         });
     e.stage = stage;
     e.state = Some(s);

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use crate::crd::Package;
 use crate::jobs::Outcome;
 use crate::plan::fixtures::{
-    RETRY, entry_of, failure, input, job, node_state, package, packages, t,
+    RETRY, StepInput, entry_of, failure, input, job, node_state, package, packages, t,
 };
 use crate::plan::spec::spec_hash;
 use crate::schema::PackageStatus;
@@ -37,7 +37,7 @@ fn step(
     failed_jobs_kept: usize,
     now: Timestamp,
 ) -> NodeOutcome {
-    super::step(StepInput {
+    crate::plan::fixtures::step(StepInput {
         spec,
         state,
         applied,
@@ -1173,7 +1173,7 @@ fn folded_attempts_are_never_folded_again() {
     ];
     for (case, state, jobs, before, (stage, st), started, after) in cases {
         let refs: Vec<&JobView> = jobs.iter().collect();
-        let o = super::step(StepInput {
+        let o = crate::plan::fixtures::step(StepInput {
             state,
             folded: before.map(|a| (key.clone(), a)).into_iter().collect(),
             jobs: &refs,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::observe::set;
+use super::start::fresh_entry;
 use crate::plan::spec::{SpecView, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};
 
@@ -29,15 +30,7 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
                             .get(&p.name, &p.version)
                             .is_some_and(|x| x.stage != Stage::Uninstall);
                         if !already && e.stage != Stage::Uninstall {
-                            state.upsert(PackageStatus {
-                                name: p.name.as_str().into(),
-                                version: p.version.as_str().into(),
-                                image: p.image.as_str().into(),
-                                container_sha: p.container_sha.clone(),
-                                stage: Stage::Upgrade,
-                                state: Some(State::InProgress),
-                                restarts: 0,
-                            });
+                            state.upsert(fresh_entry(p, Stage::Upgrade, Some(State::InProgress)));
                         }
                     }
                     _ if e.stage != Stage::Uninstall => {
@@ -47,15 +40,7 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
                         old.restarts = 0;
                         state.upsert(old);
                         if state.get(&p.name, &p.version).is_none() {
-                            state.upsert(PackageStatus {
-                                name: p.name.as_str().into(),
-                                version: p.version.as_str().into(),
-                                image: p.image.as_str().into(),
-                                container_sha: p.container_sha.clone(),
-                                stage: Stage::Uninstall,
-                                state: Some(State::Skipped),
-                                restarts: 0,
-                            });
+                            state.upsert(fresh_entry(p, Stage::Uninstall, Some(State::Skipped)));
                         }
                     }
                     _ => {}
