@@ -290,6 +290,7 @@ mod tests {
                         "nodeName": "kind-worker",
                         "restartPolicy": "Never",
                         "hostPID": true,
+                        "automountServiceAccountToken": false,
                         "hostNetwork": true,
                         "tolerations": [
                             {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::outcome::fresh_entry;
 use super::outcome::{NodeAction, NodeNote, NodeOutcome};
-use super::start::fresh_entry;
 use crate::jobs::{JobView, Outcome};
 use crate::plan::spec::{SpecView, config_part, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::crd::Package;
-use crate::schema::{Folded, Interrupt, NodeState, Stage, State};
+use crate::schema::{Folded, Interrupt, NodeState, PackageStatus, Stage, State};
 
 /// What the node machine wants done.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,5 +83,18 @@ pub struct NodeOutcome {
 impl NodeOutcome {
     pub fn any_state(&self, s: State) -> bool {
         self.state.iter().any(|(_, e)| e.state == Some(s))
+    }
+}
+
+/// A new node-state entry for the package, not restarted.
+pub(super) fn fresh_entry(p: &Package, stage: Stage, state: Option<State>) -> PackageStatus {
+    PackageStatus {
+        name: p.name.as_str().into(),
+        version: p.version.as_str().into(),
+        image: p.image.as_str().into(),
+        container_sha: p.container_sha.clone(),
+        stage,
+        state,
+        restarts: 0,
     }
 }

@@ -5,6 +5,7 @@ use jiff::Timestamp;
 
 use super::input::Machine;
 use super::observe::{current, failures};
+use super::outcome::fresh_entry;
 use super::outcome::{NodeAction, NodeNote, NodeOutcome};
 use crate::crd::Package;
 use crate::jobs::{JobView, Outcome};
@@ -119,19 +120,6 @@ fn judge(m: &Machine, stage: Stage, latest: &JobView, hash: &str, failed: u32) -
                 Latest::Retry
             }
         }
-    }
-}
-
-/// A new node-state entry for the package, not restarted.
-pub(super) fn fresh_entry(p: &Package, stage: Stage, state: Option<State>) -> PackageStatus {
-    PackageStatus {
-        name: p.name.as_str().into(),
-        version: p.version.as_str().into(),
-        image: p.image.as_str().into(),
-        container_sha: p.container_sha.clone(),
-        stage,
-        state,
-        restarts: 0,
     }
 }
 

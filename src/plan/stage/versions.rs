@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::observe::set;
-use super::start::fresh_entry;
+use super::outcome::fresh_entry;
 use crate::plan::spec::{SpecView, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};
 
