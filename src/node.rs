@@ -38,6 +38,13 @@ impl NodeView {
         self.labels.get(key)
     }
 
+    /// Another Skyhook than `skyhook` holds a cordon on the node.
+    pub fn cordoned_by_another(&self, skyhook: &str) -> bool {
+        self.annotations
+            .keys()
+            .any(|k| schema::is_other_cordon(k, skyhook))
+    }
+
     /// The resourceVersion as a number (etcd's revision), when it is one.
     pub fn version_number(&self) -> Option<u64> {
         self.resource_version

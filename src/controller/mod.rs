@@ -23,6 +23,7 @@ pub mod snapshot;
 pub mod watch;
 pub mod write;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -330,14 +331,28 @@ async fn deletion_pass(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
     let name = sk.name_any();
     ctx.metrics.forget(&name);
     ctx.pacing.forget(&name);
-    let plan = plan::plan_delete(sk, &ctx.caches.nodes.all());
+    let jobs_on: BTreeSet<String> = ctx
+        .caches
+        .jobs
+        .all()
+        .iter()
+        .filter(|j| j.skyhook == name)
+        .map(|j| j.node.to_string())
+        .collect();
+    let waiting = !jobs_on.is_empty();
+    let plan = plan::plan_delete(sk, &ctx.caches.nodes.all(), &jobs_on);
     let ns = &ctx.config.namespace;
     let done = write::execute(&ctx.client, &ctx.events, ns, sk, plan, |_| {}).await?;
     Ok(match done.written {
-        write::Written::All => Action::await_change(),
         write::Written::Conflict => Action::requeue(CONFLICT_REQUEUE),
+        // The Jobs' removal wakes the next pass; the requeue is the fallback.
+        write::Written::All if waiting => Action::requeue(JOBS_GONE_RECHECK),
+        write::Written::All => Action::await_change(),
     })
 }
+
+/// How soon a Skyhook being deleted looks again for its Jobs to be gone.
+const JOBS_GONE_RECHECK: Duration = Duration::from_secs(5);
 
 /// The next pass after a write met a 409 (an object changed after the pass read it). Not the
 /// error policy's 5 s: nothing failed, and the watch usually delivers the newer copy within

@@ -1,6 +1,11 @@
 //! Deletion (§3.19, extended): everything this Skyhook wrote on nodes goes, cordons it holds
 //! are lifted, its Jobs and ConfigMaps are deleted, then the finalizer is released.
+//!
+//! A node keeps its cordon while a Job of this Skyhook is still there (deleted in the
+//! foreground, a Job stays until its pod is gone: an interrupt may be rebooting the node), and
+//! while another Skyhook holds a cordon on it. The finalizer is released once no Job is left.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -11,17 +16,19 @@ use crate::schema;
 
 /// Deletion (§3.19, extended): remove every node key, label and condition this Skyhook wrote,
 /// lift cordons it holds, delete its Jobs and ConfigMaps, then release the finalizer.
-pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Plan {
+/// `jobs_on`: the nodes where a Job of this Skyhook still exists (being deleted included).
+pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>], jobs_on: &BTreeSet<String>) -> Plan {
     let name = sk.name_any();
     let mut plan = Plan {
         delete_owned: true,
-        remove_finalizer: sk.finalizers().iter().any(|f| f == schema::FINALIZER),
+        remove_finalizer: jobs_on.is_empty()
+            && sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         ..Plan::default()
     };
+    let cordon = schema::cordon_annotation(&name);
     let annotation_keys = [
         schema::node_state_annotation(&name),
         schema::status_annotation(&name),
-        schema::cordon_annotation(&name),
         schema::node_version_annotation(&name),
         schema::applied_annotation(&name),
         schema::folded_annotation(&name),
@@ -34,10 +41,11 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Plan {
                 patch.annotations.insert(k.clone(), None);
             }
         }
-        if n.annotations
-            .contains_key(&schema::cordon_annotation(&name))
-        {
-            patch.unschedulable = Some(false);
+        if n.annotations.contains_key(&cordon) && !jobs_on.contains(&n.name) {
+            patch.annotations.insert(cordon.clone(), None);
+            if !n.cordoned_by_another(&name) {
+                patch.unschedulable = Some(false);
+            }
         }
         let label = schema::status_label(&name);
         if n.labels.contains_key(&label) {
@@ -118,7 +126,7 @@ mod tests {
             Vec<String>,
         )> = vec![
             (
-                "every key, label and condition of ours; others' kept; our cordon lifted",
+                "every key, label and condition of ours; others' kept; their cordon keeps it cordoned",
                 node("n")
                     .annotations(Value::Object(mixed))
                     .labels(json!({label.clone(): "complete", schema::status_label("other"): "complete", "role": "gpu"}))
@@ -133,8 +141,19 @@ mod tests {
                     .arc(),
                 ours.to_vec(),
                 vec![label.clone()],
-                Some(false),
+                None,
                 vec![not_ready.clone(), erroring.clone(), legacy.clone()],
+            ),
+            (
+                "our cordon alone: lifted",
+                node("n")
+                    .annotations(Value::Object(all_ours.clone()))
+                    .cordoned(true)
+                    .arc(),
+                ours.to_vec(),
+                vec![],
+                Some(false),
+                vec![],
             ),
             (
                 "an administrator's cordon is not lifted",
@@ -199,7 +218,7 @@ mod tests {
         ];
         let sk = skyhook("sh").finalizers(json!([schema::FINALIZER])).build();
         for (name, n, annotations, labels, unschedulable, conditions) in cases {
-            let plan = plan_delete(&sk, std::slice::from_ref(&n));
+            let plan = plan_delete(&sk, std::slice::from_ref(&n), &BTreeSet::new());
             let want_patch =
                 !(annotations.is_empty() && labels.is_empty() && unschedulable.is_none());
             assert_eq!(
@@ -248,7 +267,11 @@ mod tests {
             ("another finalizer only", json!(["example.com/keep"]), false),
         ];
         for (name, finalizers, want) in cases {
-            let plan = plan_delete(&skyhook("sh").finalizers(finalizers).build(), &[]);
+            let plan = plan_delete(
+                &skyhook("sh").finalizers(finalizers).build(),
+                &[],
+                &BTreeSet::new(),
+            );
             assert_eq!(plan.remove_finalizer, want, "case: {name}");
             assert!(!plan.add_finalizer, "case: {name}");
             assert!(plan.delete_owned, "case: {name}");
@@ -257,5 +280,29 @@ mod tests {
                 "case: {name}"
             );
         }
+    }
+
+    /// While a Job of ours is still on the node (an interrupt pod may be rebooting it), the node
+    /// keeps our cordon and the finalizer is kept; everything else of ours goes at once.
+    #[test]
+    fn plan_delete_keeps_the_cordon_while_our_jobs_remain() {
+        let cordon = schema::cordon_annotation("sh");
+        let state = schema::node_state_annotation("sh");
+        let n = node("n")
+            .annotations(json!({cordon.clone(): "true", state.clone(): "{}"}))
+            .cordoned(true)
+            .arc();
+        let sk = skyhook("sh").finalizers(json!([schema::FINALIZER])).build();
+        let busy: BTreeSet<String> = ["n".to_string()].into();
+        let plan = plan_delete(&sk, std::slice::from_ref(&n), &busy);
+        let p = &plan.node_patches[0];
+        assert_eq!(p.unschedulable, None);
+        assert!(!p.annotations.contains_key(&cordon), "{p:?}");
+        assert_eq!(p.annotations.get(&state), Some(&None));
+        assert!(!plan.remove_finalizer);
+        assert!(plan.delete_owned);
+        let plan = plan_delete(&sk, std::slice::from_ref(&n), &BTreeSet::new());
+        assert_eq!(plan.node_patches[0].unschedulable, Some(false));
+        assert!(plan.remove_finalizer);
     }
 }

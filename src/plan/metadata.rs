@@ -71,10 +71,18 @@ pub fn node_patch(
             Some(schema::TRUE_VALUE.to_string()),
         );
     } else if settled && f.holds_cordon {
-        patch.unschedulable = Some(false);
+        // The last Skyhook holding the cordon lifts it; the others only drop their share.
+        if !f.node.cordoned_by_another(&name) {
+            patch.unschedulable = Some(false);
+        }
         patch
             .annotations
             .insert(schema::cordon_annotation(&name), None);
+    } else if o.relies_on_cordon && !f.holds_cordon && f.node.cordoned_by_another(&name) {
+        patch.annotations.insert(
+            schema::cordon_annotation(&name),
+            Some(schema::TRUE_VALUE.to_string()),
+        );
     }
     runtime_required(m, f.node, settled, &mut patch);
     bookkeeping(
@@ -752,6 +760,104 @@ mod tests {
                 want_a,
                 "case: {name}"
             );
+        }
+    }
+
+    /// A cordon two Skyhooks rely on is shared: the one that relies on another's cordon takes a
+    /// share, and the first to finish drops only its own key; the last lifts it.
+    #[test]
+    fn a_shared_cordon_is_lifted_by_the_last_skyhook_only() {
+        let sk = skyhook("sh").build();
+        let rt = runtime_taint();
+        let m = MetaInput {
+            skyhook: &sk,
+            skyhooks: &[],
+            runtime_taint: &rt,
+            operator_version: OP,
+        };
+        let ours = schema::cordon_annotation("sh");
+        let theirs = schema::cordon_annotation("other");
+        // (case, our key, their key, relies on the cordon, settled, unschedulable write,
+        //  our key's write)
+        type Case<'a> = (
+            &'a str,
+            bool,
+            bool,
+            bool,
+            bool,
+            Option<bool>,
+            Option<Option<&'a str>>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "settled, ours alone: lifted",
+                true,
+                false,
+                false,
+                true,
+                Some(false),
+                Some(None),
+            ),
+            (
+                "settled, theirs too: our share dropped, kept cordoned",
+                true,
+                true,
+                false,
+                true,
+                None,
+                Some(None),
+            ),
+            (
+                "relying on their cordon: a share taken",
+                false,
+                true,
+                true,
+                false,
+                None,
+                Some(Some("true")),
+            ),
+            (
+                "relying on an administrator's cordon: never marked ours",
+                false,
+                false,
+                true,
+                false,
+                None,
+                None,
+            ),
+            (
+                "relying, ours already: nothing to write",
+                true,
+                true,
+                true,
+                false,
+                None,
+                None,
+            ),
+        ];
+        for (case, our_key, their_key, relies, settled, want_u, want_a) in cases {
+            let mut annotations = json!({});
+            if our_key {
+                annotations[ours.clone()] = json!("true");
+            }
+            if their_key {
+                annotations[theirs.clone()] = json!("true");
+            }
+            let n = node("n").annotations(annotations).cordoned(true).build();
+            let mut f = facts(&n);
+            f.holds_cordon = our_key;
+            let o = NodeOutcome {
+                relies_on_cordon: relies,
+                ..NodeOutcome::default()
+            };
+            let p = node_patch(&m, &f, &o, Status::Waiting, settled);
+            assert_eq!(p.unschedulable, want_u, "case: {case}");
+            assert_eq!(
+                p.annotations.get(&ours).map(|v| v.as_deref()),
+                want_a,
+                "case: {case}"
+            );
+            assert!(!p.annotations.contains_key(&theirs), "case: {case}");
         }
     }
 

@@ -46,6 +46,13 @@ pub fn cordon_annotation(skyhook: &str) -> String {
     format!("{CORDON_PREFIX}{skyhook}")
 }
 
+/// Whether `key` is another Skyhook's cordon annotation than `skyhook`'s: a cordon shared by
+/// Skyhooks is lifted only by the last of them to finish.
+pub fn is_other_cordon(key: &str, skyhook: &str) -> bool {
+    key.strip_prefix(CORDON_PREFIX)
+        .is_some_and(|owner| owner != skyhook)
+}
+
 /// Node annotation with the operator version that last migrated this node for the Skyhook.
 pub fn node_version_annotation(skyhook: &str) -> String {
     format!("{NODE_VERSION_PREFIX}{skyhook}")

@@ -241,3 +241,117 @@ async fn an_uncordoned_erroring_interrupt_is_cordoned_again_before_its_retry() {
         .await;
     assert!(!unschedulable(&env).await, "left cordoned after the retry");
 }
+
+/// Deleting a Skyhook while its interrupt pod runs (issue 35, acceptance 6): the node stays
+/// cordoned until the pod is gone (a finalizer of the test's keeps it terminating), and with
+/// another Skyhook's cordon key on the node it stays cordoned even then.
+#[tokio::test]
+async fn deleting_mid_interrupt_keeps_the_cordon_until_the_pod_is_gone() {
+    let env = setup("intr-delete", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let sk = env.ctx.name("sk");
+    let _hang = SlowInterrupts::install(&env.ctx, "HANG", "true").await;
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"kernel": reboot_package()}}),
+    ))
+    .await;
+    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let interrupt_pods = ListParams::default().labels(&format!(
+        "{}={sk},{}",
+        schema::NAME_LABEL,
+        schema::INTERRUPT_LABEL
+    ));
+    let pod = env
+        .ctx
+        .wait_for(
+            "the interrupt pod Running",
+            Duration::from_secs(90),
+            || async {
+                pods.list(&interrupt_pods)
+                    .await
+                    .ok()?
+                    .items
+                    .into_iter()
+                    .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            },
+        )
+        .await;
+    let pod_name = pod.name_any();
+    let hold = "example.com/hold";
+    pods.patch(
+        &pod_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": [hold]}})),
+    )
+    .await
+    .expect("hold the pod");
+    let other = schema::cordon_annotation("another-skyhook");
+    env.node_api
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {other.clone(): "true"}}})),
+        )
+        .await
+        .expect("another Skyhook's cordon key");
+    assert!(unschedulable(&env).await, "not cordoned for the interrupt");
+
+    env.skyhooks
+        .delete(&sk, &Default::default())
+        .await
+        .expect("delete the Skyhook");
+    env.ctx
+        .holds_for(
+            "the cordon while the interrupt pod terminates",
+            Duration::from_secs(8),
+            || async {
+                let p = pods.get(&pod_name).await.map_err(|e| e.to_string())?;
+                if p.metadata.deletion_timestamp.is_none() {
+                    return Ok(()); // not deleted yet: nothing to judge
+                }
+                if unschedulable(&env).await {
+                    Ok(())
+                } else {
+                    Err("uncordoned while the interrupt pod is still there".into())
+                }
+            },
+        )
+        .await;
+    let terminating = pods.get(&pod_name).await.expect("pod");
+    assert!(
+        terminating.metadata.deletion_timestamp.is_some(),
+        "the interrupt pod was not deleted with its Skyhook"
+    );
+
+    // The pod goes: our cordon key goes with the Skyhook, theirs keeps the node cordoned.
+    pods.patch(
+        &pod_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release the pod");
+    env.ctx
+        .wait_for("the Skyhook gone", Duration::from_secs(60), || async {
+            env.skyhooks
+                .get_opt(&sk)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    let n = env.node_api.get(&node).await.expect("node");
+    let annotations = n.annotations();
+    assert!(
+        !annotations.contains_key(&schema::cordon_annotation(&sk)),
+        "our cordon key left behind: {annotations:?}"
+    );
+    assert!(annotations.contains_key(&other), "{annotations:?}");
+    assert!(
+        unschedulable(&env).await,
+        "uncordoned under another Skyhook's cordon"
+    );
+}

@@ -71,7 +71,7 @@ use crate::jobs::PlannedJob;
 use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 use event_queue::EventSink;
-use requests::{background, ignore_not_found, is_conflict, is_status, node_patch_body, with_kind};
+use requests::{ignore_not_found, is_conflict, is_status, node_patch_body, with_kind};
 
 const MANAGER: &str = "skyhook-operator";
 
@@ -414,7 +414,11 @@ impl Writer<'_> {
     /// On deletion: every Job and ConfigMap labelled with this Skyhook.
     async fn delete_owned(&self) -> Result<(), Error> {
         let lp = ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, self.name));
-        self.jobs.delete_collection(&background(), &lp).await?;
+        // Foreground: a Job stays until its pod is gone, so the cordon it relies on (an
+        // interrupt may be rebooting the node) is kept as long as the Job is seen.
+        self.jobs
+            .delete_collection(&DeleteParams::foreground(), &lp)
+            .await?;
         self.cms
             .delete_collection(&DeleteParams::default(), &lp)
             .await?;

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::{DeleteParams, PropagationPolicy};
 use serde_json::{Value, json};
 
 use crate::controller::error::Error;
@@ -49,13 +48,6 @@ pub(super) fn node_patch_body(p: &NodePatch) -> Value {
         body["spec"]["taints"] = if t.is_empty() { Value::Null } else { json!(t) };
     }
     body
-}
-
-pub(super) fn background() -> DeleteParams {
-    DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..DeleteParams::default()
-    }
 }
 
 pub(super) fn to_json_map(m: &BTreeMap<String, Option<String>>) -> Value {

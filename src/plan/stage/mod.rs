@@ -282,6 +282,7 @@ fn run_work(
 
 /// Applies the drain decision to the outcome; true when the node is ready for the interrupt.
 fn ready(host: Host, out: &mut NodeOutcome) -> bool {
+    out.relies_on_cordon |= host.cordoned;
     match drain::readiness(host.cordoned, host.pods) {
         Readiness::Ready => true,
         Readiness::Cordon => {

@@ -72,6 +72,10 @@ pub struct NodeOutcome {
     pub active: bool,
     /// Cordon the node before anything else (it is not yet unschedulable).
     pub cordon: bool,
+    /// Work of this pass relies on the node's existing cordon (drained, or draining, for an
+    /// interrupt): when another Skyhook holds it, this one takes a share, so the first to finish
+    /// cannot lift it under the other.
+    pub relies_on_cordon: bool,
     /// Pods to evict (namespace, name).
     pub evict: Vec<(String, String)>,
     /// Why interrupt work waits on this node, for humans.
