@@ -176,10 +176,19 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
         );
         return;
     }
-    if !tainted || !settled {
+    if tainted && settled {
+        lift_runtime_taint(m, node, patch);
+    }
+}
+
+/// Removes the runtime-required taint once no other runtime-required Skyhook that selects the
+/// node is still short of complete there.
+pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
+    let taint = m.runtime_taint;
+    if !node.taints.iter().any(|t| taint.matches(t)) {
         return;
     }
-    let me = sk.name_any();
+    let me = m.skyhook.name_any();
     let others_done = m.skyhooks.iter().all(|o| {
         o.name_any() == me
             || !o.spec.runtime_required
@@ -188,7 +197,8 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
                 == Some(Status::Complete.as_str())
     });
     if others_done {
-        patch.taints = Some(taints.into_iter().filter(|t| !taint.matches(t)).collect());
+        let kept = node.taints.iter().filter(|t| !taint.matches(t)).cloned();
+        patch.taints = Some(kept.collect());
     }
 }
 

@@ -7,7 +7,8 @@
 //!
 //! 1. [`select`] which nodes are targeted, blocked or gated, and [`facts`] what each carries
 //!    (reads `Inputs`);
-//! 2. [`config`] which configMap keys moved (reads the facts and the stored status);
+//! 2. [`release`] the nodes no longer targeted (reads the facts, every node and this Skyhook's
+//!    Jobs), and [`config`] which configMap keys moved (reads the facts and the stored status);
 //! 3. fold: each node's finished Jobs and Go pods folded into its state, once
 //!    ([`stage::fold`]; reads the facts and the node's Jobs);
 //! 4. [`compartments`], [`batch`] and [`strategy`] which nodes may start (reads the folds; a
@@ -36,6 +37,7 @@ pub mod inputs;
 pub mod interrupt;
 pub mod launch;
 pub mod metadata;
+pub mod release;
 pub mod select;
 pub mod spec;
 pub mod stage;
@@ -153,15 +155,30 @@ fn plan_live(inp: &Inputs) -> Plan {
             operator_version: inp.operator_version,
         },
     };
+    let targeted: BTreeSet<&str> = facts
+        .iter()
+        .chain(&unreadable)
+        .map(|f| f.name.as_str())
+        .collect();
+    let released = release::release(&planner.meta, inp.nodes, &targeted, &planner.by_node);
     let reset = planner.policy.resets_on_completion(sk) && versions_changed(sk, prior);
     // Each node's finished work is folded once; the batch is chosen from the folds; then each
     // node that may start work advances once (the batch choice's own look ahead reused).
     let folds: Vec<FoldedNode> = facts.iter().map(|f| planner.fold(f)).collect();
-    let (allowed, compartments, mut advanced) =
-        planner.batch(&facts, &folds, &unreadable, prior, reset);
+    let (allowed, compartments, mut advanced) = planner.batch(
+        &facts,
+        &folds,
+        &unreadable,
+        prior,
+        reset,
+        released.holds_budget,
+    );
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
+        node_patches: released.patches,
+        job_ops: released.job_ops,
+        events: released.notes,
         ..Plan::default()
     };
     let mut tally = Tally::default();
@@ -234,8 +251,9 @@ impl<'a> Planner<'a> {
     /// Pick each compartment's batch from what the folds say. Nodes whose state cannot be read
     /// start nothing, but one that still holds our cordon or runs a Job of ours is at work, and
     /// the budget counts it. `reset` starts every compartment over from batch 1 (§6.6, a
-    /// version change). Also returns the nodes the choice had to advance to see whether they
-    /// have fresh work, as advanced.
+    /// version change). `hold`: a node that left still runs a Job of ours, so no new node
+    /// starts. Also returns the nodes the choice had to advance to see whether they have fresh
+    /// work, as advanced.
     fn batch(
         &self,
         facts: &[NodeFacts],
@@ -243,6 +261,7 @@ impl<'a> Planner<'a> {
         unreadable: &[NodeFacts],
         prior: &crate::crd::SkyhookStatus,
         reset: bool,
+        hold: bool,
     ) -> (
         BTreeSet<String>,
         Vec<Compartment>,
@@ -285,7 +304,7 @@ impl<'a> Planner<'a> {
         if reset {
             compartments::reset(&mut compartments);
         }
-        let can_run = self.switches.can_run();
+        let can_run = self.switches.can_run() && !hold;
         if compartments.is_empty() {
             // The policy is missing: work in flight finishes, nothing new starts.
             let all: Vec<&Seen> = seen.iter().collect();

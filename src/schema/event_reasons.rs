@@ -9,6 +9,21 @@ pub const APPLY_REASON: &str = "Apply";
 pub const INTERRUPT_REASON: &str = "Interrupt";
 pub const STATE_REASON: &str = "State";
 pub const REBOOT_REASON: &str = "Reboot";
+/// A node this Skyhook no longer selects (or that is gone) is let go.
+pub const RELEASED_REASON: &str = "Released";
+
+/// On the Node and the Skyhook when a node that left the selector is let go.
+pub fn node_released_message(skyhook: &str, node: &str) -> String {
+    format!(
+        "Node [{node}] is no longer selected by [skyhook:{skyhook}]: its cordon and \
+         runtime-required taint are released"
+    )
+}
+
+/// On the Skyhook when the Jobs of a node that no longer exists are deleted.
+pub fn node_gone_message(node: &str, jobs: usize) -> String {
+    format!("Node [{node}] no longer exists: its {jobs} Job(s) of this Skyhook are deleted")
+}
 
 /// On the Node when a stage starts.
 pub fn node_apply_message(package: &str, version: &str, skyhook: &str, stage: Stage) -> String {

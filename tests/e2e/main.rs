@@ -10,6 +10,7 @@ mod interrupt_drain;
 mod interrupts;
 mod leader;
 mod monitoring;
+mod node_release;
 mod operator;
 mod plugin;
 mod plugin_completion;
