@@ -175,4 +175,30 @@ mod tests {
         );
         assert_eq!(v["env"][0]["value"], "DSN=[REDACTED]");
     }
+
+    /// The whole path of an object into the archive: fields, YAML, then the file's text.
+    #[test]
+    fn a_skyhook_as_archived() {
+        let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIsecret\n-----END RSA PRIVATE KEY-----\n";
+        let mut v = json!({"spec": {"packages": {"p": {
+            "env": [{"name": "DB_PASS", "value": "hunter2"}, {"name": "DSN", "value": "postgres://u:p4ss@h/db"}],
+            "configMap": {"server.pem": pem, "token.jwt": "eyJhbGciOi.eyJzdWIiOi.c2ln", "db.env": "DB_PASS=hunter2\n"},
+        }}}});
+        redact(&mut v);
+        let yaml = crate::app::output::yaml(&v).unwrap();
+        let text = String::from_utf8(scrub::scrub(yaml.as_bytes())).unwrap();
+        for needle in ["hunter2", "p4ss", "MIIsecret", "BEGIN", "c2ln"] {
+            assert!(!text.contains(needle), "{needle} in {text}");
+        }
+        assert!(
+            text.contains("server.pem: '[REDACTED sha256:")
+                || text.contains("server.pem: \"[REDACTED sha256:"),
+            "{text}"
+        );
+        assert!(
+            text.contains("token.jwt: '[REDACTED sha256:")
+                || text.contains("token.jwt: \"[REDACTED sha256:"),
+            "{text}"
+        );
+    }
 }

@@ -212,3 +212,18 @@ fn bytes_that_are_not_utf8_are_still_scrubbed() {
     );
     assert!(out.starts_with(b"\xff\xfe"));
 }
+
+/// The stage log line of the e2e test (`LOG_TEXT`, one line, as kwok's log agent prints it).
+#[test]
+fn a_stage_log_line_with_every_kind_of_secret() {
+    let line = format!(
+        "starting DB_PASS=hunter2 DSN postgres://u:p4ss@h/db bearer {JWT} key {}",
+        PEM.replace('\n', " ")
+    );
+    let want = format!(
+        "starting DB_PASS=[REDACTED] DSN postgres://[REDACTED]@h/db bearer {} key [REDACTED PEM RSA PRIVATE KEY sha256:{}]",
+        hashed(JWT.as_bytes()),
+        sha256_hex(PEM.replace('\n', " "), 12)
+    );
+    assert_eq!(s(&line), want);
+}
