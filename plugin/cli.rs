@@ -242,7 +242,10 @@ pub struct CollectArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 5 * 1024 * 1024)]
     pub max_log_bytes: u64,
 
-    /// Keep the values of env vars whose names look secret (TOKEN, PASSWORD, KEY, ...)
+    /// Do not redact: the archive then includes secrets as the cluster holds them, in env
+    /// values, package configMap contents, stage and operator logs, Job and Event messages
+    /// (default: scrubbed, best effort; redaction.txt in the archive lists what). Prints a
+    /// warning
     #[arg(long)]
     pub no_redact: bool,
 }

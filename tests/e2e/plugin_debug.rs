@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, State};
 
-use crate::support::plugin::{plugin, plugin_with, token_kubeconfig};
+use crate::support::plugin::{Ran, plugin, plugin_with, token_kubeconfig};
 use crate::support::{Operator, TestCtx, install_crds};
 
 /// Every file of the archive by its path below the archive's root directory.
@@ -37,6 +37,76 @@ fn unpack(path: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
+const SHELLSCRIPT: &str = "ghcr.io/nvidia/skyhook-packages/shellscript";
+
+/// A Skyhook named `sk` with these packages, on the test's nodes.
+async fn create_skyhook(ctx: &TestCtx, sk: &str, packages: Value) {
+    let (k, v) = ctx.test_label();
+    let object: Skyhook = serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
+        "metadata": {"name": sk, "labels": {k.clone(): v.clone()}},
+        "spec": {"nodeSelectors": {"matchLabels": {k: v}}, "packages": packages},
+    }))
+    .expect("valid Skyhook");
+    Api::<Skyhook>::all(ctx.client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create Skyhook");
+}
+
+/// Until `package` is erroring on `node` and one of the Skyhook's pods has failed, so its
+/// containers have terminated and have logs.
+async fn wait_erroring_with_failed_pod(
+    ctx: &TestCtx,
+    sk: &str,
+    node: &str,
+    (package, version): (&str, &str),
+) {
+    let node_api: Api<Node> = Api::all(ctx.client.clone());
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let key = schema::node_state_annotation(sk);
+    let sel = format!("{}={}", schema::NAME_LABEL, sk);
+    ctx.wait_for(
+        &format!("{package} erroring with a failed pod"),
+        Duration::from_secs(180),
+        || {
+            let (node_api, pods, key, sel) =
+                (node_api.clone(), pods.clone(), key.clone(), sel.clone());
+            async move {
+                let n = node_api.get(node).await.ok()?;
+                let state = NodeState::parse(n.annotations().get(&key)?).ok()?;
+                state
+                    .get(package, version)
+                    .is_some_and(|e| e.state == Some(State::Erroring))
+                    .then_some(())?;
+                let list = pods.list(&ListParams::default().labels(&sel)).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// `debug collect --skyhook <sk> -n <ns> --output-file <archive> <extra>`.
+fn collect(ctx: &TestCtx, sk: &str, archive: &Path, extra: &[&str]) -> Ran {
+    let archive = archive.to_string_lossy();
+    let mut args = vec![
+        "debug",
+        "collect",
+        "--skyhook",
+        sk,
+        "-n",
+        &ctx.ns,
+        "--output-file",
+        &archive,
+    ];
+    args.extend_from_slice(extra);
+    plugin(ctx, &args)
+}
+
 fn text(files: &BTreeMap<String, Vec<u8>>, path: &str) -> String {
     String::from_utf8_lossy(files.get(path).unwrap_or_else(|| panic!("{path} missing")))
         .into_owned()
@@ -58,69 +128,18 @@ async fn debug_collect_archives_a_failing_rollout() {
     ctx.report_on_failure(&["get", "jobs,pods", "-n", &ns, "-o", "wide"]);
     let secret = format!("tok-{}-do-not-leak", ctx.prefix);
     let broken_text = format!("broken-{}", ctx.prefix);
-    let (k, v) = ctx.test_label();
-    let object: Skyhook = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "Skyhook",
-        "metadata": {"name": sk, "labels": {k.clone(): v.clone()}},
-        "spec": {"nodeSelectors": {"matchLabels": {k: v}}, "packages": {
-            "broken": {"version": "2.0.0", "image": "ghcr.io/nvidia/skyhook-packages/shellscript",
-                "env": [
-                    {"name": "EXIT_CODE", "value": "3"},
-                    {"name": "LOG_TEXT", "value": broken_text},
-                    {"name": "API_TOKEN", "value": secret},
-                ]},
-        }},
-    }))
-    .expect("valid Skyhook");
-    Api::<Skyhook>::all(ctx.client.clone())
-        .create(&PostParams::default(), &object)
-        .await
-        .expect("create Skyhook");
-
-    // Wait until the package is erroring and its failed pod has terminated containers.
-    let node_api: Api<Node> = Api::all(ctx.client.clone());
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let key = schema::node_state_annotation(&sk);
-    ctx.wait_for(
-        "broken erroring with a failed pod",
-        Duration::from_secs(180),
-        || {
-            let (node_api, pods, node, key) =
-                (node_api.clone(), pods.clone(), node.clone(), key.clone());
-            let sel = format!("{}={}", schema::NAME_LABEL, sk);
-            async move {
-                let n = node_api.get(&node).await.ok()?;
-                let state = NodeState::parse(n.annotations().get(&key)?).ok()?;
-                state
-                    .get("broken", "2.0.0")
-                    .is_some_and(|e| e.state == Some(State::Erroring))
-                    .then_some(())?;
-                let list = pods.list(&ListParams::default().labels(&sel)).await.ok()?;
-                list.items
-                    .iter()
-                    .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    let package = json!({"broken": {"version": "2.0.0", "image": SHELLSCRIPT, "env": [
+        {"name": "EXIT_CODE", "value": "3"},
+        {"name": "LOG_TEXT", "value": broken_text},
+        {"name": "API_TOKEN", "value": secret},
+    ]}});
+    create_skyhook(&ctx, &sk, package).await;
+    wait_erroring_with_failed_pod(&ctx, &sk, &node, ("broken", "2.0.0")).await;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let archive = dir.path().join("x.tar.gz");
     let archive_arg = archive.to_string_lossy().to_string();
-    let ran = plugin(
-        &ctx,
-        &[
-            "debug",
-            "collect",
-            "--skyhook",
-            &sk,
-            "-n",
-            &ns,
-            "--output-file",
-            &archive_arg,
-        ],
-    );
+    let ran = collect(&ctx, &sk, &archive, &[]);
     // The operator runs as a local process here, so its piece fails: exit 3, archive written.
     assert_eq!(ran.code, 3, "{ran:?}");
     assert!(
@@ -319,4 +338,172 @@ async fn debug_collect_archives_a_failing_rollout() {
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     assert!(!left.iter().any(|n| n.contains("missing")), "{left:?}");
+}
+
+/// The secrets the redaction test plants, each unique to the run, and the strings that must
+/// not appear in a redacted archive.
+struct Planted {
+    db_pass: String,
+    dsn: String,
+    jwt: String,
+    pem: String,
+    /// What gives each secret away, by name.
+    needles: Vec<(&'static str, String)>,
+}
+
+fn planted(ctx: &TestCtx) -> Planted {
+    use base64::Engine as _;
+    let tag: String = ctx
+        .prefix
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    let db_pass = format!("pw-{tag}-do-not-leak");
+    let dsn_pass = format!("p4ss{tag}");
+    let dsn = format!("postgres://u:{dsn_pass}@h/db");
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let payload = b64.encode(format!(r#"{{"sub":"{tag}"}}"#));
+    let signature = format!("sig{tag}Zm9vYmFy");
+    let jwt = format!("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{payload}.{signature}");
+    let body = format!("MIIEpAIBAAKCAQEA{tag}");
+    let pem = format!(
+        "-----BEGIN RSA PRIVATE KEY-----\n{body}\nQWxhZGRpbjpvcGVuIHNlc2FtZQ==\n-----END RSA PRIVATE KEY-----\n"
+    );
+    let needles = vec![
+        ("DB_PASS value", db_pass.clone()),
+        ("postgres password", format!("u:{dsn_pass}@")),
+        ("JWT", jwt.clone()),
+        ("JWT signature", signature),
+        ("PEM body", body),
+        ("PEM header", "-----BEGIN RSA PRIVATE KEY-----".into()),
+    ];
+    Planted {
+        db_pass,
+        dsn,
+        jwt,
+        pem,
+        needles,
+    }
+}
+
+/// Every needle found in some file of the archive, as `<needle> in <path>`.
+fn leaks(files: &BTreeMap<String, Vec<u8>>, planted: &Planted) -> Vec<String> {
+    let mut found = Vec::new();
+    for (what, needle) in &planted.needles {
+        for (path, bytes) in files {
+            if contains(bytes, needle) {
+                found.push(format!("{what} in {path}"));
+            }
+        }
+    }
+    found
+}
+
+/// The archive file's mode and every entry header's mode.
+fn modes(path: &Path) -> (u32, Vec<(String, u32)>) {
+    use std::os::unix::fs::PermissionsExt;
+    let file_mode = std::fs::metadata(path)
+        .expect("archive metadata")
+        .permissions()
+        .mode()
+        & 0o777;
+    let file = std::fs::File::open(path).expect("open archive");
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let entries = tar
+        .entries()
+        .expect("tar entries")
+        .map(|e| {
+            let e = e.expect("tar entry");
+            let name = e.path().expect("entry path").to_string_lossy().into_owned();
+            (name, e.header().mode().expect("entry mode"))
+        })
+        .collect();
+    (file_mode, entries)
+}
+
+/// Acceptance 7 of issue 35: secrets planted in a package's env, its configMap and its stage
+/// logs (kwok's log agent prints `LOG_TEXT`, on one line) are in no file of the archive, which
+/// is mode 0600; with `--no-redact` they are, so the scan can see them.
+#[tokio::test]
+async fn debug_collect_scrubs_planted_secrets_from_every_file() {
+    install_crds();
+    let mut ctx = TestCtx::new("dbgred").await;
+    let node = ctx.add_test_nodes(1)[0].clone();
+    let _op = Operator::start(&ctx, &[]);
+    let sk = ctx.name("sk");
+    let p = planted(&ctx);
+    let one_line_pem = p.pem.replace('\n', " ");
+    let log_text = format!(
+        "starting DB_PASS={} DSN {} bearer {} key {one_line_pem}",
+        p.db_pass, p.dsn, p.jwt
+    );
+    let package = json!({"leaky": {"version": "1.0.0", "image": SHELLSCRIPT,
+        "env": [
+            {"name": "EXIT_CODE", "value": "3"},
+            {"name": "DB_PASS", "value": p.db_pass},
+            {"name": "DSN", "value": p.dsn},
+            {"name": "LOG_TEXT", "value": log_text},
+        ],
+        "configMap": {
+            "server.pem": p.pem,
+            "token.jwt": p.jwt,
+            "db.env": format!("DB_PASS={}\nDSN={}\n", p.db_pass, p.dsn),
+        },
+    }});
+    create_skyhook(&ctx, &sk, package).await;
+    wait_erroring_with_failed_pod(&ctx, &sk, &node, ("leaky", "1.0.0")).await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let archive = dir.path().join("redacted.tar.gz");
+    let ran = collect(&ctx, &sk, &archive, &[]);
+    // The operator runs as a local process here, so its piece fails: exit 3, archive written.
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(!ran.stderr.contains("--no-redact"), "{ran:?}");
+    let files = unpack(&archive);
+    let found = leaks(&files, &p);
+    assert!(found.is_empty(), "secrets in the archive: {found:?}");
+    // The data is there, scrubbed: the stage log, the configMap's file names with hashes.
+    assert!(
+        files.iter().any(|(path, b)| path.starts_with("logs/")
+            && contains(b, "starting DB_PASS=[REDACTED] DSN postgres://[REDACTED]@h/db bearer [REDACTED sha256:")),
+        "no scrubbed stage log in {:?}",
+        files.keys()
+    );
+    let sk_yaml = text(&files, &format!("skyhooks/{sk}.yaml"));
+    assert!(
+        sk_yaml.contains("server.pem: '[REDACTED sha256:")
+            || sk_yaml.contains("server.pem: \"[REDACTED sha256:"),
+        "{sk_yaml}"
+    );
+    assert!(text(&files, "redaction.txt").contains("best effort"));
+    let (file_mode, entries) = modes(&archive);
+    assert_eq!(file_mode, 0o600, "archive file mode {file_mode:o}");
+    for (name, mode) in entries {
+        assert_eq!(mode, 0o600, "{name} has mode {mode:o}");
+    }
+
+    // --no-redact: a warning, and every planted secret is in the archive (the scan works).
+    let raw = dir.path().join("raw.tar.gz");
+    let ran = collect(&ctx, &sk, &raw, &["--no-redact"]);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(
+        ran.stderr.starts_with("Warning: --no-redact") && ran.stderr.contains("secrets"),
+        "{ran:?}"
+    );
+    let files = unpack(&raw);
+    let found = leaks(&files, &p);
+    for (what, _) in &p.needles {
+        assert!(
+            found.iter().any(|f| f.starts_with(&format!("{what} in "))),
+            "{what} not found without redaction: {found:?}"
+        );
+    }
+    assert!(
+        found
+            .iter()
+            .any(|f| f.starts_with("DB_PASS value in logs/")),
+        "the stage log carries the secrets: {found:?}"
+    );
+    assert!(text(&files, "redaction.txt").contains("NOTHING was redacted"));
+    assert_eq!(modes(&raw).0, 0o600);
 }

@@ -1,5 +1,6 @@
-//! The archive being built: files kept in memory, the pieces that produced them (timing and
-//! failures), and the atomic write of the `.tar.gz` with its `manifest.json`.
+//! The archive being built: files kept in memory (scrubbed as they come in), the pieces that
+//! produced them (timing and failures), and the atomic write of the `.tar.gz` with its
+//! `manifest.json` and `redaction.txt`, readable by its owner only.
 
 use std::fmt::Display;
 use std::fs::{self, File, OpenOptions};
@@ -10,6 +11,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use serde_json::{Value, json};
+
+use super::scrub;
 
 /// One part of the collection (e.g. `logs`): its timing and what in it failed.
 pub struct Piece {
@@ -40,16 +43,36 @@ impl Piece {
     }
 }
 
-#[derive(Default)]
+/// Owner read/write only: the archive holds cluster internals even when scrubbed.
+const FILE_MODE: u32 = 0o600;
+
 pub struct Archive {
     files: Vec<(String, Vec<u8>)>,
     pieces: Vec<Value>,
     error_files: Vec<String>,
+    redact: bool,
 }
 
 impl Archive {
+    /// `redact`: scrub every file added (see [`scrub`]); off only for `--no-redact`.
+    pub fn new(redact: bool) -> Archive {
+        Archive {
+            files: Vec::new(),
+            pieces: Vec::new(),
+            error_files: Vec::new(),
+            redact,
+        }
+    }
+
+    /// Every file goes through here, so no piece can forget to scrub what it adds.
     pub fn add(&mut self, path: impl Into<String>, bytes: impl Into<Vec<u8>>) {
-        self.files.push((path.into(), bytes.into()));
+        let bytes = bytes.into();
+        let bytes = if self.redact {
+            scrub::scrub(&bytes)
+        } else {
+            bytes
+        };
+        self.files.push((path.into(), bytes));
     }
 
     /// Records a finished piece; its failures go to `<piece>-errors.json`.
@@ -87,9 +110,15 @@ impl Archive {
     /// same directory, renamed into place, so an interrupted run never leaves a truncated
     /// archive under the requested name. Returns the archive's size.
     pub fn write(mut self, path: &Path, root: &str, about: Value) -> io::Result<u64> {
+        self.add(REDACTION_FILE, redaction_note(self.redact));
         let manifest = serde_json::to_string_pretty(&self.manifest(about))? + "\n";
-        self.files
-            .insert(0, ("manifest.json".into(), manifest.into()));
+        // Scrubbed too: `about` carries the server URL, which may hold credentials.
+        let manifest = if self.redact {
+            scrub::scrub(manifest.as_bytes())
+        } else {
+            manifest.into_bytes()
+        };
+        self.files.insert(0, ("manifest.json".into(), manifest));
         let tmp = temp_path(path);
         let result = write_tar(&tmp, root, &self.files).and_then(|()| fs::rename(&tmp, path));
         if result.is_err() {
@@ -109,7 +138,12 @@ fn temp_path(path: &Path) -> PathBuf {
 }
 
 fn write_tar(tmp: &Path, root: &str, files: &[(String, Vec<u8>)]) -> io::Result<()> {
-    let file: File = OpenOptions::new().write(true).create_new(true).open(tmp)?;
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    // Created 0600, not chmod-ed later: no moment where another user can open it.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, FILE_MODE);
+    let file: File = options.open(tmp)?;
     let mut tar = tar::Builder::new(GzEncoder::new(file, Compression::default()));
     let mtime = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -117,7 +151,7 @@ fn write_tar(tmp: &Path, root: &str, files: &[(String, Vec<u8>)]) -> io::Result<
     for (name, bytes) in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(bytes.len() as u64);
-        header.set_mode(0o644);
+        header.set_mode(FILE_MODE);
         header.set_mtime(mtime);
         header.set_cksum();
         tar.append_data(&mut header, format!("{root}/{name}"), bytes.as_slice())?;
@@ -125,6 +159,34 @@ fn write_tar(tmp: &Path, root: &str, files: &[(String, Vec<u8>)]) -> io::Result<
     let mut file = tar.into_inner()?.finish()?;
     file.flush()?;
     file.sync_all()
+}
+
+/// The archive's own account of what was scrubbed.
+const REDACTION_FILE: &str = "redaction.txt";
+
+fn redaction_note(redact: bool) -> String {
+    if !redact {
+        return "Collected with --no-redact: NOTHING was redacted. Env values, package configMap \
+                contents, logs and messages are as the cluster holds them and may contain \
+                secrets.\n"
+            .into();
+    }
+    let mut note = String::from(
+        "Redaction is best effort: a secret with neither a recognisable shape nor a secret-sounding \
+         name next to it (e.g. a bare password in a log line) is not found. Check before sharing.\n\n\
+         Replaced in the objects (YAML):\n\
+         - env values whose names look secret -> [REDACTED]\n\
+         - package configMap values, ConfigMap data/binaryData -> [REDACTED sha256:<12 hex>, <n> bytes] (keys kept)\n\n\
+         Replaced in every file (objects, logs, summaries, Events, error files, manifest):\n",
+    );
+    for line in scrub::SCRUBBED {
+        note.push_str(&format!("- {line}\n"));
+    }
+    note.push_str(
+        "\nMarkers with sha256 are the first 12 hex digits of the value's SHA-256: equal markers \
+         mean equal values. Secrets (the Secret kind) are never read.\n",
+    );
+    note
 }
 
 /// Human size (`12.3 KiB`).
@@ -149,7 +211,7 @@ mod tests {
 
     #[test]
     fn manifest_lists_files_and_pieces() {
-        let mut a = Archive::default();
+        let mut a = Archive::new(true);
         let ok = Piece::start("skyhooks");
         a.add("skyhooks/x.yaml", "kind: Skyhook\n");
         a.finish(ok);
@@ -173,20 +235,20 @@ mod tests {
         let path = dir.join("x.tar.gz");
         let size = a.write(&path, "root", json!({})).unwrap();
         assert_eq!(size, fs::metadata(&path).unwrap().len());
-        let mut names = Vec::new();
-        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(File::open(&path).unwrap()));
-        for entry in tar.entries().unwrap() {
-            let mut entry = entry.unwrap();
-            let mut text = String::new();
-            entry.read_to_string(&mut text).unwrap();
-            names.push(entry.path().unwrap().to_string_lossy().into_owned());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
         }
+        let names: Vec<String> = entries(&path).into_iter().map(|(n, _)| n).collect();
         assert_eq!(
             names,
             [
                 "root/manifest.json",
                 "root/skyhooks/x.yaml",
-                "root/logs-errors.json"
+                "root/logs-errors.json",
+                "root/redaction.txt"
             ]
         );
         assert_eq!(
@@ -195,6 +257,39 @@ mod tests {
             "temp file left behind"
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every entry's name and text, after checking its header's mode.
+    fn entries(path: &Path) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(File::open(path).unwrap()));
+        for entry in tar.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            assert_eq!(entry.header().mode().unwrap(), 0o600);
+            let mut text = String::new();
+            entry.read_to_string(&mut text).unwrap();
+            out.push((entry.path().unwrap().to_string_lossy().into_owned(), text));
+        }
+        out
+    }
+
+    #[test]
+    fn files_are_scrubbed_unless_redaction_is_off() {
+        let dir = tempfile::tempdir().unwrap();
+        for redact in [true, false] {
+            let mut a = Archive::new(redact);
+            a.add("logs/p/c.log", "connecting with DB_PASS=hunter2\n");
+            let path = dir.path().join(format!("{redact}.tar.gz"));
+            a.write(&path, "r", json!({"server": "https://u:pw@api"}))
+                .unwrap();
+            let files = entries(&path);
+            let all: String = files.iter().map(|(_, t)| t.as_str()).collect();
+            assert_eq!(all.contains("hunter2"), !redact, "{all}");
+            assert_eq!(all.contains("u:pw@"), !redact, "{all}");
+            let note = &files.last().unwrap().1;
+            assert_eq!(note.contains("best effort"), redact, "{note}");
+            assert_eq!(note.contains("NOTHING was redacted"), !redact, "{note}");
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, LogParams};
 
+use super::scrub::scrub;
+
 /// Log requests in flight at once: enough to hide latency without flooding the API server.
 const CONCURRENCY: usize = 6;
 
@@ -88,13 +90,16 @@ pub fn keep_newest(text: &[u8], max: u64) -> Vec<u8> {
     out
 }
 
-/// Fetches every target (a few at once); results in the order given.
+/// Fetches every target (a few at once); results in the order given. With `redact`, each log
+/// is scrubbed before it is cut to `max_bytes`, so the cut cannot leave half a PEM block or
+/// token that no longer looks like one.
 pub async fn fetch(
     client: kube::Client,
     targets: Vec<Target>,
     since: Option<Duration>,
     max_bytes: u64,
     timeout: Duration,
+    redact: bool,
     on_done: impl Fn(),
 ) -> Vec<(Target, Result<Vec<u8>, kube::Error>)> {
     let on_done = &on_done;
@@ -110,7 +115,14 @@ pub async fn fetch(
                 };
                 // A log stream can keep trickling past the client's read timeout.
                 let result = match tokio::time::timeout(timeout, api.logs(&t.pod, &params)).await {
-                    Ok(result) => result.map(|text| keep_newest(text.as_bytes(), max_bytes)),
+                    Ok(result) => result.map(|text| {
+                        let text = if redact {
+                            scrub(text.as_bytes())
+                        } else {
+                            text.into_bytes()
+                        };
+                        keep_newest(&text, max_bytes)
+                    }),
                     Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "timed out",

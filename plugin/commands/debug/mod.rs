@@ -10,6 +10,7 @@ mod describe;
 mod logs;
 mod operator;
 mod redact;
+mod scrub;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal, Write};
@@ -59,6 +60,11 @@ pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Resu
         .iter()
         .map(|p| NodePattern::new(p))
         .collect::<Result<Vec<_>, _>>()?;
+    if args.no_redact {
+        eprintln!(
+            "Warning: --no-redact: the archive will include secrets (env values, package configMap contents, logs, messages) unredacted; share it only as you would the secrets themselves"
+        );
+    }
     let kube = Kube::connect(&global).await?;
     // Checked before anything else so a typo fails fast and leaves no archive behind.
     let named = match &args.skyhook {
@@ -75,7 +81,7 @@ pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Resu
         patterns,
         redact: !args.no_redact,
         timeout: global.request_timeout.0.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
-        archive: Archive::default(),
+        archive: Archive::new(!args.no_redact),
         bar: bar.clone(),
     };
     let skyhooks = c.skyhooks(named).await;
@@ -411,6 +417,7 @@ impl Collector<'_> {
             self.args.since,
             self.args.max_log_bytes,
             self.timeout,
+            self.redact,
             move || {
                 if let Some(bar) = &bar {
                     bar.inc(1);
