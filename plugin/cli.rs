@@ -319,12 +319,18 @@ pub enum NodeCommand {
         /// Node names or regex patterns
         #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
         patterns: Vec<String>,
+        /// Skip the confirmation prompt
+        #[arg(short = 'y', long)]
+        confirm: bool,
     },
     /// Remove the ignore label from node(s)
     Unignore {
         /// Node names or regex patterns
         #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
         patterns: Vec<String>,
+        /// Skip the confirmation prompt
+        #[arg(short = 'y', long)]
+        confirm: bool,
     },
     /// Remove a Skyhook's package state from node(s) so every package re-runs
     #[command(

@@ -137,8 +137,14 @@ async fn node_cmd(ctx: &Ctx, out: &mut dyn Write, cmd: NodeCommand) -> Result<()
         NodeCommand::Status { patterns, skyhook } => {
             node::status(ctx, out, &patterns, skyhook.as_deref()).await?
         }
-        NodeCommand::Ignore { patterns } => node::ignore(ctx, out, &patterns, true).await?,
-        NodeCommand::Unignore { patterns } => node::ignore(ctx, out, &patterns, false).await?,
+        NodeCommand::Ignore { patterns, confirm } => {
+            let input = &mut io::stdin().lock();
+            node::ignore(ctx, out, input, &patterns, true, confirm).await?
+        }
+        NodeCommand::Unignore { patterns, confirm } => {
+            let input = &mut io::stdin().lock();
+            node::ignore(ctx, out, input, &patterns, false, confirm).await?
+        }
         NodeCommand::Reset {
             patterns,
             skyhook,

@@ -109,6 +109,14 @@ pub enum CliError {
     Confirmation(String),
 
     #[error(
+        "no answer to the confirmation prompt (standard input is closed or empty); nothing was changed; pass --confirm to run without asking"
+    )]
+    NoAnswer,
+
+    #[error("not confirmed at the prompt; nothing was changed")]
+    Declined,
+
+    #[error(
         "no Jobs found for {what} in namespace {namespace:?}; successful Jobs are deleted a day after they finish (COMPLETED_JOB_TTL), and -n must name the operator's namespace"
     )]
     NoJobs { what: String, namespace: String },

@@ -2,6 +2,7 @@
 //! the lookups several commands share. Commands (`crate::commands`) depend on this module and
 //! never on each other.
 
+pub mod access;
 pub mod complete;
 pub mod error;
 pub mod global;

@@ -7,8 +7,10 @@ use kube::ResourceExt;
 use skyhook::schema;
 
 use crate::app::Ctx;
+use crate::app::access::{self, Need};
 use crate::app::error::CliError;
 use crate::app::operator::{OperatorInfo, discover};
+use crate::app::prompt::ask_inline;
 use crate::cli::LifecycleArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,15 +100,6 @@ pub fn gate(
     })
 }
 
-/// Only `y` or `Y` confirms; anything else, or no input at all, aborts.
-pub fn confirmed(input: &mut dyn BufRead) -> bool {
-    let mut line = String::new();
-    match input.read_line(&mut line) {
-        Ok(0) | Err(_) => false,
-        Ok(_) => matches!(line.trim(), "y" | "Y"),
-    }
-}
-
 pub async fn run(
     ctx: &Ctx,
     out: &mut dyn Write,
@@ -139,17 +132,11 @@ pub async fn run(
         writeln!(out, "[dry-run] Would {} Skyhook {name:?}", action.verb())?;
         return Ok(());
     }
+    let what = format!("{} skyhook {name:?}", action.verb());
+    access::require(&kube, &what, &[Need::PATCH_SKYHOOKS]).await?;
     if !args.confirm {
-        write!(
-            out,
-            "This will {} Skyhook {name:?}. Continue? [y/N]: ",
-            action.verb()
-        )?;
-        out.flush()?;
-        if !confirmed(input) {
-            writeln!(out, "Aborted.")?;
-            return Ok(());
-        }
+        let question = format!("This will {} Skyhook {name:?}.", action.verb());
+        ask_inline(out, input, &question)?;
     }
     kube.set_skyhook_annotation(name, action.annotation(), action.value())
         .await?;
@@ -214,13 +201,31 @@ mod tests {
         );
     }
 
+    /// The reference's one-line prompt; declined or unanswered, the command fails.
     #[test]
     fn confirmation() {
-        assert!(confirmed(&mut "y\n".as_bytes()));
-        assert!(confirmed(&mut " Y \n".as_bytes()));
-        assert!(!confirmed(&mut "yes\n".as_bytes()));
-        assert!(!confirmed(&mut "\n".as_bytes()));
-        assert!(!confirmed(&mut "".as_bytes()));
+        let run = |input: &str| {
+            let mut out = Vec::new();
+            let r = ask_inline(
+                &mut out,
+                &mut input.as_bytes(),
+                "This will pause Skyhook \"s\".",
+            );
+            (
+                r.map_err(|e| e.to_string()),
+                String::from_utf8(out).unwrap(),
+            )
+        };
+        let prompt = "This will pause Skyhook \"s\". Continue? [y/N]: ";
+        assert_eq!(run("y\n"), (Ok(()), prompt.to_string()));
+        assert_eq!(run(" Y \n").0, Ok(()));
+        assert_eq!(run("yes\n").0, Ok(()));
+        let (declined, out) = run("n\n");
+        assert!(declined.unwrap_err().starts_with("not confirmed"));
+        assert_eq!(out, format!("{prompt}Aborted.\n"));
+        let (closed, out) = run("");
+        assert!(closed.unwrap_err().starts_with("no answer"));
+        assert_eq!(out, prompt);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! missing Skyhook from one without activity.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -15,11 +15,11 @@ use skyhook::plan::compartments;
 use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
+use crate::app::access::{Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
 use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
 use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
-use crate::app::prompt::dry_run_stop;
 use crate::app::sort::{Sortable, sort_by_key};
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
@@ -454,8 +454,10 @@ async fn add_compartments(
 pub async fn ignore(
     ctx: &Ctx,
     out: &mut dyn Write,
+    input: &mut dyn BufRead,
     patterns: &[String],
     ignore: bool,
+    confirm: bool,
 ) -> Result<(), CliError> {
     let (kube, nodes, selected) = list_selected(ctx, patterns).await?;
     let (action, verb, skip_note) = if ignore {
@@ -467,7 +469,21 @@ pub async fn ignore(
     for name in &selected {
         writeln!(out, "  - {name}")?;
     }
-    if dry_run_stop(ctx.global.dry_run, out)? {
+    let (why, action) = if ignore {
+        (
+            "\nIgnored nodes get no new work from any Skyhook (work already running finishes).",
+            "ignoring nodes",
+        )
+    } else {
+        (
+            "\nUnignored nodes are eligible again for every Skyhook that selects them: their \
+             packages may run, and interrupts reboot them.",
+            "unignoring nodes",
+        )
+    };
+    let (dry_run, needs) = (ctx.global.dry_run, [Need::PATCH_NODES]);
+    let lines = [why.to_string()];
+    if !proceed(&kube, action, &needs, dry_run, confirm, out, input, &lines).await? {
         return Ok(());
     }
     let mut errors = Vec::new();

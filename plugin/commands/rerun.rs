@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
+use crate::app::access::{Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::Kube;
 use crate::app::nodes::{check_patterns, select_nodes};
 use crate::app::packages::spec_version;
-use crate::app::prompt::go_ahead;
 
 /// Attempts at the read-modify-write of one node's state before giving up: the operator may be
 /// writing the same annotation.
@@ -140,7 +140,19 @@ pub async fn run(
         Some(stage) => format!("\nThis will reset package state to re-run from the '{stage}' stage."),
         None => "\nThis will remove package state from node annotations and cause the package to re-run from the beginning.".to_string(),
     };
-    if !go_ahead(ctx.global.dry_run, confirm, out, input, &[first])? {
+    let action = format!("re-running package {:?}", target.package);
+    let (needs, lines) = ([Need::PATCH_NODES], [first]);
+    let go = proceed(
+        &kube,
+        &action,
+        &needs,
+        ctx.global.dry_run,
+        confirm,
+        out,
+        input,
+        &lines,
+    );
+    if !go.await? {
         return Ok(());
     }
     let mut errors = Vec::new();

@@ -4,15 +4,18 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
 
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::ListParams;
 use serde_json::{Map, Value, json};
 use skyhook::crd::{BatchState, Skyhook};
+use skyhook::jobs::JobView;
 use skyhook::schema::{self, NodeState};
 
 use crate::app::Ctx;
+use crate::app::access::{Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, NodeMeta};
 use crate::app::nodes::list_selected;
-use crate::app::prompt::go_ahead;
 use crate::cli::ResetArgs;
 
 /// A node that has state for the Skyhook, and how many package entries it holds (`None` when
@@ -147,11 +150,24 @@ pub async fn nodes(
         return no_state(&kube, out, skyhook).await;
     }
     summary(out, skyhook, &targets)?;
-    let prompt = [
+    let mut prompt = vec![
         format!("\nThis will remove ALL package state for Skyhook {skyhook:?} on these nodes."),
         "All packages will re-run from the beginning.".to_string(),
     ];
-    if !go_ahead(ctx.global.dry_run, confirm, out, input, &prompt)? {
+    prompt.extend(stopping(ctx, &kube, skyhook, &targets).await);
+    let action = format!("resetting skyhook {skyhook:?} on nodes");
+    let needs = [Need::PATCH_NODES];
+    let go = proceed(
+        &kube,
+        &action,
+        &needs,
+        ctx.global.dry_run,
+        confirm,
+        out,
+        input,
+        &prompt,
+    );
+    if !go.await? {
         return Ok(());
     }
     match forget(&kube, out, skyhook, &targets).await? {
@@ -194,10 +210,22 @@ pub async fn skyhook(
     if !args.skip_batch_reset {
         prompt.push("Batch state will be reset to start from batch 1.".to_string());
     }
-    if !go_ahead(ctx.global.dry_run, args.confirm, out, input, &prompt)? {
+    prompt.extend(stopping(ctx, &kube, name, &targets).await);
+    let mut needs = vec![Need::PATCH_NODES];
+    if !args.skip_batch_reset {
+        needs.push(Need::PATCH_SKYHOOK_STATUS);
+    }
+    let action = format!("resetting skyhook {name:?}");
+    let (dry_run, confirm) = (ctx.global.dry_run, args.confirm);
+    if !proceed(
+        &kube, &action, &needs, dry_run, confirm, out, input, &prompt,
+    )
+    .await?
+    {
         return Ok(());
     }
-    let failed = forget(&kube, out, name, &targets).await?;
+    // The batch state first: if a node write then fails, the nodes still holding state are
+    // exactly what running the command again resets (a reset batch state is not found again).
     if !args.skip_batch_reset {
         match kube.skyhook(name).await {
             Ok(sk) if has_compartments(&sk) => {
@@ -209,6 +237,7 @@ pub async fn skyhook(
             Err(e) => eprintln!("Warning: failed to get skyhook for batch reset: {e}"),
         }
     }
+    let failed = forget(&kube, out, name, &targets).await?;
     match failed {
         0 => Ok(()),
         failed => Err(CliError::PartialFailure {
@@ -216,6 +245,36 @@ pub async fn skyhook(
             total: targets.len(),
         }),
     }
+}
+
+/// Prompt lines naming the running stage Jobs of `skyhook` on the targets: once their node
+/// state is gone, the operator deletes them (their pods are stopped mid-stage).
+async fn stopping(ctx: &Ctx, kube: &Kube, skyhook: &str, targets: &[Target<'_>]) -> Vec<String> {
+    let ns = &ctx.global.namespace;
+    let lp = ListParams::default().labels(&format!("{}={skyhook}", schema::NAME_LABEL));
+    let jobs: Vec<Job> = match kube.list_in(ns, &lp, "jobs").await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            ctx.warn(&format!("cannot list the Jobs this reset would stop: {e}"));
+            return Vec::new();
+        }
+    };
+    let on: BTreeSet<&str> = targets.iter().map(|t| t.node.name.as_str()).collect();
+    let running: Vec<String> = jobs
+        .iter()
+        .filter_map(|j| JobView::from_job(j, None))
+        .filter(|v| !v.finished() && on.contains(&*v.node))
+        .map(|v| format!("  - {} (node {})", v.name, v.node))
+        .collect();
+    if running.is_empty() {
+        return running;
+    }
+    let mut lines = vec![format!(
+        "These {} running stage Job(s) will be stopped by the operator:",
+        running.len()
+    )];
+    lines.extend(running);
+    lines
 }
 
 fn has_compartments(sk: &Skyhook) -> bool {
@@ -289,7 +348,19 @@ pub async fn batch_state(
         format!("\nThis will reset the batch state for Skyhook {name:?}."),
         "The next reconciliation will start from batch 1.".to_string(),
     ];
-    if !go_ahead(ctx.global.dry_run, confirm, out, input, &prompt)? {
+    let action = format!("resetting the batch state of skyhook {name:?}");
+    let needs = [Need::PATCH_SKYHOOK_STATUS];
+    let go = proceed(
+        &kube,
+        &action,
+        &needs,
+        ctx.global.dry_run,
+        confirm,
+        out,
+        input,
+        &prompt,
+    );
+    if !go.await? {
         return Ok(());
     }
     kube.patch_skyhook_status(name, &batch_reset_patch(&sk))
@@ -312,21 +383,31 @@ mod tests {
         assert!(!read("n\n").unwrap());
         assert!(!read("\n").unwrap());
         assert!(!read("yep\n").unwrap());
-        assert_eq!(
-            read("").unwrap_err().to_string(),
-            "reading confirmation: EOF"
+        assert!(
+            read("")
+                .unwrap_err()
+                .to_string()
+                .starts_with("no answer to the confirmation prompt"),
         );
     }
 
+    /// A declined or unanswered prompt is an error (a non-zero exit), so that a brake that did
+    /// nothing never looks like success.
     #[test]
-    fn declined_prompt_prints_aborted() {
+    fn declined_or_unanswered_prompt_fails() {
         let mut out = Vec::new();
-        let yes = ask(&mut out, &mut "no\n".as_bytes(), &["\nSure?".into()]).unwrap();
-        assert!(!yes);
+        let err = ask(&mut out, &mut "no\n".as_bytes(), &["\nSure?".into()]).unwrap_err();
+        assert!(matches!(err, CliError::Declined), "{err}");
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "\nSure?\nContinue? [y/N]: Aborted\n"
         );
+        let mut out = Vec::new();
+        let err = ask(&mut out, &mut "".as_bytes(), &["Sure?".into()]).unwrap_err();
+        assert!(matches!(err, CliError::NoAnswer), "{err}");
+        assert_eq!(String::from_utf8(out).unwrap(), "Sure?\nContinue? [y/N]: ");
+        let mut out = Vec::new();
+        ask(&mut out, &mut "yes\n".as_bytes(), &["Sure?".into()]).unwrap();
     }
 
     #[test]

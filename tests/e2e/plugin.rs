@@ -420,7 +420,7 @@ async fn plugin_inspects_and_controls_a_rollout() {
         None
     );
     assert_eq!(
-        plugin(&ctx, &["node", "ignore", &target]).ok(),
+        plugin(&ctx, &["node", "ignore", &target, "-y"]).ok(),
         format!("Ignoring 1 node(s):\n  - {target}\n\nSuccessfully ignored 1 node(s)\n")
     );
     assert_eq!(
@@ -428,11 +428,20 @@ async fn plugin_inspects_and_controls_a_rollout() {
         Some("true")
     );
     assert_eq!(
-        plugin(&ctx, &["node", "ignore", &target]).ok(),
+        plugin(&ctx, &["node", "ignore", &target, "-y"]).ok(),
         format!("Ignoring 1 node(s):\n  - {target}\n  {target}: already ignored\n")
     );
+    // `unignore` asks like the other node writes: no answer, nothing changes.
+    let asked = plugin(&ctx, &["node", "unignore", &target]);
+    assert_eq!(asked.code, 1, "{asked:?}");
+    assert!(asked.stdout.ends_with("Continue? [y/N]: "), "{asked:?}");
+    assert!(asked.stderr.contains("no answer"), "{asked:?}");
     assert_eq!(
-        plugin(&ctx, &["node", "unignore", &target]).ok(),
+        ignore_label(&node_api.get(&target).await.expect("node")).as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        plugin(&ctx, &["node", "unignore", &target, "--confirm"]).ok(),
         format!("Unignoring 1 node(s):\n  - {target}\n\nSuccessfully unignored 1 node(s)\n")
     );
     assert_eq!(
@@ -440,7 +449,7 @@ async fn plugin_inspects_and_controls_a_rollout() {
         None
     );
     assert_eq!(
-        plugin(&ctx, &["node", "unignore", &target]).ok(),
+        plugin(&ctx, &["node", "unignore", &target, "--confirm"]).ok(),
         format!("Unignoring 1 node(s):\n  - {target}\n  {target}: not ignored\n")
     );
 
@@ -473,13 +482,17 @@ async fn plugin_inspects_and_controls_a_rollout() {
     );
     assert_eq!(dry.stderr, "");
     assert_eq!(annotation(schema::PAUSE_ANNOTATION).await, None);
-    // No input, or anything but y/Y, aborts.
-    for input in [None, Some("n\n"), Some("yes\n")] {
+    // No input, or a decline, fails (exit 1) and changes nothing: a brake that did nothing
+    // must not look applied.
+    let prompt = format!("This will pause Skyhook {name:?}. Continue? [y/N]: ");
+    for (input, stdout, err) in [
+        (None, prompt.clone(), "no answer to the confirmation prompt"),
+        (Some("n\n"), format!("{prompt}Aborted.\n"), "not confirmed"),
+    ] {
         let aborted = plugin_with(&ctx, &["pause", &name, "-n", &ns], &[], input);
-        assert_eq!(
-            aborted.ok(),
-            format!("This will pause Skyhook {name:?}. Continue? [y/N]: Aborted.\n")
-        );
+        assert_eq!(aborted.code, 1, "{aborted:?}");
+        assert_eq!(aborted.stdout, stdout, "{aborted:?}");
+        assert!(aborted.stderr.contains(err), "{aborted:?}");
     }
     assert_eq!(annotation(schema::PAUSE_ANNOTATION).await, None);
 

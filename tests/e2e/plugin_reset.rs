@@ -56,12 +56,19 @@ async fn node_reset_removes_state_after_confirmation() {
     assert!(has(state_key.clone()).await && has(applied_key.clone()).await);
 
     // Declined, then closed stdin: nothing changed.
-    let (code, out, _) = plugin(&ctx, &args, Some("n\n"));
-    assert_eq!(code, 0, "{out}");
+    let (code, out, err) = plugin(&ctx, &args, Some("n\n"));
+    assert_eq!(code, 1, "{out}");
     assert!(out.ends_with("Continue? [y/N]: Aborted\n"), "{out}");
+    assert!(
+        err.contains("not confirmed at the prompt; nothing was changed"),
+        "{err}"
+    );
     let (code, _, err) = plugin(&ctx, &args, None);
     assert_eq!(code, 1);
-    assert_eq!(err, "error: reading confirmation: EOF\n");
+    assert!(
+        err.starts_with("error: no answer to the confirmation prompt"),
+        "{err}"
+    );
     assert!(has(state_key.clone()).await);
 
     // Confirmed with "YES": both annotations go.
@@ -323,7 +330,7 @@ async fn rerun_node_reset_and_reset_make_the_operator_run_packages_again() {
         "dry-run started Jobs"
     );
     let (code, out, _) = plugin(&ctx, &["reset", &sk], Some("no\n"));
-    assert_eq!(code, 0);
+    assert_eq!(code, 1);
     assert!(out.ends_with("Continue? [y/N]: Aborted\n"), "{out}");
     let (code, out, err) = plugin(&ctx, &["reset", &sk, "-y"], None);
     assert_eq!(code, 0, "{out}{err}");
@@ -417,12 +424,13 @@ async fn deployment_policy_reset_clears_every_counter() {
     );
 
     let (code, out, _) = plugin(&ctx, &["dp", "reset", &sk], Some("n\n"));
-    assert_eq!(code, 0);
+    assert_eq!(code, 1);
     assert!(out.ends_with("Continue? [y/N]: Aborted\n"), "{out}");
     let (code, _, err) = plugin(&ctx, &["dp", "reset", &sk], None);
-    assert_eq!(
-        (code, err.as_str()),
-        (1, "error: reading confirmation: EOF\n")
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: no answer to the confirmation prompt"),
+        "{err}"
     );
     assert_eq!(
         batch(api.get(&sk).await.expect("get"), "gpu")["currentBatch"],

@@ -109,8 +109,8 @@ async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
     for args in [
         vec!["pause", sk.as_str(), "--confirm"],
         vec!["resume", sk.as_str(), "--confirm"],
-        vec!["node", "ignore", node.as_str()],
-        vec!["node", "unignore", node.as_str()],
+        vec!["node", "ignore", node.as_str(), "--confirm"],
+        vec!["node", "unignore", node.as_str(), "--confirm"],
         vec![
             "package",
             "rerun",
@@ -202,4 +202,51 @@ async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
         !kube::ResourceExt::annotations(&sk_now).contains_key(schema::PAUSE_ANNOTATION),
         "the viewer paused the Skyhook"
     );
+
+    // A user who may patch nodes but not the status: `reset` is refused before any write
+    // (acceptance 9), so no node loses its state to a reset that cannot finish.
+    let partial = env.ctx.name("partial");
+    let _partial = RoleBindings::viewer(&env.ctx, &partial);
+    viewer_role_here(&env.ctx, &partial);
+    let role = format!("{partial}-patch-nodes");
+    for args in [
+        vec![
+            "create",
+            "clusterrole",
+            role.as_str(),
+            "--verb=patch",
+            "--resource=nodes",
+        ],
+        vec![
+            "create",
+            "clusterrolebinding",
+            role.as_str(),
+            "--clusterrole",
+            role.as_str(),
+            "--user",
+            partial.as_str(),
+        ],
+    ] {
+        let out = env.ctx.kubectl(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    wait_bound(&env, &partial, "patch", "nodes").await;
+    let state_key = schema::node_state_annotation(&sk);
+    let before = env.node_api.get(&node).await.expect("node");
+    let ran = as_user(&env, &partial, &["reset", sk.as_str(), "--confirm"]);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(
+        ran.stderr
+            .contains("forbidden: you may not patch skyhooks.skyhook.nvidia.com/status"),
+        "{ran:?}"
+    );
+    let after = env.node_api.get(&node).await.expect("node");
+    assert_eq!(
+        kube::ResourceExt::annotations(&after).get(&state_key),
+        kube::ResourceExt::annotations(&before).get(&state_key),
+        "a node was reset although the command was refused"
+    );
+    let _ = env
+        .ctx
+        .kubectl(&["delete", "clusterrolebinding,clusterrole", &role]);
 }

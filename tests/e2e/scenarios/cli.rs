@@ -3,9 +3,11 @@
 //! plugin's output where it carries the information the reference prints.
 //!
 //! The chainsaw scripts run the CLI with no stdin. Where a command line of the scenario has no
-//! `--confirm` (`resume`, `enable`), the reference's CLI therefore prompts, reads EOF and prints
-//! `Aborted.`, changing nothing, and the scenario's partial assertions pass all the same. These
-//! tests run that exact line and assert the abort, then answer `y` to make the change the
+//! `--confirm` (`resume`, `enable`, and here `node ignore`/`unignore`, which ask too), the
+//! reference's CLI prompts, reads EOF and prints `Aborted.`, changing nothing, with exit code 0;
+//! ours fails (exit 1, "no answer to the confirmation prompt"), changing nothing, so that a
+//! script that forgot `--confirm` notices (docs/compatibility.md). These tests run that exact
+//! line and assert the refusal, then answer `y` (or pass `--confirm`) to make the change the
 //! scenario's README describes, and assert it.
 
 use std::collections::BTreeSet;
@@ -221,6 +223,15 @@ async fn lifecycle() {
         plugin_with(&env.ctx, &args, &[], stdin).ok().to_string()
     };
     let prompt = |verb: &str| format!("This will {verb} Skyhook {name:?}. Continue? [y/N]: ");
+    let unanswered = |verb: &str| {
+        let ran = plugin_with(&env.ctx, &[verb, name.as_str()], &[], None);
+        assert_eq!(ran.code, 1, "{verb} without --confirm or input: {ran:?}");
+        assert!(
+            ran.stderr.contains("no answer to the confirmation prompt"),
+            "{ran:?}"
+        );
+        ran.stdout
+    };
 
     // test-pause
     assert_eq!(
@@ -232,8 +243,8 @@ async fn lifecycle() {
 
     // test-resume: the scenario's line (no --confirm, no stdin) aborts; answering y resumes.
     assert_eq!(
-        run("resume", false, None),
-        format!("{}Aborted.\n", prompt("resume")),
+        unanswered("resume"),
+        prompt("resume"),
         "test-resume without --confirm or input"
     );
     assert_eq!(
@@ -258,8 +269,8 @@ async fn lifecycle() {
 
     // test-enable: as test-resume.
     assert_eq!(
-        run("enable", false, None),
-        format!("{}Aborted.\n", prompt("enable")),
+        unanswered("enable"),
+        prompt("enable"),
         "test-enable without --confirm or input"
     );
     assert_eq!(
@@ -403,9 +414,17 @@ async fn node() {
     );
 
     // test-node-ignore / test-node-unignore
+    // The scenario's lines have no --confirm: refused without an answer, nothing changed.
     let ignored = |n: Node| n.labels().get(schema::IGNORE_LABEL).cloned();
+    let refused = plugin(&env.ctx, &["node", "ignore", first]);
+    assert_eq!(refused.code, 1, "test-node-ignore as written: {refused:?}");
     assert_eq!(
-        plugin(&env.ctx, &["node", "ignore", first]).ok(),
+        ignored(get_node(&env, first).await),
+        None,
+        "test-node-ignore as written"
+    );
+    assert_eq!(
+        plugin(&env.ctx, &["node", "ignore", first, "--confirm"]).ok(),
         format!("Ignoring 1 node(s):\n  - {first}\n\nSuccessfully ignored 1 node(s)\n"),
         "test-node-ignore"
     );
@@ -415,7 +434,7 @@ async fn node() {
         "test-node-ignore: the ignore label"
     );
     assert_eq!(
-        plugin(&env.ctx, &["node", "unignore", first]).ok(),
+        plugin(&env.ctx, &["node", "unignore", first, "--confirm"]).ok(),
         format!("Unignoring 1 node(s):\n  - {first}\n\nSuccessfully unignored 1 node(s)\n"),
         "test-node-unignore"
     );
