@@ -586,11 +586,55 @@ fn chart_renders_what_deploy_installs() {
         "Deployment",
         "Service",
         "LimitRange",
+        "NetworkPolicy",
         "ServiceMonitor",
         "PrometheusRule",
     ] {
         assert!(kinds.contains(k), "no {k} compared");
     }
+}
+
+/// `metrics.auth.enabled` renders deploy/metrics-auth/'s roles, and turns METRICS_AUTH on.
+#[test]
+fn metrics_auth_renders_what_deploy_metrics_auth_installs() {
+    let ci = kustomize_values();
+    let objs = template(&["-f", &ci, "--set", "metrics.auth.enabled=true"]);
+    let env = &find(&objs, "Deployment", "skyhook-operator")["spec"]["template"]["spec"]["containers"]
+        [0]["env"];
+    let auth = env
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "METRICS_AUTH");
+    assert_eq!(
+        auth.map(|e| &e["value"]),
+        Some(&json!("tokenreview")),
+        "{env}"
+    );
+    let mut chart: BTreeMap<Id, Value> = by_id(objs)
+        .into_iter()
+        .filter(|(_, o)| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-metrics-auth") || n.ends_with("-metrics-reader"))
+        })
+        .collect();
+    let dir = repo().join("deploy/metrics-auth").display().to_string();
+    let deploy = by_id(objects(&ok(cluster().kubectl().args(["kustomize", &dir]))));
+    assert_eq!(
+        deploy.keys().collect::<Vec<_>>(),
+        chart.keys().collect::<Vec<_>>(),
+        "deploy/metrics-auth/ and the chart's metrics.auth render different objects"
+    );
+    let mut problems = Vec::new();
+    for (key, d) in &deploy {
+        let c = chart.get_mut(key).expect("same keys");
+        strip_helm_labels(c);
+        let mut out = Vec::new();
+        diff(d, c, "", &mut out);
+        problems.extend(out.into_iter().map(|p| format!("{key:?}{p}")));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------------
