@@ -185,6 +185,15 @@ fn strip_helm_labels(o: &mut Value) {
     }
 }
 
+/// How `chart`'s rendering of `key` differs from `deploy`'s, Helm's labels aside.
+fn differences(key: &Id, deploy: &Value, chart: &Value) -> Vec<String> {
+    let mut c = chart.clone();
+    strip_helm_labels(&mut c);
+    let mut out = Vec::new();
+    diff(deploy, &c, "", &mut out);
+    out.into_iter().map(|p| format!("{key:?}{p}")).collect()
+}
+
 /// Every difference between `a` (deploy/) and `b` (the chart), as `path: a != b`. Numbers
 /// compare by value (`1` and `1.0` are the same).
 fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
@@ -557,17 +566,14 @@ fn chart_renders_what_deploy_installs() {
 
     let mut problems = Vec::new();
     for (key, d) in &deploy {
-        let mut c = chart[key].clone();
+        let c = &chart[key];
         for l in HELM_LABELS {
             assert!(
                 c["metadata"]["labels"].get(l).is_some() || key.0 == "CustomResourceDefinition",
                 "{key:?} lacks Helm's label {l}"
             );
         }
-        strip_helm_labels(&mut c);
-        let mut out = Vec::new();
-        diff(d, &c, "", &mut out);
-        problems.extend(out.into_iter().map(|p| format!("{key:?}{p}")));
+        problems.extend(differences(key, d, c));
     }
     assert!(
         problems.is_empty(),
@@ -611,7 +617,7 @@ fn metrics_auth_renders_what_deploy_metrics_auth_installs() {
         Some(&json!("tokenreview")),
         "{env}"
     );
-    let mut chart: BTreeMap<Id, Value> = by_id(objs)
+    let chart: BTreeMap<Id, Value> = by_id(objs)
         .into_iter()
         .filter(|(_, o)| {
             o["metadata"]["name"]
@@ -626,14 +632,10 @@ fn metrics_auth_renders_what_deploy_metrics_auth_installs() {
         chart.keys().collect::<Vec<_>>(),
         "deploy/metrics-auth/ and the chart's metrics.auth render different objects"
     );
-    let mut problems = Vec::new();
-    for (key, d) in &deploy {
-        let c = chart.get_mut(key).expect("same keys");
-        strip_helm_labels(c);
-        let mut out = Vec::new();
-        diff(d, c, "", &mut out);
-        problems.extend(out.into_iter().map(|p| format!("{key:?}{p}")));
-    }
+    let problems: Vec<String> = deploy
+        .iter()
+        .flat_map(|(key, d)| differences(key, d, &chart[key]))
+        .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
