@@ -285,8 +285,8 @@ mod tests {
             "127.0.0.1:9090",
         ]);
         assert!(run.settings.leader_election);
-        assert_eq!(run.settings.health_probe_bind_address, ":9091");
-        assert_eq!(run.settings.metrics_bind_address, "127.0.0.1:9090");
+        assert_eq!(run.settings.serving.health_probe_bind_address, ":9091");
+        assert_eq!(run.settings.serving.metrics_bind_address, "127.0.0.1:9090");
         for (flag, on) in [
             ("--leader-elect=false", false),
             ("--leader-elect=true", true),

@@ -38,7 +38,7 @@ use tracing::{debug, error, info, warn};
 pub use error::Error;
 use pacing::Pacing;
 use process::leader::{Leadership, lead, supervise};
-use process::{policy_finalizer, probes, startup};
+use process::{metrics_auth, policy_finalizer, probes, startup};
 use snapshot::Snapshot;
 use watch::caches::{Caches, owner_of, skyhooks_selecting, skyhooks_using};
 use watch::streams::NoPause;
@@ -49,7 +49,7 @@ use write::job_creations::JobCreations;
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::metrics::Metrics;
 use crate::plan;
-use crate::settings::Config;
+use crate::settings::{Config, MetricsAuth};
 
 /// Shared by every pass.
 pub struct Ctx {
@@ -202,8 +202,10 @@ async fn prepare(
     client: &Client,
     shutdown: impl std::future::Future<Output = ()> + Clone,
 ) -> Result<Option<Leadership>, Error> {
-    let (metrics, probes) = (&ctx.config.metrics_addr, &ctx.config.probe_addr);
-    probes::spawn(metrics.clone(), probes.clone(), ctx.clone()).await?;
+    let serving = &ctx.config.serving;
+    let auth = (serving.metrics_auth == MetricsAuth::TokenReview)
+        .then(|| metrics_auth::Authorizer::new(client.clone()));
+    probes::spawn(serving, auth, ctx.clone()).await?;
     let selector = ctx.config.skyhook_selector.as_deref();
     tokio::select! {
         waited = startup::wait_for_skyhook_api(client, selector, CRD_WAIT) => waited?,

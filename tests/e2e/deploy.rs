@@ -171,7 +171,8 @@ async fn installed_objects_match_the_contract() {
         ["skyhook-operator", "run"]
     );
 
-    // Environment: exactly the reference's names (plus the two ports), with their defaults.
+    // Environment: exactly the reference's names (plus the two ports and METRICS_AUTH, which
+    // deploy/metrics-auth/ turns to `tokenreview`), with their defaults.
     let env = env_map(&dep);
     let expected: BTreeMap<&str, &str> = [
         ("AGENT_IMAGE", "ghcr.io/nvidia/skyhook/agent:latest"),
@@ -189,6 +190,7 @@ async fn installed_objects_match_the_contract() {
         ("LOG_LEVEL", "info"),
         ("METRICS_PORT", ":8080"),
         ("PROBE_PORT", ":8081"),
+        ("METRICS_AUTH", "none"),
         ("LEADER_ELECTION", "true"),
     ]
     .into_iter()

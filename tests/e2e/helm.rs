@@ -185,6 +185,15 @@ fn strip_helm_labels(o: &mut Value) {
     }
 }
 
+/// How `chart`'s rendering of `key` differs from `deploy`'s, Helm's labels aside.
+fn differences(key: &Id, deploy: &Value, chart: &Value) -> Vec<String> {
+    let mut c = chart.clone();
+    strip_helm_labels(&mut c);
+    let mut out = Vec::new();
+    diff(deploy, &c, "", &mut out);
+    out.into_iter().map(|p| format!("{key:?}{p}")).collect()
+}
+
 /// Every difference between `a` (deploy/) and `b` (the chart), as `path: a != b`. Numbers
 /// compare by value (`1` and `1.0` are the same).
 fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
@@ -557,17 +566,14 @@ fn chart_renders_what_deploy_installs() {
 
     let mut problems = Vec::new();
     for (key, d) in &deploy {
-        let mut c = chart[key].clone();
+        let c = &chart[key];
         for l in HELM_LABELS {
             assert!(
                 c["metadata"]["labels"].get(l).is_some() || key.0 == "CustomResourceDefinition",
                 "{key:?} lacks Helm's label {l}"
             );
         }
-        strip_helm_labels(&mut c);
-        let mut out = Vec::new();
-        diff(d, &c, "", &mut out);
-        problems.extend(out.into_iter().map(|p| format!("{key:?}{p}")));
+        problems.extend(differences(key, d, c));
     }
     assert!(
         problems.is_empty(),
@@ -586,11 +592,51 @@ fn chart_renders_what_deploy_installs() {
         "Deployment",
         "Service",
         "LimitRange",
+        "NetworkPolicy",
         "ServiceMonitor",
         "PrometheusRule",
     ] {
         assert!(kinds.contains(k), "no {k} compared");
     }
+}
+
+/// `metrics.auth.enabled` renders deploy/metrics-auth/'s roles, and turns METRICS_AUTH on.
+#[test]
+fn metrics_auth_renders_what_deploy_metrics_auth_installs() {
+    let ci = kustomize_values();
+    let objs = template(&["-f", &ci, "--set", "metrics.auth.enabled=true"]);
+    let env = &find(&objs, "Deployment", "skyhook-operator")["spec"]["template"]["spec"]["containers"]
+        [0]["env"];
+    let auth = env
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "METRICS_AUTH");
+    assert_eq!(
+        auth.map(|e| &e["value"]),
+        Some(&json!("tokenreview")),
+        "{env}"
+    );
+    let chart: BTreeMap<Id, Value> = by_id(objs)
+        .into_iter()
+        .filter(|(_, o)| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-metrics-auth") || n.ends_with("-metrics-reader"))
+        })
+        .collect();
+    let dir = repo().join("deploy/metrics-auth").display().to_string();
+    let deploy = by_id(objects(&ok(cluster().kubectl().args(["kustomize", &dir]))));
+    assert_eq!(
+        deploy.keys().collect::<Vec<_>>(),
+        chart.keys().collect::<Vec<_>>(),
+        "deploy/metrics-auth/ and the chart's metrics.auth render different objects"
+    );
+    let problems: Vec<String> = deploy
+        .iter()
+        .flat_map(|(key, d)| differences(key, d, &chart[key]))
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 // ---------------------------------------------------------------------------------------------

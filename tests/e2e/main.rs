@@ -9,6 +9,7 @@ mod image;
 mod interrupt_drain;
 mod interrupts;
 mod leader;
+mod metrics_security;
 mod monitoring;
 mod node_release;
 mod operator;

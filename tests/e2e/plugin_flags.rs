@@ -13,7 +13,7 @@ use skyhook::crd::Skyhook;
 use skyhook::schema;
 
 use crate::support::plugin::{Ran, plugin, plugin_with};
-use crate::support::{TestCtx, free_port, install_crds, run};
+use crate::support::{TestCtx, free_port, install_crds, service_account_token};
 
 /// The admin kubeconfig's server and CA (PEM).
 fn server_and_ca(ctx: &TestCtx) -> (String, String) {
@@ -40,19 +40,6 @@ fn admin_credentials(ctx: &TestCtx) -> (String, String) {
             .to_string()
     };
     (field("client-certificate-data"), field("client-key-data"))
-}
-
-/// A ServiceAccount with no permissions, and a token for it.
-fn service_account_token(ctx: &TestCtx, name: &str) -> String {
-    run(ctx
-        .cluster
-        .kubectl()
-        .args(["create", "serviceaccount", name, "-n", &ctx.ns]));
-    let out = run(ctx
-        .cluster
-        .kubectl()
-        .args(["create", "token", name, "-n", &ctx.ns]));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// The plugin with the admin kubeconfig and colours off.

@@ -1,13 +1,19 @@
-//! `/metrics` on the metrics address; `/healthz` and `/readyz` on the probe address.
+//! `/metrics` on the metrics address; `/healthz` and `/readyz` on the probe address. Both
+//! servers are bounded ([`http`]); /metrics may ask for a token ([`metrics_auth`]), the probes
+//! never do (the kubelet sends none).
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse as _, Response};
 use axum::routing::get;
-use tracing::{error, info};
+use tracing::info;
 
+use super::http;
+use super::metrics_auth::{self, Authorizer};
 use crate::controller::error::Error;
+use crate::settings::Serving;
 
 /// What the server reports on.
 pub trait Served: Send + Sync + 'static {
@@ -18,45 +24,65 @@ pub trait Served: Send + Sync + 'static {
     fn ready(&self) -> bool;
 }
 
-async fn bind(what: &'static str, addr: &str) -> Result<tokio::net::TcpListener, Error> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Serve {
-            what,
-            addr: addr.to_string(),
-            source,
-        })
-}
-
 /// Bind both listeners now (so a taken port fails start-up), then serve in the background.
+/// `auth`, when set, decides who may read /metrics.
 pub async fn spawn(
-    metrics_addr: String,
-    probe_addr: String,
+    serving: &Serving,
+    auth: Option<Authorizer>,
     served: Arc<impl Served>,
 ) -> Result<(), Error> {
-    let m = served.clone();
-    let metrics = Router::new().route(
-        "/metrics",
-        get(move || {
-            let m = m.clone();
+    let metrics = metrics_router(served.clone(), auth.map(Arc::new));
+    let probes = probe_router(served);
+    let ml = http::bind("metrics", &serving.metrics_addr).await?;
+    let pl = http::bind("probes", &serving.probe_addr).await?;
+    let limits = serving.limits;
+    info!(
+        metrics = %serving.metrics_addr,
+        probes = %serving.probe_addr,
+        auth = ?serving.metrics_auth,
+        ?limits,
+        "serving metrics and probes"
+    );
+    tokio::spawn(http::serve("metrics", ml, metrics, limits));
+    tokio::spawn(http::serve("probes", pl, probes, limits));
+    Ok(())
+}
+
+fn metrics_router(served: Arc<impl Served>, auth: Option<Arc<Authorizer>>) -> Router {
+    Router::new().route(
+        metrics_auth::METRICS_PATH,
+        get(move |headers: HeaderMap| {
+            let (served, auth) = (served.clone(), auth.clone());
             async move {
-                (
-                    [(
-                        "content-type",
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    m.metrics(),
-                )
+                if let Some(auth) = auth
+                    && let Some(refused) = auth.refusal(&headers).await
+                {
+                    return refused;
+                }
+                metrics_response(served.metrics())
             }
         }),
-    );
-    let r = served;
-    let probes = Router::new()
+    )
+}
+
+fn metrics_response(text: String) -> Response {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+fn probe_router(served: Arc<impl Served>) -> Router {
+    Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || {
-                let r = r.clone();
+                let r = served.clone();
                 async move {
                     if r.ready() {
                         (StatusCode::OK, "ok")
@@ -65,19 +91,5 @@ pub async fn spawn(
                     }
                 }
             }),
-        );
-    let ml = bind("metrics", &metrics_addr).await?;
-    let pl = bind("probes", &probe_addr).await?;
-    info!(metrics = %metrics_addr, probes = %probe_addr, "serving metrics and probes");
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(ml, metrics).await {
-            error!(error = %e, "metrics server stopped");
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(pl, probes).await {
-            error!(error = %e, "probe server stopped");
-        }
-    });
-    Ok(())
+        )
 }

@@ -184,6 +184,7 @@ pub fn expected_objects() -> BTreeSet<(String, String, String)> {
         ),
         ("Deployment", ns, "skyhook-operator"),
         ("Service", ns, "skyhook-operator-metrics"),
+        ("NetworkPolicy", ns, "skyhook-operator"),
         ("LimitRange", ns, "skyhook-default-limits"),
     ]
     .into_iter()

@@ -25,6 +25,7 @@
 //!   [`wait_skyhook`] wait until one holds.
 //! - Jobs and metrics: [`Env::jobs_of`], [`label`], [`jobs_per_attempt`];
 //!   [`metrics::metrics`] and [`metrics::samples`].
+//! - Identities: [`service_account_token`] (a ServiceAccount without permissions, and a token).
 //! - Interrupts: [`interrupts::SlowInterrupts`] keeps interrupt pods running (or fails them).
 //! - Elsewhere: [`deploy`] (the `deploy/` manifests), [`plugin`] (the kubectl plugin),
 //!   [`private`] (a cluster of one's own), [`proxy`] (a faulty API server in between).
@@ -422,6 +423,19 @@ pub fn install_crds() {
             "--timeout=60s",
         ]));
     });
+}
+
+/// A ServiceAccount in the test's namespace, with no permissions, and a token for it.
+pub fn service_account_token(ctx: &TestCtx, name: &str) -> String {
+    run(ctx
+        .cluster
+        .kubectl()
+        .args(["create", "serviceaccount", name, "-n", &ctx.ns]));
+    let out = run(ctx
+        .cluster
+        .kubectl()
+        .args(["create", "token", name, "-n", &ctx.ns]));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A free TCP port on 127.0.0.1.

@@ -6,7 +6,14 @@ use std::time::Duration;
 use clap::Args;
 use thiserror::Error;
 
-use crate::schema::{TaintSpec, parse_go_duration};
+use crate::schema::TaintSpec;
+
+mod checked;
+mod serving;
+
+use checked::checked_duration;
+
+pub use serving::{MetricsAuth, ServerLimits, Serving, ServingSettings};
 
 #[derive(Debug, Error)]
 #[error("invalid skyhook operator options: {}", .0.join("; "))]
@@ -54,20 +61,9 @@ pub struct Settings {
         default_value = "ghcr.io/nvidia/skyhook/agent:latest"
     )]
     pub agent_image: String,
-    /// Address of the Prometheus metrics endpoint.
-    #[arg(
-        long = "metrics-bind-address",
-        env = "METRICS_PORT",
-        default_value = ":8080"
-    )]
-    pub metrics_bind_address: String,
-    /// Address of /healthz and /readyz.
-    #[arg(
-        long = "health-probe-bind-address",
-        env = "PROBE_PORT",
-        default_value = ":8081"
-    )]
-    pub health_probe_bind_address: String,
+    /// The metrics and probe servers: addresses, limits, authentication.
+    #[command(flatten)]
+    pub serving: ServingSettings,
     /// Deadline of one stage Job (activeDeadlineSeconds); a hung stage ends `erroring`.
     #[arg(long, env = "STAGE_DEADLINE", default_value = "1h")]
     pub stage_deadline: String,
@@ -141,8 +137,8 @@ pub struct Config {
     pub runtime_required_taint: TaintSpec,
     pub pause_image: String,
     pub agent_image: String,
-    pub metrics_addr: String,
-    pub probe_addr: String,
+    /// Where and how /metrics and the probes are served.
+    pub serving: Serving,
     pub stage_deadline: Duration,
     pub completed_job_ttl: Duration,
     pub failed_jobs_kept: usize,
@@ -176,21 +172,6 @@ struct Durations {
     leader: LeaderTimings,
 }
 
-/// A duration setting; one that is invalid or below `min` reads as `min`, and is reported.
-fn checked_duration(name: &str, value: &str, min: Duration, errs: &mut Vec<String>) -> Duration {
-    match parse_go_duration(value) {
-        Ok(d) if d >= min => d,
-        Ok(_) => {
-            errs.push(format!("{name} must be at least {min:?}, got {value:?}"));
-            min
-        }
-        Err(e) => {
-            errs.push(format!("{name}: {e}"));
-            min
-        }
-    }
-}
-
 impl Settings {
     /// Check every setting, reporting all problems at once (as the reference does).
     pub fn validate(&self) -> Result<Config, SettingsError> {
@@ -216,11 +197,12 @@ impl Settings {
             }
         };
         let budget = self.status_node_budget(&mut errs);
+        let serving = self.serving.validate(&mut errs);
         if self.namespace.is_empty() {
             errs.push("NAMESPACE must not be empty".to_string());
         }
         match (taint, errs.is_empty()) {
-            (Some(taint), true) => Ok(self.config(durations, taint, log_json, budget)),
+            (Some(taint), true) => Ok(self.config(durations, taint, log_json, budget, serving)),
             _ => Err(SettingsError(errs)),
         }
     }
@@ -321,6 +303,7 @@ impl Settings {
         runtime_required_taint: TaintSpec,
         log_json: bool,
         status_node_budget: usize,
+        serving: Serving,
     ) -> Config {
         Config {
             namespace: self.namespace.clone(),
@@ -332,8 +315,7 @@ impl Settings {
             runtime_required_taint,
             pause_image: self.pause_image.clone(),
             agent_image: self.agent_image.clone(),
-            metrics_addr: bind_address(&self.metrics_bind_address),
-            probe_addr: bind_address(&self.health_probe_bind_address),
+            serving,
             stage_deadline: d.stage_deadline,
             completed_job_ttl: d.completed_job_ttl,
             failed_jobs_kept: self.failed_jobs_kept.max(1),
@@ -345,15 +327,6 @@ impl Settings {
             log_level: self.log_level.clone(),
             leader: self.leader_election.then_some(d.leader),
         }
-    }
-}
-
-/// Go's `:8080` means every interface.
-fn bind_address(addr: &str) -> String {
-    if addr.starts_with(':') {
-        format!("0.0.0.0{addr}")
-    } else {
-        addr.to_string()
     }
 }
 
@@ -375,8 +348,8 @@ mod tests {
         assert_eq!(c.namespace, "skyhook");
         assert_eq!(c.default_interval, Duration::from_secs(600));
         assert_eq!(c.copy_dir_root, "/var/lib/skyhook");
-        assert_eq!(c.metrics_addr, "0.0.0.0:8080");
-        assert_eq!(c.probe_addr, "0.0.0.0:8081");
+        assert_eq!(c.serving.metrics_addr, "0.0.0.0:8080");
+        assert_eq!(c.serving.probe_addr, "0.0.0.0:8081");
         assert_eq!(c.image_pull_secret, None);
     }
 
