@@ -125,7 +125,12 @@ async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
     ] {
         as_user(&env, &oncall, &args).ok();
     }
-    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+    // The reset removed the node state: wait for the operator to run the package again.
+    env.ctx
+        .wait_for("tools complete again", Duration::from_secs(90), || async {
+            let (_, s) = env.node_state(&node, &sk).await?;
+            (s.get("tools", "1.0.0")?.state == Some(schema::State::Complete)).then_some(())
+        })
         .await;
 
     // On-call: what runs on the hosts cannot change; admission names the policy.

@@ -750,7 +750,7 @@ async fn reset() {
     assert_eq!(
         ran.ok(),
         format!(
-            "Skyhook: {name}\nNodes to reset (2):\n{listed}\nBatch state will also be reset (use --skip-batch-reset to preserve)\n\nSuccessfully reset 2 node(s) for Skyhook {name:?}\nBatch state reset for Skyhook {name:?}\n"
+            "Skyhook: {name}\nNodes to reset (2):\n{listed}\nBatch state will also be reset (use --skip-batch-reset to preserve)\nBatch state reset for Skyhook {name:?}\n\nSuccessfully reset 2 node(s) for Skyhook {name:?}\n"
         ),
         "test-reset: the command's output"
     );
