@@ -79,6 +79,7 @@ pub struct Metrics {
     status: Family<StatusLabels, Gauge>,
     node_status: Family<StatusLabels, Gauge>,
     targets: Family<SkyhookLabels, Gauge>,
+    write_failures: Family<SkyhookLabels, Gauge>,
     package_state: Family<PackageStateLabels, Gauge>,
     package_stage: Family<PackageStageLabels, Gauge>,
     restarts: Family<PackageLabels, Gauge>,
@@ -107,6 +108,7 @@ impl Default for Metrics {
             status: Family::default(),
             node_status: Family::default(),
             targets: Family::default(),
+            write_failures: Family::default(),
             package_state: Family::default(),
             package_stage: Family::default(),
             restarts: Family::default(),
@@ -130,6 +132,16 @@ impl Default for Metrics {
 
 impl Metrics {
     /// One pass's time in `phase` (`plan` or `write`).
+    /// How many writes of the Skyhook's last pass failed for good.
+    pub fn write_failures(&self, name: &str, failed: usize) {
+        let labels = SkyhookLabels {
+            skyhook_name: name.to_owned(),
+        };
+        self.write_failures
+            .get_or_create(&labels)
+            .set(failed as i64);
+    }
+
     pub fn pass_phase(&self, phase: &str, seconds: f64) {
         let labels = PhaseLabels {
             phase: phase.to_string(),
@@ -158,6 +170,7 @@ impl Metrics {
             ("skyhook_operator_leader", "1 while this operator process reconciles (it leads, or leader election is off), 0 while it waits to lead", self.leader),
             ("skyhook_operator_pass_seconds", "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)", self.pass_seconds),
             ("skyhook_api_requests", "Requests this operator sent to the API server, by verb, resource and response class", API_REQUESTS),
+            ("skyhook_write_failures", "Objects whose write failed for good in the Skyhook's last pass (the WriteFailed condition names them)", self.write_failures),
         );
     }
 
@@ -331,6 +344,9 @@ impl Metrics {
             self.forget_rollout(l);
         }
         self.targets.remove(&SkyhookLabels {
+            skyhook_name: name.into(),
+        });
+        self.write_failures.remove(&SkyhookLabels {
             skyhook_name: name.into(),
         });
         let old = self

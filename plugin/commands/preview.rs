@@ -52,6 +52,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         interrupting_nodes: &world.elsewhere.interrupting,
         go_pods: &Default::default(),
         invalid: &[],
+        write_failures: &[],
         config: &config,
         operator_version: env!("CARGO_PKG_VERSION"),
         now: jiff::Timestamp::now(),

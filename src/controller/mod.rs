@@ -260,25 +260,41 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     ctx.pacing.starting(&name);
     let started = Instant::now();
     let sk = ctx.pacing.newest(sk);
-    let (action, stored) = match pass(&sk, &ctx).await {
-        Ok((action, stored)) => (Ok(action), stored),
-        Err(e) => (Err(e), None),
+    let (action, stored, failures) = match pass(&sk, &ctx).await {
+        Ok(p) => (Ok(p.action), p.stored, Some(p.failures)),
+        Err(e) => (Err(e), None, None),
     };
     // A deleted Skyhook's entry goes with it (`forget`); its last passes need no spacing.
     if sk.meta().deletion_timestamp.is_none() {
         ctx.pacing.ended(&name, started, stored);
+        if let Some(failures) = failures {
+            ctx.metrics.write_failures(&name, failures.len());
+            ctx.pacing.failed_writes(&name, failures);
+        }
     }
     action
 }
 
-/// One pass: snapshot → plan → write → metrics. Returns the action for the controller, and the
-/// Skyhook as the pass's status write stored it.
-async fn pass(
-    sk: &Arc<Skyhook>,
-    ctx: &Arc<Ctx>,
-) -> Result<(Action, Option<(Skyhook, Duration)>), Error> {
+/// What a pass leaves: the action for the controller, the Skyhook as its status write stored
+/// it, and the writes that failed for good (the next pass's status reports them).
+struct Passed {
+    action: Action,
+    stored: Option<(Skyhook, Duration)>,
+    failures: Vec<String>,
+}
+
+/// How soon a pass follows one whose writes failed for good: soon enough that the status
+/// reports them within seconds, not so soon that a refusing API server is hammered.
+const WRITE_FAILED_RETRY: Duration = Duration::from_secs(10);
+
+/// One pass: snapshot → plan → write → metrics.
+async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     if sk.meta().deletion_timestamp.is_some() {
-        return deletion_pass(sk, ctx).await.map(|a| (a, None));
+        return deletion_pass(sk, ctx).await.map(|action| Passed {
+            action,
+            stored: None,
+            failures: Vec::new(),
+        });
     }
     let started = Instant::now();
     let name = sk.name_any();
@@ -293,6 +309,8 @@ async fn pass(
         room,
     );
     inputs.status_hold = ctx.pacing.status_hold(&name);
+    let failed_before = ctx.pacing.write_failures(&name);
+    inputs.write_failures = &failed_before;
     let plan = plan::plan(&inputs);
     observe(ctx, &snapshot.skyhook, stored, &plan);
     let requeue = plan.requeue_after;
@@ -308,13 +326,20 @@ async fn pass(
         node_patches = patches, plan_ms = plan_s.as_millis() as u64,
         write_ms = write_s.as_millis() as u64, "pass");
     let done = written?;
-    let action = match done.written {
-        write::Written::All => requeue.map_or_else(Action::await_change, Action::requeue),
-        write::Written::Conflict => {
-            Action::requeue(requeue.map_or(CONFLICT_REQUEUE, |r| r.min(CONFLICT_REQUEUE)))
-        }
+    let soon = match done.written {
+        write::Written::All if done.failures.is_empty() => None,
+        write::Written::All => Some(WRITE_FAILED_RETRY),
+        write::Written::Conflict => Some(CONFLICT_REQUEUE),
     };
-    Ok((action, done.stored))
+    let action = match (requeue, soon) {
+        (Some(r), Some(s)) => Action::requeue(r.min(s)),
+        (r, s) => r.or(s).map_or_else(Action::await_change, Action::requeue),
+    };
+    Ok(Passed {
+        action,
+        stored: done.stored,
+        failures: done.failures,
+    })
 }
 
 /// The metrics of one pass: node counts from its census (every node), the rest from the status

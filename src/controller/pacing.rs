@@ -1,5 +1,6 @@
-//! What one pass of a Skyhook leaves for its next: when it ended (passes are spaced), and the
-//! Skyhook as its status write stored it.
+//! What one pass of a Skyhook leaves for its next: when it ended (passes are spaced), the
+//! Skyhook as its status write stored it, and the writes that failed for good (the next pass's
+//! status reports them).
 //!
 //! The Skyhook's own watch lags its status writes (the object holds every node's state, a few
 //! hundred KiB at a thousand nodes). A pass that started from the cached copy meanwhile planned
@@ -39,6 +40,8 @@ struct Last {
     stored: Option<Arc<Skyhook>>,
     /// When the last status write ended, and how long it took.
     status: Option<(Instant, Duration)>,
+    /// The writes of the last pass that failed for good, one line each.
+    write_failures: Vec<String>,
 }
 
 #[derive(Default)]
@@ -104,6 +107,7 @@ impl Pacing {
             took: Duration::ZERO,
             stored: None,
             status: None,
+            write_failures: Vec::new(),
         });
         last.ended = now;
         last.took = now - started;
@@ -122,6 +126,21 @@ impl Pacing {
     pub fn status_hold(&self, skyhook: &str) -> Option<Duration> {
         let (at, took) = self.lock().get(skyhook)?.status?;
         hold_left(at, took, Instant::now())
+    }
+
+    /// The writes of `skyhook`'s last pass that failed for good.
+    pub fn write_failures(&self, skyhook: &str) -> Vec<String> {
+        self.lock()
+            .get(skyhook)
+            .map(|l| l.write_failures.clone())
+            .unwrap_or_default()
+    }
+
+    /// Keeps what the pass that just ended could not write (called after [`Pacing::ended`]).
+    pub fn failed_writes(&self, skyhook: &str, failures: Vec<String>) {
+        if let Some(last) = self.lock().get_mut(skyhook) {
+            last.write_failures = failures;
+        }
     }
 
     pub fn forget(&self, skyhook: &str) {

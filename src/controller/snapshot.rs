@@ -98,6 +98,7 @@ impl Snapshot {
             interrupting_nodes: &self.interrupting_nodes,
             go_pods: &self.go_pods,
             invalid: &self.invalid,
+            write_failures: &[],
             config,
             operator_version,
             now,

@@ -96,7 +96,6 @@ impl Errors {
 pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
     let mut errs = Errors::default();
     let spec = &skyhook.spec;
-
     if let Some(name) = &skyhook.metadata.name
         && name.chars().count() > MAX_SKYHOOK_NAME
     {
@@ -108,7 +107,6 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
             ),
         );
     }
-
     let budget = &spec.interruption_budget;
     errs.range(
         "spec.interruptionBudget.percent",
@@ -147,6 +145,9 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
 
     for (key, package) in &spec.packages {
         check_package(&mut errs, key, package, &spec.packages);
+        if let Some(why) = super::config_size::too_large(package) {
+            errs.push(format!("spec.packages[{key}].configMap"), why);
+        }
     }
     for cycle in dependency_cycles(&spec.packages) {
         let first = cycle.first().cloned().unwrap_or_default();

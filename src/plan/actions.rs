@@ -235,6 +235,14 @@ impl Plan {
         if nodes.is_empty() {
             return;
         }
+        self.drop_node_work(nodes);
+        self.drop_status();
+    }
+
+    /// The work that depends on these nodes' patches (a write that failed for good): their Job
+    /// operations, Jobs, evictions, conditions and Events. The status is still written, so that
+    /// it can say what failed.
+    pub fn drop_node_work(&mut self, nodes: &BTreeSet<String>) {
         let kept = |node: &str| !nodes.contains(node);
         self.node_conditions.retain(|(n, _, _)| kept(n));
         self.job_ops.retain(|(n, _)| kept(n));
@@ -245,7 +253,6 @@ impl Plan {
             Reports::Pass | Reports::Status => true,
         });
         self.remove_finalizer = false;
-        self.drop_status();
     }
 
     /// The status is not written this pass: nor are the Events announcing its changes (the

@@ -39,6 +39,9 @@ pub struct Inputs<'a> {
     pub go_pods: &'a BTreeMap<String, Vec<GoPod>>,
     /// Problems the operator-side validation found (empty when valid).
     pub invalid: &'a [String],
+    /// Writes of the last pass that failed for good, one line each (`<kind> <name>: <reason>`):
+    /// the status says so while they keep failing.
+    pub write_failures: &'a [String],
     pub config: &'a Config,
     pub operator_version: &'a str,
     pub now: Timestamp,

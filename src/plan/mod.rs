@@ -191,6 +191,10 @@ fn plan_live(inp: &Inputs) -> Plan {
         tally.unreadable.push(why);
         tally.node_statuses.insert(f.name.clone(), Status::Blocked);
     }
+    for failure in status::new_write_failures(prior, inp.write_failures) {
+        let note = Note::skyhook(schema::WRITE_FAILED_REASON, failure.clone());
+        plan.events.push(note.warning());
+    }
     for (f, node) in facts.iter_mut().zip(folds) {
         let may_start = planner.switches.can_run() && allowed.contains(&f.name) && f.eligible();
         let o = match advanced.remove(&f.name) {
@@ -225,7 +229,7 @@ fn plan_live(inp: &Inputs) -> Plan {
     }
     plan.configmaps
         .extend(config::package_configmaps(sk, inp.configmaps, cfg));
-    plan.requeue_after = Some(requeue(&tally, &plan, inp.now, cfg));
+    plan.requeue_after = Some(requeue(&tally, &plan, inp, cfg));
     plan
 }
 
@@ -435,6 +439,7 @@ impl<'a> Planner<'a> {
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
             unreadable: std::mem::take(&mut tally.unreadable),
+            write_failures: self.inp.write_failures,
             missing_policy: match self.policy {
                 Policy::Missing(name) => Some(name),
                 _ => None,
@@ -529,17 +534,20 @@ fn freeze(plan: &mut Plan, cfg: &Config) {
 }
 
 /// When to look again without a watch event.
-fn requeue(tally: &Tally, plan: &Plan, now: Timestamp, cfg: &Config) -> Duration {
+fn requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Duration {
     if plan.deferred_jobs > 0 {
         // More Jobs are due than one pass creates: the next pass goes on with them.
         Duration::from_secs(1)
     } else if !tally.held.is_empty() {
         // Pods on other namespaces are not watched: look again soon.
         Duration::from_secs(3)
+    } else if !inp.write_failures.is_empty() {
+        // Retry the failed writes soon, without hammering an API server that refuses them.
+        Duration::from_secs(10)
     } else if tally.any_active || !plan.create_jobs.is_empty() {
         Duration::from_secs(30)
     } else if let Some(r) = tally.retry_at {
-        let wait = r.duration_since(now);
+        let wait = r.duration_since(inp.now);
         Duration::from_millis(wait.as_millis().clamp(200, 3_600_000) as u64)
     } else {
         cfg.default_interval

@@ -28,6 +28,8 @@ pub struct SkyhookFacts<'a> {
     pub ignored_nodes: Vec<String>,
     /// Nodes whose stored progress cannot be read, one message each.
     pub unreadable: Vec<String>,
+    /// Writes of the last pass that failed for good, one line each.
+    pub write_failures: &'a [String],
     /// The `deploymentPolicy` named but absent.
     pub missing_policy: Option<&'a str>,
     /// Compartments halted by their failure threshold, one message each.
@@ -168,6 +170,7 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     work_conditions(&mut s.conditions, f, erroring, generation);
     node_conditions(&mut s.conditions, f, generation);
     unreadable_condition(&mut s.conditions, f, generation);
+    write_failed_condition(&mut s.conditions, f, generation);
     policy_condition(&mut s.conditions, f, generation);
     stopped_condition(&mut s.conditions, f, generation);
     s
@@ -378,15 +381,12 @@ fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation:
         let message = "every node's stored state can be read".to_string();
         (false, schema::NODE_STATE_READABLE_REASON, message)
     } else {
-        // Bounded: the CRD caps a condition message, and a status the API server refuses would
-        // stop every status update. (Events beyond the shown nodes are aggregated by the
-        // recorder.)
-        const SHOWN: usize = 10;
-        let mut message = f.unreadable[..f.unreadable.len().min(SHOWN)].join("; ");
-        if f.unreadable.len() > SHOWN {
-            message.push_str(&format!("; and {} more", f.unreadable.len() - SHOWN));
-        }
-        (true, schema::NODE_STATE_UNREADABLE_REASON, message)
+        // (Events beyond the shown nodes are aggregated by the recorder.)
+        (
+            true,
+            schema::NODE_STATE_UNREADABLE_REASON,
+            bounded(&f.unreadable),
+        )
     };
     if status || known {
         set_condition(
@@ -399,6 +399,53 @@ fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation:
             f.now,
         );
     }
+}
+
+/// `True` while writes keep failing; Skyhooks that never had one do not carry the condition.
+fn write_failed_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let known = list
+        .iter()
+        .any(|c| c.type_ == schema::WRITE_FAILED_CONDITION);
+    let (status, reason, message) = if f.write_failures.is_empty() {
+        let message = "every write of the last pass succeeded".to_string();
+        (false, schema::WRITES_SUCCEEDED_REASON, message)
+    } else {
+        (true, schema::WRITE_FAILED_REASON, bounded(f.write_failures))
+    };
+    if status || known {
+        set_condition(
+            list,
+            schema::WRITE_FAILED_CONDITION,
+            status,
+            reason,
+            message,
+            generation,
+            f.now,
+        );
+    }
+}
+
+/// The first lines joined, then how many more: the CRD caps a condition message, and a status
+/// the API server refuses would stop every status update.
+fn bounded(lines: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut message = lines[..lines.len().min(SHOWN)].join("; ");
+    if lines.len() > SHOWN {
+        message.push_str(&format!("; and {} more", lines.len() - SHOWN));
+    }
+    message
+}
+
+/// The write failures the stored status does not report yet (each gets a Warning Event).
+pub fn new_write_failures<'a>(prior: &SkyhookStatus, failures: &'a [String]) -> Vec<&'a String> {
+    let reported = prior
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::WRITE_FAILED_CONDITION && c.status == "True");
+    failures
+        .iter()
+        .filter(|f| reported.is_none_or(|c| !c.message.contains(f.as_str())))
+        .collect()
 }
 
 /// The stored status already reports this unreadable value (its Event was published then).
@@ -500,6 +547,7 @@ mod tests {
             blocked_nodes: Vec::new(),
             ignored_nodes: Vec::new(),
             unreadable: Vec::new(),
+            write_failures: &[],
             missing_policy: None,
             stopped: Vec::new(),
             compartment_statuses: None,

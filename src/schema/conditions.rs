@@ -69,6 +69,15 @@ pub const NODE_STATE_UNREADABLE_CONDITION: &str = "skyhook.nvidia.com/NodeStateU
 /// been `True`.
 pub const ROLLOUT_STOPPED_CONDITION: &str = "skyhook.nvidia.com/RolloutStopped";
 
+/// Ours: `True` while some write of this Skyhook's pass keeps failing (a ConfigMap refused by a
+/// quota or an admission policy, a node patch denied): the message names each object and the
+/// API server's reason. Written only once it has been `True`.
+pub const WRITE_FAILED_CONDITION: &str = "skyhook.nvidia.com/WriteFailed";
+/// Reason of WriteFailed when `True` (and of its Warning Event).
+pub const WRITE_FAILED_REASON: &str = "WriteFailed";
+/// Reason of WriteFailed when `False`.
+pub const WRITES_SUCCEEDED_REASON: &str = "WritesSucceeded";
+
 /// Ours: `True` while the status lists only some nodes in its per-node maps (they would not fit
 /// in the object); the node annotations hold every node. Written only once it has been `True`.
 pub const STATUS_TRIMMED_CONDITION: &str = "skyhook.nvidia.com/StatusTrimmed";

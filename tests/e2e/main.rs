@@ -27,3 +27,4 @@ mod scale;
 mod scenarios;
 mod startup;
 mod support;
+mod write_failures;

@@ -23,7 +23,7 @@
 //! 10. finalizer removal on deletion;
 //! 11. Events, queued for a task of their own (`event_queue.rs`): a pass never waits for them.
 //!
-//! Within a step the writes are independent and run [`PARALLEL_WRITES`] at a time: a pass over a
+//! Within a step the writes are independent and run [`PARALLEL_WRITES`](crate::controller::api::client::PARALLEL_WRITES) at a time: a pass over a
 //! thousand nodes must not take a thousand round trips. A write that meets a transient error
 //! (429, 5xx, a dropped connection) is retried at once a few times (`api/retry.rs`). Every write of
 //! a step is attempted; if any failed for good, the pass stops after that step (later steps may depend on it) and the next pass
@@ -44,6 +44,8 @@
 pub mod event_queue;
 pub mod event_series;
 pub mod job_creations;
+mod outcomes;
+mod parallel;
 pub mod requests;
 pub mod status_patch;
 
@@ -51,8 +53,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt, stream};
+use futures::FutureExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -63,14 +64,15 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
-use crate::controller::api::client::PARALLEL_WRITES;
-use crate::controller::api::retry::retried;
+use crate::controller::api::retry;
 use crate::controller::error::Error;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::PlannedJob;
 use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 use event_queue::EventSink;
+use outcomes::Outcomes;
+use parallel::{each, recorded};
 use requests::{ignore_not_found, is_conflict, is_status, node_patch_body, with_kind};
 
 const MANAGER: &str = "skyhook-operator";
@@ -85,11 +87,12 @@ pub enum Written {
     Conflict,
 }
 
-/// What a pass wrote: whether all of it, and the Skyhook as its status write stored it (with
-/// how long that replace took).
+/// What a pass wrote: whether all of it, the Skyhook as its status write stored it (with how
+/// long that replace took), and the writes that failed for good, one line each.
 pub struct Executed {
     pub written: Written,
     pub stored: Option<(Skyhook, Duration)>,
+    pub failures: Vec<String>,
 }
 
 pub async fn execute(
@@ -109,7 +112,7 @@ pub async fn execute(
         jobs: Api::namespaced(client.clone(), namespace),
         cms: Api::namespaced(client.clone(), namespace),
         nodes: Api::all(client.clone()),
-        conflicts: Mutex::new(BTreeSet::new()),
+        met: Outcomes::default(),
         patched: Mutex::new(BTreeMap::new()),
     };
     let w = &w;
@@ -118,15 +121,13 @@ pub async fn execute(
         return Ok(Executed {
             written: Written::Conflict,
             stored: None,
+            failures: Vec::new(),
         });
     };
     if plan.delete_owned {
         w.delete_owned().await?;
     }
-    // Dropped once written: a node's metadata ConfigMap repeats all its labels and annotations.
-    let configmaps = std::mem::take(&mut plan.configmaps);
-    each(&configmaps, |cm| w.apply_configmap(cm).boxed()).await?;
-    drop(configmaps);
+    w.write_configmaps(&mut plan).await;
     let mut written = w.write_nodes(&mut plan).await?;
     each(&plan.node_conditions, |c| {
         w.patch_node_conditions(c).boxed()
@@ -149,38 +150,12 @@ pub async fn execute(
         written = Written::Conflict;
     }
     w.publish_events(&plan.events);
-    Ok(Executed { written, stored })
-}
-
-/// Writes each item ([`retried`]) through [`all`].
-async fn each<'a, T: Sync + 'a>(
-    items: impl IntoIterator<Item = &'a T>,
-    write: impl Fn(&'a T) -> BoxFuture<'a, Result<(), Error>> + Copy + Send + 'a,
-) -> Result<(), Error> {
-    all(items
-        .into_iter()
-        .map(|item| retried(move || write(item)).boxed())
-        .collect())
-    .await
-}
-
-/// Runs the writes of one step, [`PARALLEL_WRITES`] at a time, attempting all of them; the
-/// first error is returned after the others finished. (Boxed: the reconcile future must stay
-/// `Send` for every lifetime, which generic closures over borrowed items defeat.)
-async fn all(writes: Vec<BoxFuture<'_, Result<(), Error>>>) -> Result<(), Error> {
-    let count = writes.len();
-    let results: Vec<Result<(), Error>> = stream::iter(writes)
-        .buffer_unordered(PARALLEL_WRITES)
-        .collect()
-        .await;
-    let failed = results.iter().filter(|r| r.is_err()).count();
-    match results.into_iter().find_map(Result::err) {
-        Some(e) => {
-            warn!(failed, of = count, error = %e, "writes failed; the next pass redoes them");
-            Err(e)
-        }
-        None => Ok(()),
-    }
+    let failures = w.met.take_failures();
+    Ok(Executed {
+        written,
+        stored,
+        failures,
+    })
 }
 
 /// The APIs one pass writes through, for one Skyhook.
@@ -194,23 +169,14 @@ struct Writer<'a> {
     cms: Api<ConfigMap>,
     /// Node patches answer with the whole node; only its resourceVersion is read.
     nodes: Api<LeanNode>,
-    /// Nodes whose patch met a 409 in this pass.
-    conflicts: Mutex<BTreeSet<String>>,
+    /// Conflicts and writes refused for good.
+    met: Outcomes,
     /// The resourceVersion each node patch of this pass returned: the first node version that
     /// stores the stages started after it.
     patched: Mutex<BTreeMap<String, String>>,
 }
 
 impl Writer<'_> {
-    fn take_conflicts(&self) -> BTreeSet<String> {
-        // A poisoned lock only means a writer panicked mid-insert; the set is still usable.
-        let mut set = self
-            .conflicts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        std::mem::take(&mut *set)
-    }
-
     /// The finalizer and the version annotation in one merge patch, guarded by the
     /// resourceVersion this pass read. Returns the patched Skyhook's resourceVersion.
     async fn patch_metadata(
@@ -260,6 +226,37 @@ impl Writer<'_> {
         }
     }
 
+    /// ConfigMaps, before the Jobs that mount them. One that is refused for good is recorded:
+    /// then no Job starts this pass and no node starts work (a stage must not run with an old
+    /// ConfigMap), while finished Jobs are still recorded, cordons lifted, the status written.
+    /// Dropped once written: a node's metadata ConfigMap repeats all its labels and annotations.
+    async fn write_configmaps(&self, plan: &mut Plan) {
+        let configmaps = std::mem::take(&mut plan.configmaps);
+        let refused = recorded(
+            &configmaps,
+            |cm| self.apply_configmap(cm).boxed(),
+            |cm| {
+                format!(
+                    "ConfigMap {}/{}",
+                    cm.namespace().unwrap_or_default(),
+                    cm.name_any()
+                )
+            },
+        )
+        .await;
+        if refused.is_empty() {
+            return;
+        }
+        for (what, e) in &refused {
+            self.met.failed(&self.name, what.clone(), e);
+        }
+        let starting = plan.node_patches.iter().filter(|p| p.starts);
+        let starting: BTreeSet<String> = starting.map(|p| p.node.clone()).collect();
+        plan.node_patches.retain(|p| !p.starts);
+        plan.drop_node_work(&starting);
+        plan.create_jobs.clear();
+    }
+
     /// Node patches. Nodes leaving work are stored before nodes starting it (see
     /// `NodePatch::starts`). If one of the first could not be stored, none of the second is:
     /// the stored state could otherwise show more nodes at work than the budget allows. The
@@ -268,14 +265,18 @@ impl Writer<'_> {
         let mut left_out = BTreeSet::new();
         for starting in [false, true] {
             let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
-            left_out.extend(self.take_conflicts());
-            if starting && !left_out.is_empty() {
-                left_out.extend(patches.map(|p| p.node.clone()));
+            left_out.extend(self.met.take_conflicts());
+            let failed = !self.met.failed_nodes().is_empty();
+            if starting && (failed || !left_out.is_empty()) {
+                let skipped: BTreeSet<String> = patches.map(|p| p.node.clone()).collect();
+                plan.drop_node_work(&skipped);
+                left_out.extend(skipped.into_iter().filter(|_| !failed));
                 break;
             }
             each(patches, |p| self.patch_node(p).boxed()).await?;
         }
-        left_out.extend(self.take_conflicts());
+        plan.drop_node_work(&self.met.failed_nodes());
+        left_out.extend(self.met.take_conflicts());
         if left_out.is_empty() {
             return Ok(Written::All);
         }
@@ -450,10 +451,13 @@ impl Writer<'_> {
             }
             Err(e) if is_status(&e, 409) => {
                 debug!(skyhook = %self.name, node = %p.node, "node changed since this pass read it");
-                self.conflicts
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(p.node.clone());
+                self.met.conflict(&p.node);
+                Ok(())
+            }
+            // Refused for good (a policy engine, an annotation over the size limit): this
+            // node's work waits, the other nodes' goes on.
+            Err(e) if !is_status(&e, 404) && !retry::is_transient(&e) => {
+                self.met.node_failed(&self.name, &p.node, &e);
                 Ok(())
             }
             res => ignore_not_found(res),

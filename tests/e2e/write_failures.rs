@@ -1,0 +1,255 @@
+//! A write that keeps failing surfaces instead of freezing the Skyhook (issue 35, acceptance
+//! 5): a ValidatingAdmissionPolicy of the test refuses one package's ConfigMap; within a minute
+//! the Skyhook's `WriteFailed` condition and a Warning Event name the ConfigMap and the API
+//! server's reason and the metric counts it, while the Jobs already running finish and are
+//! recorded; once the policy goes, the rollout completes and the condition clears. A
+//! `configMap` too large for a ConfigMap is refused by the operator's validation, naming the
+//! field.
+
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use skyhook::schema::{self, Stage, State};
+
+use crate::support::metrics::{metrics, samples};
+use crate::support::{Env, TestCtx, cluster, pkg, setup, skyhook, sleep};
+
+/// A ValidatingAdmissionPolicy (and binding) refusing ConfigMaps of the test's namespace that
+/// carry the key `blocked.conf`. Removed on drop.
+struct RefuseConfigMaps {
+    name: String,
+}
+
+fn admission(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::all_with(client.clone(), &ar)
+}
+
+impl RefuseConfigMaps {
+    async fn install(ctx: &TestCtx) -> RefuseConfigMaps {
+        let name = ctx.name("refuse-cm");
+        let policy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ctx.ns}},
+                    "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}],
+                },
+                "validations": [{
+                    "expression": "!has(object.data) || !('blocked.conf' in object.data)",
+                    "message": "e2e policy refuses blocked.conf",
+                }],
+            },
+        }))
+        .expect("policy");
+        let binding: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        }))
+        .expect("binding");
+        let pp = PostParams::default();
+        admission(
+            &ctx.client,
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+        )
+        .create(&pp, &policy)
+        .await
+        .expect("create policy");
+        admission(
+            &ctx.client,
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        )
+        .create(&pp, &binding)
+        .await
+        .expect("create binding");
+        // The policy is served from an informer: wait until a dry run is refused.
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(ctx.client.clone(), &ctx.ns);
+        let probe: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "probe"}, "data": {"blocked.conf": "x"}}))
+        .expect("probe");
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        ctx.wait_for("the policy to refuse", Duration::from_secs(30), || async {
+            cms.create(&dry, &probe).await.is_err().then_some(())
+        })
+        .await;
+        RefuseConfigMaps { name }
+    }
+
+    fn remove(&self) {
+        let _ = cluster()
+            .kubectl()
+            .args([
+                "delete",
+                &format!("validatingadmissionpolicybinding/{}", self.name),
+                &format!("validatingadmissionpolicy/{}", self.name),
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
+impl Drop for RefuseConfigMaps {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn write_failed(env: &Env, sk: &skyhook::crd::Skyhook) -> Option<(String, String)> {
+    let _ = env;
+    sk.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::WRITE_FAILED_CONDITION)
+        .map(|c| (c.status.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn a_refused_configmap_is_reported_and_the_rest_goes_on() {
+    let env = setup("writefail", 2, &[]).await;
+    let sk = env.ctx.name("sk");
+    let mut conf = pkg("1.0.0", sleep("1"));
+    conf["configMap"] = json!({"a.conf": "1"});
+    conf["dependsOn"] = json!({"tools": "1.0.0"});
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"tools": pkg("1.0.0", sleep("8")), "conf": conf}}),
+    ))
+    .await;
+    env.ctx
+        .wait_for(
+            "tools applying on both nodes",
+            Duration::from_secs(60),
+            || async {
+                let mut applying = 0;
+                for n in &env.nodes {
+                    let (_, s) = env.node_state(n, &sk).await?;
+                    let e = s.get("tools", "1.0.0")?;
+                    if (e.stage, e.state) == (Stage::Apply, Some(State::InProgress)) {
+                        applying += 1;
+                    }
+                }
+                (applying == env.nodes.len()).then_some(())
+            },
+        )
+        .await;
+
+    // The conf package's ConfigMap gains a key the cluster refuses.
+    let refuse = RefuseConfigMaps::install(&env.ctx).await;
+    env.skyhooks
+        .patch(
+            &sk,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"packages": {"conf": {"configMap": {"blocked.conf": "x"}}}}}),
+            ),
+        )
+        .await
+        .expect("edit the configMap");
+    let cm = schema::package_configmap_name(&sk, "conf", "1.0.0");
+    let reported = env
+        .ctx
+        .wait_for("WriteFailed", Duration::from_secs(60), || async {
+            let s = env.skyhooks.get(&sk).await.ok()?;
+            let (status, message) = write_failed(&env, &s)?;
+            (status == "True").then_some(message)
+        })
+        .await;
+    assert!(
+        reported.contains(&cm) && reported.contains("e2e policy refuses blocked.conf"),
+        "the condition names neither the object nor the reason: {reported}"
+    );
+    env.wait_event("the WriteFailed Warning", &sk, |e| {
+        e.reason.as_deref() == Some(schema::WRITE_FAILED_REASON)
+            && e.type_.as_deref() == Some("Warning")
+            && e.message.as_deref().is_some_and(|m| m.contains(&cm))
+    })
+    .await;
+    let port = env.op.metrics_port;
+    let text = tokio::task::spawn_blocking(move || metrics(port))
+        .await
+        .expect("metrics");
+    let counted = samples(&text).into_iter().any(|(n, l, v)| {
+        n == "skyhook_write_failures"
+            && l.get("skyhook_name") == Some(&sk)
+            && v.parse::<f64>().is_ok_and(|v| v >= 1.0)
+    });
+    assert!(counted, "skyhook_write_failures does not count it");
+
+    // The Jobs already running finish and are recorded meanwhile.
+    env.ctx
+        .wait_for(
+            "tools' apply recorded on both nodes",
+            Duration::from_secs(60),
+            || async {
+                for n in &env.nodes {
+                    let (_, s) = env.node_state(n, &sk).await?;
+                    let e = s.get("tools", "1.0.0")?;
+                    if e.stage == Stage::Apply && e.state == Some(State::InProgress) {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+
+    // The cause goes: the rollout completes and the condition clears.
+    refuse.remove();
+    let done = env
+        .wait_status(&sk, schema::Status::Complete, Duration::from_secs(120))
+        .await;
+    assert_eq!(
+        write_failed(&env, &done).map(|(s, _)| s).as_deref(),
+        Some("False")
+    );
+}
+
+#[tokio::test]
+async fn a_config_map_too_large_to_write_is_invalid_naming_the_field() {
+    let env = setup("cmsize", 1, &[]).await;
+    let sk = env.ctx.name("sk");
+    let mut big = pkg("1.0.0", json!([]));
+    big["configMap"] = json!({"blob.bin": "x".repeat(1_000_001)});
+    env.create(&skyhook(&env.ctx, &sk, json!({"packages": {"big": big}})))
+        .await;
+    let message = env
+        .ctx
+        .wait_for("Valid=False", Duration::from_secs(30), || async {
+            let s = env.skyhooks.get(&sk).await.ok()?;
+            let c = s
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == schema::VALID_CONDITION)?;
+            (c.status == "False").then_some(c.message)
+        })
+        .await;
+    assert!(
+        message.contains("spec.packages[big].configMap") && message.contains("1000009 bytes"),
+        "{message}"
+    );
+    assert!(
+        env.jobs_of(&sk).await.is_empty(),
+        "an invalid Skyhook started Jobs"
+    );
+}
