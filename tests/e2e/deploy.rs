@@ -175,7 +175,7 @@ async fn installed_objects_match_the_contract() {
     // deploy/metrics-auth/ turns to `tokenreview`), with their defaults.
     let env = env_map(&dep);
     let expected: BTreeMap<&str, &str> = [
-        ("AGENT_IMAGE", "ghcr.io/nvidia/skyhook/agent:latest"),
+        ("AGENT_IMAGE", "nvcr.io/nvidia/skyhook/agent:v6.4.1"),
         ("PAUSE_IMAGE", "registry.k8s.io/pause:3.10"),
         ("IMAGE_PULL_SECRET", ""),
         ("COPY_DIR_ROOT", "/var/lib/skyhook"),
