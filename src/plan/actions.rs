@@ -243,6 +243,9 @@ impl Plan {
     /// operations, Jobs, evictions, conditions and Events. The status is still written, so that
     /// it can say what failed.
     pub fn drop_node_work(&mut self, nodes: &BTreeSet<String>) {
+        if nodes.is_empty() {
+            return;
+        }
         let kept = |node: &str| !nodes.contains(node);
         self.node_conditions.retain(|(n, _, _)| kept(n));
         self.job_ops.retain(|(n, _)| kept(n));
@@ -287,6 +290,21 @@ pub fn job_node(job: &Job) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Nothing to drop changes nothing: a deletion pass whose node writes all succeeded still
+    /// releases the finalizer (a regression caught by every deletion e2e test).
+    #[test]
+    fn dropping_no_node_keeps_the_finalizer_release() {
+        let mut p = Plan {
+            remove_finalizer: true,
+            ..Plan::default()
+        };
+        p.drop_node_work(&BTreeSet::new());
+        p.drop_work_of(&BTreeSet::new());
+        assert!(p.remove_finalizer);
+        p.drop_node_work(&BTreeSet::from(["n".to_string()]));
+        assert!(!p.remove_finalizer);
+    }
     use serde_json::json;
 
     fn job_on(node: &str) -> PlannedJob {

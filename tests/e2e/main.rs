@@ -6,6 +6,7 @@ mod faults;
 mod handover;
 mod helm;
 mod image;
+mod image_policy;
 mod interrupt_drain;
 mod interrupts;
 mod leader;

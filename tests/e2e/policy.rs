@@ -708,3 +708,52 @@ async fn overlapping_compartments_follow_the_tie_break() {
     let wide = plugin(&env.ctx, &["dp", "preview", &name, "-o", "wide"]);
     assert!(wide.ok().contains("ALL NODES"), "{}", wide.stdout);
 }
+
+/// Issue 35, acceptance 10: batch counters hand-patched to the ends of their range (anyone who
+/// may patch the status subresource can) neither panic the operator nor wrap: the rollout goes
+/// on and the batch number only grows.
+#[tokio::test]
+async fn patched_extreme_batch_counters_neither_panic_nor_wrap() {
+    let env = setup("dp-extreme", 3, &[]).await;
+    let pname = default_only_policy(
+        &env,
+        json!({"percent": 100}),
+        json!({"linear": {"initialBatch": 1, "delta": 1}}),
+        false,
+    )
+    .await;
+    let name = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"deploymentPolicy": pname, "packages": {"tool": pkg("1.0.0", sleep("2"))}}),
+    ))
+    .await;
+    env.ctx
+        .wait_for("the first batch", Duration::from_secs(60), || async {
+            let sk = env.skyhooks.get(&name).await.ok()?;
+            compartments(&sk).contains_key("__default__").then_some(())
+        })
+        .await;
+    let status = json!({"status": {"compartmentStatuses": {"__default__": {"batchState": {
+        "currentBatch": 2_147_483_647_i64, "consecutiveFailures": 2_147_483_647_i64,
+        "lastBatchSize": i64::MAX, "completedNodes": i64::MAX, "failedNodes": i64::MIN}}}}});
+    env.skyhooks
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("patch the batch state");
+    let sk = env
+        .wait_status(&name, Status::Complete, Duration::from_secs(120))
+        .await;
+    assert!(
+        env.op.running(),
+        "the operator died:\n{}",
+        env.op.log_tail(40)
+    );
+    let b = compartments(&sk)["__default__"]
+        .batch_state
+        .clone()
+        .expect("batch state");
+    assert!(b.current_batch >= 2_147_483_647, "wrapped: {b:?}");
+    assert!(b.consecutive_failures >= 0, "wrapped: {b:?}");
+}

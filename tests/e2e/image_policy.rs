@@ -1,0 +1,122 @@
+//! `deploy/policies/image-registries.yaml` (optional; issue 35): Skyhooks whose package images or
+//! `agentImageOverride` come from other registries are refused, and with `requireDigest` so are
+//! packages without a `containerSHA`. The shipped objects are applied under the test's own names,
+//! their binding narrowed to the test's Skyhooks, so other tests are not affected.
+
+use serde_json::{Value, json};
+
+use crate::support::deploy::{repo, text};
+use crate::support::{TestCtx, pkg, skyhook};
+
+/// The shipped documents, renamed for this test: the ConfigMap in the test's namespace with
+/// `data`, the binding limited to Skyhooks with the test's label.
+fn policy_for(ctx: &TestCtx, data: Value) -> Vec<Value> {
+    let path = repo().join("deploy/policies/image-registries.yaml");
+    let raw = std::fs::read_to_string(&path).expect("read the policy file");
+    let name = ctx.name("images");
+    let (k, v) = ctx.test_label();
+    raw.split("\n---\n")
+        .map(|doc| serde_saphyr::from_str::<Value>(doc).expect("yaml"))
+        .map(|mut o| {
+            o["metadata"]["name"] = json!(name);
+            match o["kind"].as_str() {
+                Some("ConfigMap") => {
+                    o["metadata"]["namespace"] = json!(ctx.ns);
+                    o["data"] = data.clone();
+                }
+                Some("ValidatingAdmissionPolicyBinding") => {
+                    o["spec"]["policyName"] = json!(name);
+                    o["spec"]["paramRef"]["name"] = json!(name);
+                    o["spec"]["paramRef"]["namespace"] = json!(ctx.ns);
+                    o["spec"]["matchResources"] =
+                        json!({"objectSelector": {"matchLabels": {k.clone(): v.clone()}}});
+                }
+                _ => {}
+            }
+            o
+        })
+        .collect()
+}
+
+fn apply(ctx: &TestCtx, objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let out = ctx.kubectl_stdin(&["apply", "-f", "-"], list.to_string().as_bytes());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// A server-side dry run of the Skyhook: `Err(stderr)` when refused.
+fn admitted(ctx: &TestCtx, spec: Value) -> Result<(), String> {
+    let sk = skyhook(ctx, &ctx.name("sk"), spec);
+    let body = serde_json::to_vec(&sk).expect("json");
+    let out = ctx.kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], &body);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(text(&out.stderr))
+    }
+}
+
+/// Until the policy (served from informers) refuses what it should.
+async fn until_refused(ctx: &TestCtx, spec: &Value) -> String {
+    ctx.wait_for(
+        "the image policy to take effect",
+        std::time::Duration::from_secs(30),
+        || async { admitted(ctx, spec.clone()).err() },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn images_from_other_registries_and_undigested_packages_are_refused() {
+    let ctx = TestCtx::new("imgpolicy").await;
+    let objects = policy_for(
+        &ctx,
+        json!({"registries": "ghcr.io/nvidia/, registry.example.com/", "requireDigest": "false"}),
+    );
+    apply(&ctx, &objects);
+    let from = |image: &str| {
+        let mut p = pkg("1.0.0", json!([]));
+        p["image"] = json!(image);
+        p
+    };
+    let elsewhere = json!({"packages": {"evil": from("evil.example.org/tools")}});
+    let refused = until_refused(&ctx, &elsewhere).await;
+    assert!(refused.contains("skyhook-image-policy"), "{refused}");
+    admitted(
+        &ctx,
+        json!({"packages": {"tools": pkg("1.0.0", json!([]))}}),
+    )
+    .expect("an allowed registry");
+    let mut agent = pkg("1.0.0", json!([]));
+    agent["agentImageOverride"] = json!("evil.example.org/agent:1");
+    let err = admitted(&ctx, json!({"packages": {"tools": agent}})).expect_err("agent override");
+    assert!(err.contains("skyhook-image-policy"), "{err}");
+
+    // requireDigest: a package without containerSHA is refused, one with it admitted.
+    let objects = policy_for(
+        &ctx,
+        json!({"registries": "ghcr.io/nvidia/", "requireDigest": "true"}),
+    );
+    apply(&ctx, &objects);
+    let bare = json!({"packages": {"tools": pkg("1.0.0", json!([]))}});
+    let refused = until_refused(&ctx, &bare).await;
+    assert!(refused.contains("containerSHA"), "{refused}");
+    let mut pinned = pkg("1.0.0", json!([]));
+    pinned["containerSHA"] = json!(format!("sha256:{}", "ab".repeat(32)));
+    admitted(&ctx, json!({"packages": {"tools": pinned}})).expect("a pinned package");
+
+    let names: Vec<String> = objects
+        .iter()
+        .filter(|o| o["kind"] != "ConfigMap")
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap_or_default().to_lowercase(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    let mut args = vec!["delete", "--ignore-not-found"];
+    args.extend(names.iter().map(String::as_str));
+    let _ = ctx.kubectl(&args);
+}
