@@ -1,16 +1,16 @@
 //! `deploy/policies/image-registries.yaml` (optional; issue 35): Skyhooks whose package images or
 //! `agentImageOverride` come from other registries are refused, and with `requireDigest` so are
-//! packages without a `containerSHA`. The shipped objects are applied under the test's own names,
-//! their binding narrowed to the test's Skyhooks, so other tests are not affected.
+//! packages without a `containerSHA`. The shipped objects are applied under the test's own names
+//! and lists, their binding narrowed to the test's Skyhooks, so other tests are not affected.
 
 use serde_json::{Value, json};
 
 use crate::support::deploy::{repo, text};
 use crate::support::{TestCtx, pkg, skyhook};
 
-/// The shipped documents, renamed for this test: the ConfigMap in the test's namespace with
-/// `data`, the binding limited to Skyhooks with the test's label.
-fn policy_for(ctx: &TestCtx, data: Value) -> Vec<Value> {
+/// The shipped documents, renamed for this test, with the two variables set to `allowed` and
+/// `require_digest`, the binding limited to Skyhooks with the test's label.
+fn policy_for(ctx: &TestCtx, allowed: &[&str], require_digest: bool) -> Vec<Value> {
     let path = repo().join("deploy/policies/image-registries.yaml");
     let raw = std::fs::read_to_string(&path).expect("read the policy file");
     let name = ctx.name("images");
@@ -20,14 +20,19 @@ fn policy_for(ctx: &TestCtx, data: Value) -> Vec<Value> {
         .map(|mut o| {
             o["metadata"]["name"] = json!(name);
             match o["kind"].as_str() {
-                Some("ConfigMap") => {
-                    o["metadata"]["namespace"] = json!(ctx.ns);
-                    o["data"] = data.clone();
+                Some("ValidatingAdmissionPolicy") => {
+                    for var in o["spec"]["variables"].as_array_mut().expect("variables") {
+                        match var["name"].as_str() {
+                            Some("allowed") => var["expression"] = json!(format!("{allowed:?}")),
+                            Some("requireDigest") => {
+                                var["expression"] = json!(require_digest.to_string())
+                            }
+                            _ => {}
+                        }
+                    }
                 }
                 Some("ValidatingAdmissionPolicyBinding") => {
                     o["spec"]["policyName"] = json!(name);
-                    o["spec"]["paramRef"]["name"] = json!(name);
-                    o["spec"]["paramRef"]["namespace"] = json!(ctx.ns);
                     o["spec"]["matchResources"] =
                         json!({"objectSelector": {"matchLabels": {k.clone(): v.clone()}}});
                 }
@@ -56,12 +61,18 @@ fn admitted(ctx: &TestCtx, spec: Value) -> Result<(), String> {
     }
 }
 
-/// Until the policy (served from informers) refuses what it should.
-async fn until_refused(ctx: &TestCtx, spec: &Value) -> String {
+/// Until the policy refuses `spec` saying `why`. The policy and its binding reach the API
+/// server's admission through informers: meanwhile a request may be judged by the policy's
+/// previous version, or by none.
+async fn until_refused(ctx: &TestCtx, spec: &Value, why: &str) -> String {
     ctx.wait_for(
-        "the image policy to take effect",
+        &format!("the image policy to refuse with {why:?}"),
         std::time::Duration::from_secs(30),
-        || async { admitted(ctx, spec.clone()).err() },
+        || async {
+            admitted(ctx, spec.clone())
+                .err()
+                .filter(|e| e.contains(why))
+        },
     )
     .await
 }
@@ -69,10 +80,7 @@ async fn until_refused(ctx: &TestCtx, spec: &Value) -> String {
 #[tokio::test]
 async fn images_from_other_registries_and_undigested_packages_are_refused() {
     let ctx = TestCtx::new("imgpolicy").await;
-    let objects = policy_for(
-        &ctx,
-        json!({"registries": "ghcr.io/nvidia/, registry.example.com/", "requireDigest": "false"}),
-    );
+    let objects = policy_for(&ctx, &["ghcr.io/nvidia/", "registry.example.com/"], false);
     apply(&ctx, &objects);
     let from = |image: &str| {
         let mut p = pkg("1.0.0", json!([]));
@@ -80,7 +88,7 @@ async fn images_from_other_registries_and_undigested_packages_are_refused() {
         p
     };
     let elsewhere = json!({"packages": {"evil": from("evil.example.org/tools")}});
-    let refused = until_refused(&ctx, &elsewhere).await;
+    let refused = until_refused(&ctx, &elsewhere, "must start with one of").await;
     assert!(refused.contains("skyhook-image-policy"), "{refused}");
     admitted(
         &ctx,
@@ -93,21 +101,17 @@ async fn images_from_other_registries_and_undigested_packages_are_refused() {
     assert!(err.contains("skyhook-image-policy"), "{err}");
 
     // requireDigest: a package without containerSHA is refused, one with it admitted.
-    let objects = policy_for(
-        &ctx,
-        json!({"registries": "ghcr.io/nvidia/", "requireDigest": "true"}),
-    );
+    let objects = policy_for(&ctx, &["ghcr.io/nvidia/"], true);
     apply(&ctx, &objects);
     let bare = json!({"packages": {"tools": pkg("1.0.0", json!([]))}});
-    let refused = until_refused(&ctx, &bare).await;
-    assert!(refused.contains("containerSHA"), "{refused}");
+    let refused = until_refused(&ctx, &bare, "containerSHA").await;
+    assert!(refused.contains("skyhook-image-policy"), "{refused}");
     let mut pinned = pkg("1.0.0", json!([]));
     pinned["containerSHA"] = json!(format!("sha256:{}", "ab".repeat(32)));
     admitted(&ctx, json!({"packages": {"tools": pinned}})).expect("a pinned package");
 
     let names: Vec<String> = objects
         .iter()
-        .filter(|o| o["kind"] != "ConfigMap")
         .map(|o| {
             format!(
                 "{}/{}",
