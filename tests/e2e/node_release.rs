@@ -102,8 +102,11 @@ async fn nodes_that_leave_are_released_and_the_budget_holds() {
         .expect("relabel out of the selector");
 
     // Its interrupt is waited for, then the node is let go.
+    // Node names are reused by later tests: only this Skyhook's Event counts.
+    let wanted = format!("[skyhook:{sk}]");
     env.wait_event("the release Event on the node", &left, |e| {
         e.reason.as_deref() == Some(schema::RELEASED_REASON)
+            && e.message.as_deref().is_some_and(|m| m.contains(&wanted))
     })
     .await;
     let done = env
