@@ -8,28 +8,18 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use skyhook::schema::{self, Stage, State};
 
+use crate::support::interrupts::admission_api;
 use crate::support::metrics::{metrics, samples};
-use crate::support::{Env, TestCtx, cluster, pkg, setup, skyhook, sleep};
+use crate::support::{TestCtx, cluster, pkg, setup, skyhook, sleep};
 
 /// A ValidatingAdmissionPolicy (and binding) refusing ConfigMaps of the test's namespace that
 /// carry the key `blocked.conf`. Removed on drop.
 struct RefuseConfigMaps {
     name: String,
-}
-
-fn admission(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    Api::all_with(client.clone(), &ar)
 }
 
 impl RefuseConfigMaps {
@@ -60,7 +50,7 @@ impl RefuseConfigMaps {
         }))
         .expect("binding");
         let pp = PostParams::default();
-        admission(
+        admission_api(
             &ctx.client,
             "ValidatingAdmissionPolicy",
             "validatingadmissionpolicies",
@@ -68,7 +58,7 @@ impl RefuseConfigMaps {
         .create(&pp, &policy)
         .await
         .expect("create policy");
-        admission(
+        admission_api(
             &ctx.client,
             "ValidatingAdmissionPolicyBinding",
             "validatingadmissionpolicybindings",
@@ -112,8 +102,7 @@ impl Drop for RefuseConfigMaps {
     }
 }
 
-fn write_failed(env: &Env, sk: &skyhook::crd::Skyhook) -> Option<(String, String)> {
-    let _ = env;
+fn write_failed(sk: &skyhook::crd::Skyhook) -> Option<(String, String)> {
     sk.status
         .as_ref()?
         .conditions
@@ -170,7 +159,7 @@ async fn a_refused_configmap_is_reported_and_the_rest_goes_on() {
         .ctx
         .wait_for("WriteFailed", Duration::from_secs(60), || async {
             let s = env.skyhooks.get(&sk).await.ok()?;
-            let (status, message) = write_failed(&env, &s)?;
+            let (status, message) = write_failed(&s)?;
             (status == "True").then_some(message)
         })
         .await;
@@ -219,7 +208,7 @@ async fn a_refused_configmap_is_reported_and_the_rest_goes_on() {
         .wait_status(&sk, schema::Status::Complete, Duration::from_secs(120))
         .await;
     assert_eq!(
-        write_failed(&env, &done).map(|(s, _)| s).as_deref(),
+        write_failed(&done).map(|(s, _)| s).as_deref(),
         Some("False")
     );
 }

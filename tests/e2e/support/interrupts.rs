@@ -23,7 +23,8 @@ pub struct SlowInterrupts {
     var: (String, String),
 }
 
-fn admission_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+/// The cluster-scoped admissionregistration.k8s.io/v1 API of `kind` (policies and bindings).
+pub fn admission_api(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: "admissionregistration.k8s.io".into(),
         version: "v1".into(),
