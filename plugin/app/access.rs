@@ -95,25 +95,31 @@ pub async fn require(kube: &Kube, action: &str, needs: &[Need]) -> Result<(), Cl
     Ok(())
 }
 
-/// Whether a write goes ahead: false under `--dry-run`; otherwise the permissions are checked
+/// A write a command is about to make: what it is called in errors, the permissions it needs,
+/// and the prompt that asks for it.
+pub struct Change<'a> {
+    pub action: String,
+    pub needs: &'a [Need],
+    pub dry_run: bool,
+    /// `--confirm`: no prompt.
+    pub confirm: bool,
+    pub prompt: &'a [String],
+}
+
+/// Whether `change` goes ahead: false under `--dry-run`; otherwise the permissions are checked
 /// ([`require`]), then `--confirm` or the prompt confirms it (a decline is an error).
-#[allow(clippy::too_many_arguments)]
 pub async fn proceed(
     kube: &Kube,
-    action: &str,
-    needs: &[Need],
-    dry_run: bool,
-    confirm: bool,
+    change: &Change<'_>,
     out: &mut dyn Write,
     input: &mut dyn BufRead,
-    lines: &[String],
 ) -> Result<bool, CliError> {
-    if dry_run_stop(dry_run, out)? {
+    if dry_run_stop(change.dry_run, out)? {
         return Ok(false);
     }
-    require(kube, action, needs).await?;
-    if !confirm {
-        ask(out, input, lines)?;
+    require(kube, &change.action, change.needs).await?;
+    if !change.confirm {
+        ask(out, input, change.prompt)?;
     }
     Ok(true)
 }

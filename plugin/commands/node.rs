@@ -15,7 +15,7 @@ use skyhook::plan::compartments;
 use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
-use crate::app::access::{Need, proceed};
+use crate::app::access::{Change, Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
 use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
@@ -481,9 +481,14 @@ pub async fn ignore(
             "unignoring nodes",
         )
     };
-    let (dry_run, needs) = (ctx.global.dry_run, [Need::PATCH_NODES]);
-    let lines = [why.to_string()];
-    if !proceed(&kube, action, &needs, dry_run, confirm, out, input, &lines).await? {
+    let change = Change {
+        action: action.to_string(),
+        needs: &[Need::PATCH_NODES],
+        dry_run: ctx.global.dry_run,
+        confirm,
+        prompt: &[why.to_string()],
+    };
+    if !proceed(&kube, &change, out, input).await? {
         return Ok(());
     }
     let mut errors = Vec::new();

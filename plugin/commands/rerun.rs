@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
 use crate::app::Ctx;
-use crate::app::access::{Need, proceed};
+use crate::app::access::{Change, Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::Kube;
 use crate::app::nodes::{check_patterns, select_nodes};
@@ -140,18 +140,14 @@ pub async fn run(
         Some(stage) => format!("\nThis will reset package state to re-run from the '{stage}' stage."),
         None => "\nThis will remove package state from node annotations and cause the package to re-run from the beginning.".to_string(),
     };
-    let action = format!("re-running package {:?}", target.package);
-    let (needs, lines) = ([Need::PATCH_NODES], [first]);
-    let go = proceed(
-        &kube,
-        &action,
-        &needs,
-        ctx.global.dry_run,
+    let change = Change {
+        action: format!("re-running package {:?}", target.package),
+        needs: &[Need::PATCH_NODES],
+        dry_run: ctx.global.dry_run,
         confirm,
-        out,
-        input,
-        &lines,
-    );
+        prompt: &[first],
+    };
+    let go = proceed(&kube, &change, out, input);
     if !go.await? {
         return Ok(());
     }

@@ -12,7 +12,7 @@ use skyhook::jobs::JobView;
 use skyhook::schema::{self, NodeState};
 
 use crate::app::Ctx;
-use crate::app::access::{Need, proceed};
+use crate::app::access::{Change, Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, NodeMeta};
 use crate::app::nodes::list_selected;
@@ -155,18 +155,14 @@ pub async fn nodes(
         "All packages will re-run from the beginning.".to_string(),
     ];
     prompt.extend(stopping(ctx, &kube, skyhook, &targets).await);
-    let action = format!("resetting skyhook {skyhook:?} on nodes");
-    let needs = [Need::PATCH_NODES];
-    let go = proceed(
-        &kube,
-        &action,
-        &needs,
-        ctx.global.dry_run,
+    let change = Change {
+        action: format!("resetting skyhook {skyhook:?} on nodes"),
+        needs: &[Need::PATCH_NODES],
+        dry_run: ctx.global.dry_run,
         confirm,
-        out,
-        input,
-        &prompt,
-    );
+        prompt: &prompt,
+    };
+    let go = proceed(&kube, &change, out, input);
     if !go.await? {
         return Ok(());
     }
@@ -215,13 +211,14 @@ pub async fn skyhook(
     if !args.skip_batch_reset {
         needs.push(Need::PATCH_SKYHOOK_STATUS);
     }
-    let action = format!("resetting skyhook {name:?}");
-    let (dry_run, confirm) = (ctx.global.dry_run, args.confirm);
-    if !proceed(
-        &kube, &action, &needs, dry_run, confirm, out, input, &prompt,
-    )
-    .await?
-    {
+    let change = Change {
+        action: format!("resetting skyhook {name:?}"),
+        needs: &needs,
+        dry_run: ctx.global.dry_run,
+        confirm: args.confirm,
+        prompt: &prompt,
+    };
+    if !proceed(&kube, &change, out, input).await? {
         return Ok(());
     }
     // The batch state first: if a node write then fails, the nodes still holding state are
@@ -348,18 +345,14 @@ pub async fn batch_state(
         format!("\nThis will reset the batch state for Skyhook {name:?}."),
         "The next reconciliation will start from batch 1.".to_string(),
     ];
-    let action = format!("resetting the batch state of skyhook {name:?}");
-    let needs = [Need::PATCH_SKYHOOK_STATUS];
-    let go = proceed(
-        &kube,
-        &action,
-        &needs,
-        ctx.global.dry_run,
+    let change = Change {
+        action: format!("resetting the batch state of skyhook {name:?}"),
+        needs: &[Need::PATCH_SKYHOOK_STATUS],
+        dry_run: ctx.global.dry_run,
         confirm,
-        out,
-        input,
-        &prompt,
-    );
+        prompt: &prompt,
+    };
+    let go = proceed(&kube, &change, out, input);
     if !go.await? {
         return Ok(());
     }
