@@ -30,10 +30,32 @@ KWOK_LOG_LEVEL=${KWOK_LOG_LEVEL:-INFO}
 KT_PROFILING=${KT_PROFILING:-false}
 # An audit policy file: when set, the API server writes an audit log to $KT_DIR/logs/audit.log.
 KT_AUDIT_POLICY=${KT_AUDIT_POLICY:-}
+# Real nodes (tests/cluster/real-node): a kubelet and kube-scheduler from the same module, a local
+# OCI registry, Debian root file systems and images, built once by build-real and cached by version.
+KT_REAL=${KT_REAL:-1}
+REGISTRY_VERSION=${REGISTRY_VERSION:-v3.1.2}
+# The nodes run Debian 12; the agent's image is Debian 13's Python (3.13), as the reference builds
+# it (the agent needs Python 3.12 or later).
+DEBIAN_SUITE=${DEBIAN_SUITE:-bookworm}
+AGENT_DEBIAN_SUITE=${AGENT_DEBIAN_SUITE:-trixie}
+KT_REAL_BIN=${KT_REAL_BIN:-$KT_CACHE/real-k$KUBE_VERSION-registry$REGISTRY_VERSION}
+KT_ROOTFS_CACHE=${KT_ROOTFS_CACHE:-$KT_CACHE/rootfs}
+KT_NODE_ROOTFS=$KT_ROOTFS_CACHE/node-$DEBIAN_SUITE
+KT_PYTHON_ROOTFS=$KT_ROOTFS_CACHE/python-$AGENT_DEBIAN_SUITE
+KT_IMAGES=${KT_IMAGES:-$KT_CACHE/images}
+REGISTRY_PORT=${REGISTRY_PORT:-25000}
+# containerd pulls from the registry over plain HTTP by this name (its mirror configuration).
+REGISTRY_HOST=localhost:$REGISTRY_PORT
+SCHEDULER_PORT=${SCHEDULER_PORT:-20259}
+PAUSE_TAG=3.10
+KUBE_SERVICE_IP=${SERVICE_CIDR%.*/*}.1
+REAL_KUBELET_PORT_BASE=11250
+REAL_HEALTHZ_PORT_BASE=12250
+bridge_name() { echo "skyhook-rn$1"; }
 PKI=$KT_DIR/pki
 KUBECONFIG_FILE=$KT_DIR/kubeconfig
 # Components in start order; `down` stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok log-agent)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok log-agent registry kube-scheduler)
 
 log() { printf '[test-cluster] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -45,8 +67,11 @@ wait_for() {
   local deadline=$((SECONDS + timeout))
   until "$@" >/dev/null 2>&1; do
     if ((SECONDS >= deadline)); then
-      log "timed out after ${timeout}s waiting for $desc; last lines of the logs in $KT_DIR/logs:"
-      tail -n 20 "$KT_DIR"/logs/*.log >&2 2>/dev/null || true
+      log "timed out after ${timeout}s waiting for $desc"
+      if [[ -z ${KT_QUIET_WAIT:-} ]]; then
+        log "last lines of the logs in $KT_DIR/logs:"
+        tail -n 20 "$KT_DIR"/logs/*.log >&2 2>/dev/null || true
+      fi
       return 1
     fi
     sleep 0.3
