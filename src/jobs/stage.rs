@@ -310,7 +310,7 @@ mod tests {
                                 "image": "ghcr.io/nvidia/skyhook/agentless:1.2.3",
                                 "imagePullPolicy": "Always",
                                 "command": ["/bin/sh"],
-                                "args": ["-c", "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}"],
+                                "args": ["-c", "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}"],
                                 "env": [{"name": "SKYHOOK_DIR", "value": COPY_DIR}],
                                 "volumeMounts": mounts,
                                 "securityContext": {"privileged": true},

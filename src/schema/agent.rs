@@ -46,8 +46,11 @@ pub const CONFIGMAPS_MOUNT_PATH: &str = "/skyhook-package/configmaps";
 /// Command of the copy init container (`/bin/sh -c <COPY_SCRIPT>`).
 pub const COPY_SHELL: &str = "/bin/sh";
 /// Script of the copy init container: copies the payload onto the host at `$SKYHOOK_DIR`.
+/// `-f` where the reference has none: every stage of a package copies into the same directory,
+/// and a `cp` built without busybox's non-POSIX default (Debian's, for one) refuses to replace the
+/// ConfigMap's symbolic links the previous stage copied, so every stage after the first failed.
 pub const COPY_SCRIPT: &str =
-    "mkdir -p /root/${SKYHOOK_DIR} && cp -r /skyhook-package/* /root/${SKYHOOK_DIR}";
+    "mkdir -p /root/${SKYHOOK_DIR} && cp -rf /skyhook-package/* /root/${SKYHOOK_DIR}";
 
 /// Package names are capped at 43 characters in container names so that the longest
 /// (`-post-interruptcheck`) stays within 63.

@@ -44,8 +44,10 @@ KT_NODE_ROOTFS=$KT_ROOTFS_CACHE/node-$DEBIAN_SUITE
 KT_PYTHON_ROOTFS=$KT_ROOTFS_CACHE/python-$AGENT_DEBIAN_SUITE
 KT_IMAGES=${KT_IMAGES:-$KT_CACHE/images}
 REGISTRY_PORT=${REGISTRY_PORT:-25000}
-# containerd pulls from the registry over plain HTTP by this name (its mirror configuration).
-REGISTRY_HOST=localhost:$REGISTRY_PORT
+# Images name the registry without a port (a Skyhook's package image may not have one, as in the
+# reference before its v0.18); each node's containerd maps the name to the registry over plain
+# HTTP (a mirror), so no DNS is involved.
+REGISTRY_HOST=registry.skyhook.test
 SCHEDULER_PORT=${SCHEDULER_PORT:-20259}
 PAUSE_TAG=3.10
 KUBE_SERVICE_IP=${SERVICE_CIDR%.*/*}.1

@@ -23,6 +23,7 @@ mod plugin_reset;
 mod plugin_roles;
 mod policy;
 mod readme;
+mod real_node;
 mod restarts;
 mod scale;
 mod scenarios;

@@ -41,6 +41,7 @@ pub mod objects;
 pub mod plugin;
 pub mod private;
 pub mod proxy;
+pub mod real;
 pub mod wait;
 
 pub use env::{Env, label, setup};
@@ -373,6 +374,7 @@ impl TestCtx {
         }
         out.push_str("--- component logs (tail) ---\n");
         out.push_str(&self.cluster.component_logs(15));
+        out.push_str(&self.real_node_logs(30));
         out
     }
 }

@@ -1,0 +1,117 @@
+//! Interrupts for real: a `reboot` restarts the node (its init ends, the harness boots it again
+//! with a new boot id) and the rollout resumes after it; a `service` interrupt calls the node's
+//! service manager (a stub that records its arguments) once for merged packages.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+use skyhook::schema::{self, Stage, State};
+
+use super::{ROLLOUT, setup, shellscript};
+use crate::support::env::Env;
+
+async fn boot_id(env: &Env, node: &str) -> String {
+    let n: Node = env.node_api.get(node).await.expect("node");
+    n.status
+        .and_then(|s| s.node_info)
+        .map(|i| i.boot_id)
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
+    let (env, node) = setup("rn-reboot", &[]).await;
+    let sk = env.ctx.name("reboot");
+    let before = boot_id(&env, &node).await;
+    assert!(!before.is_empty(), "the kubelet reports no boot id");
+    // post-interrupt records the boot it ran in: it must be the new one.
+    let pkg = shellscript(
+        &env.ctx,
+        json!({
+            "config.sh": "#!/bin/bash\necho configured\n",
+            "post_interrupt.sh": "#!/bin/bash\ncat /proc/sys/kernel/random/boot_id >> /var/tmp/post-interrupt-boots\n",
+        }),
+        json!({"interrupt": {"type": "reboot"}}),
+    );
+    let version = pkg["version"].as_str().expect("version").to_string();
+    env.create(&crate::support::objects::skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"reboot": pkg}}),
+    ))
+    .await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+
+    let after = boot_id(&env, &node).await;
+    assert_ne!(after, before, "the boot id did not change");
+    let reboots = env
+        .ctx
+        .read_on_node(&node, "/var/log/skyhook-node/reboot.log")
+        .unwrap_or_default();
+    assert_eq!(reboots.lines().count(), 1, "reboots: {reboots}");
+    let post = env
+        .ctx
+        .read_on_node(&node, "/var/tmp/post-interrupt-boots")
+        .unwrap_or_default();
+    let post: Vec<&str> = post.lines().map(str::trim).collect();
+    assert!(!post.is_empty(), "post-interrupt never ran");
+    assert!(
+        post.iter().all(|b| *b == after),
+        "post-interrupt ran in boots {post:?}, not only in the new one {after}"
+    );
+    let n: Node = env.node_api.get(&node).await.expect("node");
+    assert!(
+        !n.spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
+        "the node is still cordoned"
+    );
+    let (_, state) = env.node_state(&node, &sk).await.expect("node state");
+    let e = state.get("reboot", &version).expect("package state");
+    assert_eq!((e.stage, e.state), (Stage::PostInterrupt, Some(State::Complete)));
+}
+
+#[tokio::test]
+async fn a_service_interrupt_restarts_the_merged_services_once() {
+    let (env, node) = setup("rn-service", &[]).await;
+    let sk = env.ctx.name("service");
+    let script = json!({"config.sh": "#!/bin/bash\necho configured\n"});
+    let a = shellscript(
+        &env.ctx,
+        script.clone(),
+        json!({"interrupt": {"type": "service", "services": ["containerd", "skyhook-a"]}}),
+    );
+    let b = shellscript(
+        &env.ctx,
+        script,
+        json!({"interrupt": {"type": "service", "services": ["skyhook-b"]}}),
+    );
+    env.create(&crate::support::objects::skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"svc-a": a, "svc-b": b}}),
+    ))
+    .await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    let calls = env
+        .ctx
+        .wait_for("the service manager's calls", Duration::from_secs(10), || async {
+            env.ctx
+                .read_on_node(&node, "/var/log/skyhook-node/systemctl.log")
+        })
+        .await;
+    let mut lines: Vec<&str> = calls.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "daemon-reload",
+            "restart containerd",
+            "restart skyhook-a",
+            "restart skyhook-b"
+        ],
+        "systemctl calls:\n{calls}"
+    );
+}

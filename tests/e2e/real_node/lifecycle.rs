@@ -1,0 +1,80 @@
+//! A real node joins beside the kwok nodes and leaves nothing behind.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{TestCtx, cluster_dir, run};
+
+fn pid_alive(pid: &str) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn node_cgroups(name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+        let dir = hierarchy.path().join(format!("skyhook-node-{name}"));
+        if dir.exists() {
+            found.push(dir.display().to_string());
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
+    let mut ctx = TestCtx::new("rn-life").await;
+    let kwok = ctx.add_test_nodes(1);
+    let node = ctx.add_real_node();
+
+    let wide = run(ctx.cluster.kubectl().args(["get", "node", &node, "-o", "wide", "--no-headers"]));
+    let wide = String::from_utf8_lossy(&wide.stdout).to_string();
+    assert!(wide.contains(" Ready "), "not Ready: {wide}");
+    assert!(wide.contains("containerd://"), "no containerd runtime: {wide}");
+    let fake = run(ctx.cluster.kubectl().args(["get", "node", &kwok[0], "--no-headers"]));
+    assert!(
+        String::from_utf8_lossy(&fake.stdout).contains(" Ready "),
+        "the kwok node beside it is not Ready"
+    );
+
+    let dir = ctx.cluster.state_dir.join("real").join(&node);
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default().trim().to_string();
+    let (init, supervisor, index) = (read("init.pid"), read("supervisor.pid"), read("index"));
+    assert!(pid_alive(&init) && pid_alive(&supervisor), "node processes not running");
+    // Everything runs inside the node's own mount namespace.
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    assert_ne!(ns(&init), ns("self"), "the node shares the machine's mount namespace");
+    let bridge = format!("skyhook-rn{index}");
+    assert!(Path::new(&format!("/sys/class/net/{bridge}")).exists(), "no bridge {bridge}");
+    assert!(!node_cgroups(&node).is_empty(), "no cgroups for the node");
+
+    run(Command::new(cluster_dir().join("nodes"))
+        .args(["remove", &node])
+        .env("KUBECONFIG", &ctx.cluster.kubeconfig));
+    ctx.forget_node(&node);
+
+    assert!(!pid_alive(&init), "the node's init {init} survived");
+    assert!(!pid_alive(&supervisor), "the node's supervisor {supervisor} survived");
+    assert!(
+        !Path::new(&format!("/sys/class/net/{bridge}")).exists(),
+        "bridge {bridge} left behind"
+    );
+    assert_eq!(node_cgroups(&node), Vec::<String>::new(), "cgroups left behind");
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let dir_text = dir.display().to_string();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&dir_text)),
+        "mounts left under {dir_text}"
+    );
+    assert!(!dir.exists(), "{dir_text} left behind");
+    // No process anywhere still sees the node's root.
+    for proc in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let root = std::fs::read_link(proc.path().join("root")).unwrap_or_default();
+        assert!(
+            !root.display().to_string().contains(&dir_text),
+            "process {} still has its root in the node",
+            proc.file_name().to_string_lossy()
+        );
+    }
+    let gone = ctx.kubectl(&["get", "node", &node]);
+    assert!(!gone.status.success(), "the Node object is still there");
+}

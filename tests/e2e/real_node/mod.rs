@@ -1,0 +1,47 @@
+//! Real nodes: a kubelet and containerd beside the kwok nodes (tests/cluster/real-node), pulling
+//! from the cluster's registry, running the reference's agent (v6.4.1, built from ../shared) and
+//! its shellscript package for real. `cargo test --test e2e real_node` runs them all.
+
+mod agent;
+mod interrupts;
+mod lifecycle;
+mod pull;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::env::Env;
+use crate::support::real::images;
+use crate::support::{Operator, TestCtx, install_crds};
+
+/// A test of its own: a context, one real node labelled for it, and an operator whose Jobs run
+/// the agent image from the cluster's registry.
+async fn setup(test: &str, operator_env: &[(&str, &str)]) -> (Env, String) {
+    install_crds();
+    let mut ctx = TestCtx::new(test).await;
+    let node = ctx.add_real_node();
+    let agent = images(&ctx).agent;
+    let mut env: Vec<(&str, &str)> = vec![("AGENT_IMAGE", &agent)];
+    env.extend_from_slice(operator_env);
+    let op = Operator::start(&ctx, &env);
+    (Env::new(ctx, op, vec![node.clone()]), node)
+}
+
+/// The reference's shellscript package from the cluster's registry, with `config_map` as its
+/// scripts and `extra` merged into the package.
+fn shellscript(ctx: &TestCtx, config_map: Value, extra: Value) -> Value {
+    let imgs = images(ctx);
+    let mut pkg = json!({
+        "version": imgs.shellscript_version,
+        "image": imgs.shellscript_repo,
+        "configMap": config_map,
+    });
+    if let (Some(p), Some(e)) = (pkg.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    pkg
+}
+
+/// Long enough for a first pull of the agent image and a few stages on a loaded machine.
+const ROLLOUT: Duration = Duration::from_secs(240);

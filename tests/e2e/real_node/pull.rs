@@ -1,0 +1,59 @@
+//! A package image that is not in the registry: a real pull fails on the real kubelet and the
+//! stage ends erroring at its deadline, as on kwok.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use skyhook::schema::{self, Stage, State};
+
+use super::setup;
+
+#[tokio::test]
+async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
+    let (env, node) = setup("rn-pull", &[("STAGE_DEADLINE", "30s")]).await;
+    let sk = env.ctx.name("pull");
+    let imgs = crate::support::real::images(&env.ctx);
+    let pkg = json!({"version": "0.0.0-not-pushed", "image": imgs.shellscript_repo});
+    env.create(&crate::support::objects::skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"missing": pkg}}),
+    ))
+    .await;
+    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let reason = env
+        .ctx
+        .wait_for("the kubelet's pull error", Duration::from_secs(120), || {
+            let pods = pods.clone();
+            let node = node.clone();
+            async move {
+                let list = pods.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+                    .flat_map(|p| p.status.iter().flat_map(|s| s.init_container_statuses.iter().flatten()))
+                    .find_map(|c| {
+                        let w = c.state.as_ref()?.waiting.as_ref()?;
+                        let r = w.reason.clone()?;
+                        (r == "ErrImagePull" || r == "ImagePullBackOff")
+                            .then(|| format!("{r}: {}", w.message.clone().unwrap_or_default()))
+                    })
+            }
+        })
+        .await;
+    assert!(reason.contains("not found") || reason.contains("manifest unknown") || reason.contains("0.0.0-not-pushed"),
+        "the pull error does not name the missing tag: {reason}");
+    let state = env
+        .ctx
+        .wait_for("the node's package to be erroring", Duration::from_secs(120), || async {
+            let (_, state) = env.node_state(&node, &sk).await?;
+            let pkg = state.get("missing", "0.0.0-not-pushed")?.clone();
+            (pkg.state == Some(State::Erroring)).then_some(pkg)
+        })
+        .await;
+    assert_eq!(state.stage, Stage::Apply);
+    env.wait_status(&sk, schema::Status::Erroring, Duration::from_secs(30))
+        .await;
+}

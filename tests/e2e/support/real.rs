@@ -1,0 +1,117 @@
+//! Real nodes (tests/cluster/real-node): a kubelet and containerd in namespaces of their own, the
+//! images the cluster's registry serves (the reference's agent and shellscript package), and what
+//! a package left in a node's root.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::{TestCtx, cluster_dir, run};
+
+/// The image references `tests/cluster/images push` wrote for this cluster.
+pub struct Images {
+    pub agent: String,
+    /// The shellscript package's repository (a Skyhook names it without the tag).
+    pub shellscript_repo: String,
+    pub shellscript_version: String,
+}
+
+pub fn images(ctx: &TestCtx) -> Images {
+    let path = ctx.cluster.state_dir.join("images.env");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (tests/cluster/up with KT_REAL=1 writes it)", path.display()));
+    let vars: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |k: &str| {
+        vars.get(k)
+            .unwrap_or_else(|| panic!("{} has no {k}", path.display()))
+            .to_string()
+    };
+    let shellscript = get("SHELLSCRIPT_IMAGE");
+    let (repo, version) = shellscript
+        .rsplit_once(':')
+        .expect("SHELLSCRIPT_IMAGE has a tag");
+    Images {
+        agent: get("AGENT_IMAGE"),
+        shellscript_repo: repo.to_string(),
+        shellscript_version: version.to_string(),
+    }
+}
+
+/// A package image built from `dir` (config.json and skyhook_dir/, the reference's format) and
+/// pushed to the cluster's registry as `repo:tag`; returns the repository as a Skyhook names it.
+pub fn package_image(ctx: &TestCtx, repo: &str, tag: &str, dir: &std::path::Path) -> String {
+    let out = run(Command::new(cluster_dir().join("images"))
+        .args(["package", &format!("{repo}:{tag}")])
+        .arg(dir)
+        .env("KUBECONFIG", &ctx.cluster.kubeconfig));
+    let full = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    full.rsplit_once(':')
+        .map(|(r, _)| r.to_string())
+        .expect("images package prints REPO:TAG")
+}
+
+impl TestCtx {
+    /// A real node of this test's own, labelled like its kwok nodes, removed when the test ends.
+    pub fn add_real_node(&mut self) -> String {
+        let name = format!("{}-rn", self.prefix);
+        run(Command::new(cluster_dir().join("nodes"))
+            .args(["add-real", &name])
+            .env("KUBECONFIG", &self.cluster.kubeconfig));
+        self.nodes.push(name.clone());
+        let label = format!("skyhook-e2e={}", self.prefix);
+        run(self
+            .cluster
+            .kubectl()
+            .args(["label", "node", &name, &label]));
+        name
+    }
+
+    /// `node` was removed by the test itself: nothing left to remove at the end.
+    pub fn forget_node(&mut self, node: &str) {
+        self.nodes.retain(|n| n != node);
+    }
+
+    /// The directory holding everything written to `node`'s root since it was added (the upper
+    /// layer of its overlay root).
+    pub fn node_root(&self, node: &str) -> PathBuf {
+        self.cluster.state_dir.join("real").join(node).join("upper")
+    }
+
+    /// A file of `node`'s root, if something on the node wrote it.
+    pub fn read_on_node(&self, node: &str, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.node_root(node).join(path.trim_start_matches('/'))).ok()
+    }
+
+    /// The entries of a directory of `node`'s root (sorted; empty if it does not exist).
+    pub fn list_on_node(&self, node: &str, path: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.node_root(node).join(path.trim_start_matches('/')))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// The tails of the real nodes' kubelet and containerd logs, for a failure report.
+    pub(super) fn real_node_logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for node in &self.nodes {
+            for log in ["kubelet", "containerd"] {
+                let path = self
+                    .node_root(node)
+                    .join(format!("var/log/skyhook-node/{log}.log"));
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                let all: Vec<&str> = text.lines().collect();
+                out.push_str(&format!("==> {} <==\n", path.display()));
+                out.push_str(&all[all.len().saturating_sub(lines)..].join("\n"));
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
