@@ -42,15 +42,22 @@ async fn simple() {
         json!({"packages": {"simple": pkg}}),
     ))
     .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
+        .await;
 
     let logs = package_logs(&env, &node, &sk, &version);
     let text: String = logs
         .iter()
         .filter_map(|l| env.ctx.read_on_node(&node, l))
         .collect();
-    assert!(text.contains("Hello, world!"), "no script output in {logs:?}:\n{text}");
-    assert!(text.contains("This is a test"), "no configMap file in {logs:?}:\n{text}");
+    assert!(
+        text.contains("Hello, world!"),
+        "no script output in {logs:?}:\n{text}"
+    );
+    assert!(
+        text.contains("This is a test"),
+        "no configMap file in {logs:?}:\n{text}"
+    );
 
     let root = format!("/var/lib/skyhook/{sk}");
     let flags = env
@@ -95,7 +102,8 @@ async fn interrupt_noop() {
         json!({"packages": {"noop": pkg}}),
     ))
     .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
+        .await;
     let flags_dir = format!("/var/lib/skyhook/{sk}/interrupts/flags");
     let ids = env.ctx.list_on_node(&node, &flags_dir);
     let complete: Vec<String> = ids
@@ -132,7 +140,8 @@ async fn dont_write_logs() {
         json!({"packages": {"nologs": pkg}}),
     ))
     .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
+        .await;
     assert!(
         env.ctx.read_on_node(&node, &marker).is_some(),
         "the apply script did not run"
@@ -165,7 +174,8 @@ async fn reap_old_logs() {
         json!({"packages": {"reap": pkg}}),
     ))
     .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
+        .await;
     let logs = package_logs(&env, &node, &sk, &imgs.shellscript_version);
     assert_eq!(logs.len(), 5, "logs kept: {logs:?}");
 }

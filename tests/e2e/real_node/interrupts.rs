@@ -41,7 +41,8 @@ async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
         json!({"packages": {"reboot": pkg}}),
     ))
     .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
+        .await;
 
     let after = boot_id(&env, &node).await;
     assert_ne!(after, before, "the boot id did not change");
@@ -70,7 +71,10 @@ async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
     );
     let (_, state) = env.node_state(&node, &sk).await.expect("node state");
     let e = state.get("reboot", &version).expect("package state");
-    assert_eq!((e.stage, e.state), (Stage::PostInterrupt, Some(State::Complete)));
+    assert_eq!(
+        (e.stage, e.state),
+        (Stage::PostInterrupt, Some(State::Complete))
+    );
 }
 
 #[tokio::test]
@@ -94,13 +98,18 @@ async fn a_service_interrupt_restarts_the_merged_services_once() {
         json!({"packages": {"svc-a": a, "svc-b": b}}),
     ))
     .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT).await;
+    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
+        .await;
     let calls = env
         .ctx
-        .wait_for("the service manager's calls", Duration::from_secs(10), || async {
-            env.ctx
-                .read_on_node(&node, "/var/log/skyhook-node/systemctl.log")
-        })
+        .wait_for(
+            "the service manager's calls",
+            Duration::from_secs(10),
+            || async {
+                env.ctx
+                    .read_on_node(&node, "/var/log/skyhook-node/systemctl.log")
+            },
+        )
         .await;
     let mut lines: Vec<&str> = calls.lines().collect();
     lines.sort();

@@ -11,7 +11,11 @@ fn pid_alive(pid: &str) -> bool {
 
 fn node_cgroups(name: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let dir = hierarchy.path().join(format!("skyhook-node-{name}"));
         if dir.exists() {
             found.push(dir.display().to_string());
@@ -26,25 +30,50 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
     let kwok = ctx.add_test_nodes(1);
     let node = ctx.add_real_node();
 
-    let wide = run(ctx.cluster.kubectl().args(["get", "node", &node, "-o", "wide", "--no-headers"]));
+    let wide =
+        run(ctx
+            .cluster
+            .kubectl()
+            .args(["get", "node", &node, "-o", "wide", "--no-headers"]));
     let wide = String::from_utf8_lossy(&wide.stdout).to_string();
     assert!(wide.contains(" Ready "), "not Ready: {wide}");
-    assert!(wide.contains("containerd://"), "no containerd runtime: {wide}");
-    let fake = run(ctx.cluster.kubectl().args(["get", "node", &kwok[0], "--no-headers"]));
+    assert!(
+        wide.contains("containerd://"),
+        "no containerd runtime: {wide}"
+    );
+    let fake = run(ctx
+        .cluster
+        .kubectl()
+        .args(["get", "node", &kwok[0], "--no-headers"]));
     assert!(
         String::from_utf8_lossy(&fake.stdout).contains(" Ready "),
         "the kwok node beside it is not Ready"
     );
 
     let dir = ctx.cluster.state_dir.join("real").join(&node);
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default().trim().to_string();
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
     let (init, supervisor, index) = (read("init.pid"), read("supervisor.pid"), read("index"));
-    assert!(pid_alive(&init) && pid_alive(&supervisor), "node processes not running");
+    assert!(
+        pid_alive(&init) && pid_alive(&supervisor),
+        "node processes not running"
+    );
     // Everything runs inside the node's own mount namespace.
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
-    assert_ne!(ns(&init), ns("self"), "the node shares the machine's mount namespace");
+    assert_ne!(
+        ns(&init),
+        ns("self"),
+        "the node shares the machine's mount namespace"
+    );
     let bridge = format!("skyhook-rn{index}");
-    assert!(Path::new(&format!("/sys/class/net/{bridge}")).exists(), "no bridge {bridge}");
+    assert!(
+        Path::new(&format!("/sys/class/net/{bridge}")).exists(),
+        "no bridge {bridge}"
+    );
     assert!(!node_cgroups(&node).is_empty(), "no cgroups for the node");
 
     run(Command::new(cluster_dir().join("nodes"))
@@ -53,12 +82,19 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
     ctx.forget_node(&node);
 
     assert!(!pid_alive(&init), "the node's init {init} survived");
-    assert!(!pid_alive(&supervisor), "the node's supervisor {supervisor} survived");
+    assert!(
+        !pid_alive(&supervisor),
+        "the node's supervisor {supervisor} survived"
+    );
     assert!(
         !Path::new(&format!("/sys/class/net/{bridge}")).exists(),
         "bridge {bridge} left behind"
     );
-    assert_eq!(node_cgroups(&node), Vec::<String>::new(), "cgroups left behind");
+    assert_eq!(
+        node_cgroups(&node),
+        Vec::<String>::new(),
+        "cgroups left behind"
+    );
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let dir_text = dir.display().to_string();
     assert!(

@@ -5,6 +5,7 @@
 mod agent;
 mod interrupts;
 mod lifecycle;
+mod logs;
 mod pull;
 
 use std::time::Duration;

@@ -33,7 +33,11 @@ async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
                 list.items
                     .iter()
                     .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
-                    .flat_map(|p| p.status.iter().flat_map(|s| s.init_container_statuses.iter().flatten()))
+                    .flat_map(|p| {
+                        p.status
+                            .iter()
+                            .flat_map(|s| s.init_container_statuses.iter().flatten())
+                    })
                     .find_map(|c| {
                         let w = c.state.as_ref()?.waiting.as_ref()?;
                         let r = w.reason.clone()?;
@@ -43,15 +47,23 @@ async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
             }
         })
         .await;
-    assert!(reason.contains("not found") || reason.contains("manifest unknown") || reason.contains("0.0.0-not-pushed"),
-        "the pull error does not name the missing tag: {reason}");
+    assert!(
+        reason.contains("not found")
+            || reason.contains("manifest unknown")
+            || reason.contains("0.0.0-not-pushed"),
+        "the pull error does not name the missing tag: {reason}"
+    );
     let state = env
         .ctx
-        .wait_for("the node's package to be erroring", Duration::from_secs(120), || async {
-            let (_, state) = env.node_state(&node, &sk).await?;
-            let pkg = state.get("missing", "0.0.0-not-pushed")?.clone();
-            (pkg.state == Some(State::Erroring)).then_some(pkg)
-        })
+        .wait_for(
+            "the node's package to be erroring",
+            Duration::from_secs(120),
+            || async {
+                let (_, state) = env.node_state(&node, &sk).await?;
+                let pkg = state.get("missing", "0.0.0-not-pushed")?.clone();
+                (pkg.state == Some(State::Erroring)).then_some(pkg)
+            },
+        )
         .await;
     assert_eq!(state.stage, Stage::Apply);
     env.wait_status(&sk, schema::Status::Erroring, Duration::from_secs(30))

@@ -18,8 +18,12 @@ pub struct Images {
 
 pub fn images(ctx: &TestCtx) -> Images {
     let path = ctx.cluster.state_dir.join("images.env");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (tests/cluster/up with KT_REAL=1 writes it)", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (tests/cluster/up with KT_REAL=1 writes it)",
+            path.display()
+        )
+    });
     let vars: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
     let get = |k: &str| {
         vars.get(k)
@@ -84,13 +88,14 @@ impl TestCtx {
 
     /// The entries of a directory of `node`'s root (sorted; empty if it does not exist).
     pub fn list_on_node(&self, node: &str, path: &str) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.node_root(node).join(path.trim_start_matches('/')))
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut names: Vec<String> =
+            std::fs::read_dir(self.node_root(node).join(path.trim_start_matches('/')))
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
         names.sort();
         names
     }
