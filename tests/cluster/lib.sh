@@ -49,6 +49,9 @@ REGISTRY_PORT=${REGISTRY_PORT:-25000}
 # HTTP (a mirror), so no DNS is involved.
 REGISTRY_HOST=registry.skyhook.test
 SCHEDULER_PORT=${SCHEDULER_PORT:-20259}
+# The scheduler places only pods that name it: the kwok-only tests rely on pods without a node
+# staying Pending (no default scheduler), and pods meant for real nodes opt in.
+TEST_SCHEDULER=skyhook-test-scheduler
 PAUSE_TAG=3.10
 KUBE_SERVICE_IP=${SERVICE_CIDR%.*/*}.1
 REAL_KUBELET_PORT_BASE=11250

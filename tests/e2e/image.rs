@@ -18,34 +18,16 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The cargo target directory this test binary was built into (`<target>/debug/deps/e2e-…`).
 fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    exe.ancestors()
-        .nth(3)
-        .expect("target directory above the test binary")
-        .to_path_buf()
+    crate::support::image::target_dir()
 }
 
 fn sha256(data: &[u8]) -> String {
     format!("sha256:{}", skyhook::schema::sha256_hex(data, 64))
 }
 
-/// Runs `deploy/image/build --reuse-binary` and returns what it printed on stdout.
 fn build_image() -> String {
-    let out = Command::new(repo().join("deploy/image/build"))
-        .arg("--reuse-binary")
-        .env("CARGO_TARGET_DIR", target_dir())
-        .env_remove("IMAGE")
-        .output()
-        .expect("run deploy/image/build");
-    assert!(
-        out.status.success(),
-        "deploy/image/build failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    crate::support::image::build()
 }
 
 /// A blob of the layout, checked against its descriptor (digest, size, file name).
@@ -203,6 +185,7 @@ fn layer_entries(layer: &[u8]) -> BTreeMap<String, Entry> {
 
 #[test]
 fn the_image_built_without_docker_matches_the_dockerfile_and_runs() {
+    let _image = crate::support::image::lock();
     let printed = build_image();
     assert!(
         printed.contains("compressed") && printed.contains("ghcr.io/skyhook-rs/skyhook-operator:v"),

@@ -6,6 +6,7 @@ mod agent;
 mod interrupts;
 mod lifecycle;
 mod logs;
+mod operator_pod;
 mod pull;
 
 use std::time::Duration;

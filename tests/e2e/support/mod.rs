@@ -35,6 +35,7 @@
 pub mod deploy;
 pub mod env;
 pub mod expect;
+pub mod image;
 pub mod interrupts;
 pub mod metrics;
 pub mod objects;

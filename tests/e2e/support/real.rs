@@ -14,6 +14,10 @@ pub struct Images {
     /// The shellscript package's repository (a Skyhook names it without the tag).
     pub shellscript_repo: String,
     pub shellscript_version: String,
+    /// kubectl as the entrypoint (the chart's cleanup hook).
+    pub kubectl: String,
+    /// The test cluster's scheduler: it places only pods that name it.
+    pub scheduler: String,
 }
 
 pub fn images(ctx: &TestCtx) -> Images {
@@ -38,6 +42,8 @@ pub fn images(ctx: &TestCtx) -> Images {
         agent: get("AGENT_IMAGE"),
         shellscript_repo: repo.to_string(),
         shellscript_version: version.to_string(),
+        kubectl: get("KUBECTL_IMAGE"),
+        scheduler: get("SCHEDULER_NAME"),
     }
 }
 

@@ -115,6 +115,9 @@ affinity:
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .Values.controllerManager.schedulerName }}
+schedulerName: {{ . }}
+{{- end }}
 {{- with .Values.controllerManager.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}

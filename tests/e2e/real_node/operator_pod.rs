@@ -1,0 +1,492 @@
+//! The operator running as a pod from our image, installed as users install it (the Helm chart),
+//! onto a real node: two replicas, one leader, a rollout over the real node and two kwok nodes, a
+//! `helm upgrade` that changes a setting without losing the rollout, and `helm uninstall`, whose
+//! pre-delete hook runs for real and leaves nothing behind.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use skyhook::crd::Skyhook;
+use skyhook::schema;
+
+use super::shellscript;
+use crate::support::plugin::plugin;
+use crate::support::real::images;
+use crate::support::{TestCtx, install_crds, run};
+
+fn helm(ctx: &TestCtx) -> Command {
+    let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/helm"));
+    cmd.env("KUBECONFIG", &ctx.cluster.kubeconfig);
+    cmd
+}
+
+/// The operator image from `deploy/image/build`, pushed to the cluster's registry as
+/// `skyhook/operator:<tag>`; returns (repository, tag).
+fn push_operator_image(ctx: &TestCtx) -> (String, String) {
+    let _image = crate::support::image::lock();
+    crate::support::image::build();
+    let tag = format!("e2e-{}", ctx.prefix);
+    let out = run(Command::new(crate::support::cluster_dir().join("images"))
+        .arg("push-layout")
+        .arg(crate::support::image::layout())
+        .arg(format!("skyhook/operator:{tag}"))
+        .env("KUBECONFIG", &ctx.cluster.kubeconfig));
+    let full = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (repo, _) = full.rsplit_once(':').expect("REPO:TAG");
+    (repo.to_string(), tag)
+}
+
+/// The pods of the operator's Deployment that are Running and Ready, by name.
+async fn ready_operator_pods(pods: &Api<Pod>, fullname: &str) -> Vec<Pod> {
+    let lp = ListParams::default().labels("control-plane=controller-manager");
+    let Ok(list) = pods.list(&lp).await else {
+        return Vec::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|p| p.name_any().starts_with(fullname))
+        .filter(|p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.phase.as_deref() == Some("Running")
+                    && s.conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        })
+        .collect()
+}
+
+fn lease_holder(ctx: &TestCtx) -> String {
+    let out = ctx.kubectl(&[
+        "get",
+        "lease",
+        "3c22c1ae.nvidia.com",
+        "-n",
+        &ctx.ns,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uninstall() {
+    install_crds();
+    let mut ctx = TestCtx::new("rn-helm").await;
+    let real = ctx.add_real_node();
+    let kwok = ctx.add_test_nodes(2);
+    let ns = ctx.ns.clone();
+    let (k, v) = ctx.test_label();
+    let imgs = images(&ctx);
+    let (repo, tag) = push_operator_image(&ctx);
+    let (agent_repo, agent_tag) = imgs.agent.rsplit_once(':').expect("agent tag");
+    let (kubectl_repo, kubectl_tag) = imgs.kubectl.rsplit_once(':').expect("kubectl tag");
+    let fullname = format!("{}-op", ctx.prefix);
+    ctx.report_on_failure(&[
+        "get",
+        "deployments,pods,jobs,leases",
+        "-n",
+        &ns,
+        "-o",
+        "wide",
+    ]);
+    run(ctx.cluster.kubectl().args([
+        "label",
+        "namespace",
+        &ns,
+        "pod-security.kubernetes.io/enforce=privileged",
+        "--overwrite",
+    ]));
+    let values = json!({
+        "fullnameOverride": fullname,
+        "estimatedNodeCount": 3,
+        "controllerManager": {
+            "replicas": 2,
+            "schedulerName": imgs.scheduler,
+            "selectors": {"kubernetes.io/hostname": real},
+            "manager": {
+                "image": {"repository": repo, "tag": tag},
+                "imagePullPolicy": "Always",
+                "agent": {"repository": agent_repo, "tag": agent_tag},
+                "env": {"skyhookSelector": format!("{k}={v}"), "logEncoder": "console"},
+                "extraEnv": [{"name": "RETRY_BASE", "value": "2s"}, {"name": "RETRY_MAX", "value": "10s"}],
+            },
+        },
+        "cleanup": {"jobTimeoutSeconds": 150, "image": {"repository": kubectl_repo, "tag": kubectl_tag}},
+    });
+    let values_file = std::env::temp_dir().join(format!("skyhook-rn-helm-{}.json", ctx.prefix));
+    std::fs::write(&values_file, values.to_string()).expect("write values");
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/skyhook-operator");
+    run(helm(&ctx)
+        .args(["install", &ctx.prefix])
+        .arg(&chart)
+        .args(["-n", &ns, "--wait", "--timeout", "3m", "-f"])
+        .arg(&values_file));
+
+    // Two replicas, both on the real node, one of them the leader.
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let running = ctx
+        .wait_for(
+            "two ready operator pods",
+            Duration::from_secs(60),
+            || async {
+                let ready = ready_operator_pods(&pods, &fullname).await;
+                (ready.len() == 2).then_some(ready)
+            },
+        )
+        .await;
+    for p in &running {
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(real.as_str()),
+            "{} is not on the real node",
+            p.name_any()
+        );
+    }
+    let names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
+    let holder = ctx
+        .wait_for("a leader", Duration::from_secs(60), || async {
+            let h = lease_holder(&ctx);
+            names.iter().any(|n| h.contains(n.as_str())).then_some(h)
+        })
+        .await;
+
+    // A rollout over the real node and the two kwok nodes.
+    let sk = ctx.name("sk");
+    let pkg = shellscript(
+        &ctx,
+        json!({"config.sh": "#!/bin/bash\necho rolled out by the operator pod\n"}),
+        json!({}),
+    );
+    let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
+    skyhooks
+        .create(
+            &Default::default(),
+            &crate::support::objects::skyhook(&ctx, &sk, json!({"packages": {"op": pkg}})),
+        )
+        .await
+        .expect("create Skyhook");
+    let complete = |skyhooks: Api<Skyhook>, sk: String| async move {
+        let s = skyhooks.get(&sk).await.ok()?;
+        (s.status.as_ref()?.status == Some(schema::Status::Complete)).then_some(s)
+    };
+    let done = ctx
+        .wait_for("the rollout to complete", Duration::from_secs(240), || {
+            complete(skyhooks.clone(), sk.clone())
+        })
+        .await;
+    let status = done.status.expect("status");
+    for node in kwok.iter().chain([&real]) {
+        assert_eq!(
+            status.node_status.get(node),
+            Some(&schema::Status::Complete),
+            "{node}: {:?}",
+            status.node_status
+        );
+    }
+    assert!(
+        !ctx.list_on_node(&real, &format!("/var/log/skyhook/{sk}/shellscript/1.1.1"))
+            .is_empty(),
+        "the agent ran on the real node"
+    );
+
+    // `kubectl skyhook version` names both.
+    let version = plugin(&ctx, &["version", "-n", &ns]).ok().to_string();
+    assert!(
+        version.contains("Skyhook plugin:") && version.contains("Skyhook operator:"),
+        "{version}"
+    );
+    assert!(!version.contains("unknown"), "{version}");
+
+    // `helm upgrade` changes a setting; the pods are replaced, the rollout is not redone.
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let jobs_before: Vec<String> = jobs
+        .list(&ListParams::default())
+        .await
+        .expect("jobs")
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    run(helm(&ctx)
+        .args(["upgrade", &ctx.prefix])
+        .arg(&chart)
+        .args(["-n", &ns, "--reuse-values", "--wait", "--timeout", "3m"])
+        .args(["--set", "controllerManager.manager.env.logLevel=debug"]));
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let dep = deployments.get(&fullname).await.expect("deployment");
+    let env = dep
+        .spec
+        .as_ref()
+        .expect("spec")
+        .template
+        .spec
+        .as_ref()
+        .expect("pod spec")
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "LOG_LEVEL" && e.value.as_deref() == Some("debug")),
+        "the upgrade did not reach the Deployment: {env:?}"
+    );
+    let new_holder = ctx
+        .wait_for(
+            "a leader among the new pods",
+            Duration::from_secs(120),
+            || async {
+                let ready = ready_operator_pods(&pods, &fullname).await;
+                let h = lease_holder(&ctx);
+                (ready.len() == 2
+                    && !names.iter().any(|n| h.contains(n.as_str()))
+                    && ready.iter().any(|p| h.contains(&p.name_any())))
+                .then_some(h)
+            },
+        )
+        .await;
+    assert_ne!(new_holder, holder);
+    ctx.holds_for(
+        "the rollout to stay complete, with no new Job",
+        Duration::from_secs(15),
+        || async {
+            if complete(skyhooks.clone(), sk.clone()).await.is_none() {
+                return Err("the Skyhook is no longer complete".to_string());
+            }
+            let now: Vec<String> = jobs
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.iter().map(|j| j.name_any()).collect())
+                .unwrap_or_default();
+            match now.iter().find(|j| !jobs_before.contains(j)) {
+                Some(j) => Err(format!("new Job {j}")),
+                None => Ok(()),
+            }
+        },
+    )
+    .await;
+
+    // `helm uninstall`: the pre-delete hook (kubectl from the cluster's registry, on the real
+    // node) deletes the Skyhook, the operator cleans up, then the release goes.
+    run(helm(&ctx).args(["uninstall", &ctx.prefix, "-n", &ns, "--timeout", "4m"]));
+    assert!(
+        skyhooks.get_opt(&sk).await.expect("get").is_none(),
+        "the Skyhook is still there"
+    );
+    ctx.wait_for(
+        "the release's pods and Jobs to be gone",
+        Duration::from_secs(90),
+        || async {
+            let pods_left = pods.list(&ListParams::default()).await.ok()?.items;
+            let jobs_left = jobs.list(&ListParams::default()).await.ok()?.items;
+            let deps_left = deployments.list(&ListParams::default()).await.ok()?.items;
+            (pods_left.is_empty() && jobs_left.is_empty() && deps_left.is_empty()).then_some(())
+        },
+    )
+    .await;
+    for node in kwok.iter().chain([&real]) {
+        let n: k8s_openapi::api::core::v1::Node =
+            Api::all(ctx.client.clone()).get(node).await.expect("node");
+        assert!(
+            !n.annotations()
+                .contains_key(&schema::node_state_annotation(&sk)),
+            "{node} still carries the Skyhook's state"
+        );
+    }
+}
+
+/// `kubectl apply -k` of an overlay on deploy/ (the image from the cluster's registry, this
+/// test's namespace and name prefix, its Skyhooks only): two replicas on the real node, one
+/// leader, a rollout over the real node and two kwok nodes.
+#[tokio::test]
+async fn kustomize_installs_two_replicas_on_a_real_node_that_roll_out() {
+    install_crds();
+    let mut ctx = TestCtx::new("rn-kust").await;
+    let real = ctx.add_real_node();
+    let kwok = ctx.add_test_nodes(2);
+    let ns = ctx.ns.clone();
+    let (k, v) = ctx.test_label();
+    let imgs = images(&ctx);
+    let (repo, tag) = push_operator_image(&ctx);
+    let prefix = format!("{}-", ctx.prefix);
+    let fullname = format!("{prefix}skyhook-operator");
+    ctx.report_on_failure(&[
+        "get",
+        "deployments,pods,jobs,leases",
+        "-n",
+        &ns,
+        "-o",
+        "wide",
+    ]);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    run(Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"))
+        .arg(dir.path().join("base")));
+    let overlay = format!(
+        r#"apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [base]
+namespace: {ns}
+namePrefix: {prefix}
+images:
+  - name: ghcr.io/skyhook-rs/skyhook-operator
+    newName: {repo}
+    newTag: {tag}
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {{name: skyhook-operator, namespace: skyhook}}
+      spec:
+        template:
+          spec:
+            schedulerName: {scheduler}
+            nodeSelector: {{kubernetes.io/hostname: {real}}}
+            containers:
+              - name: manager
+                imagePullPolicy: Always
+                env:
+                  - {{name: SKYHOOK_SELECTOR, value: "{k}={v}"}}
+                  - {{name: AGENT_IMAGE, value: "{agent}"}}
+                  - {{name: LOG_ENCODER, value: console}}
+"#,
+        scheduler = imgs.scheduler,
+        agent = imgs.agent,
+    );
+    std::fs::write(dir.path().join("kustomization.yaml"), overlay).expect("write overlay");
+    let apply = ctx.kubectl(&[
+        "apply",
+        "--server-side",
+        "-k",
+        &dir.path().display().to_string(),
+    ]);
+    assert!(
+        apply.status.success(),
+        "kubectl apply -k:\n{}{}",
+        String::from_utf8_lossy(&apply.stdout),
+        String::from_utf8_lossy(&apply.stderr)
+    );
+    // The overlay's `namespace:` also moved the Role for Events on Skyhooks and Nodes out of
+    // `default` (deploy/README.md, "Namespace"): put a copy back, as such an install must.
+    let events = format!(
+        r#"{{"apiVersion": "v1", "kind": "List", "items": [
+  {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+    "metadata": {{"name": "{prefix}skyhook-operator-events", "namespace": "default"}},
+    "rules": [{{"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}}]}},
+  {{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+    "metadata": {{"name": "{prefix}skyhook-operator-events", "namespace": "default"}},
+    "roleRef": {{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "{prefix}skyhook-operator-events"}},
+    "subjects": [{{"kind": "ServiceAccount", "name": "{fullname}", "namespace": "{ns}"}}]}}]}}"#
+    );
+    let out = ctx.kubectl_stdin(&["apply", "-f", "-"], events.as_bytes());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cluster_objects = [
+        format!("clusterrole/{prefix}skyhook-operator"),
+        format!("clusterrole/{prefix}skyhook-viewer"),
+        format!("clusterrole/{prefix}skyhook-oncall"),
+        format!("clusterrolebinding/{prefix}skyhook-operator"),
+        format!("validatingadmissionpolicy/{prefix}skyhook-oncall-nodes"),
+        format!("validatingadmissionpolicy/{prefix}skyhook-oncall-skyhooks"),
+        format!("validatingadmissionpolicybinding/{prefix}skyhook-oncall-nodes"),
+        format!("validatingadmissionpolicybinding/{prefix}skyhook-oncall-skyhooks"),
+        format!("role/{prefix}skyhook-operator-events"),
+        format!("rolebinding/{prefix}skyhook-operator-events"),
+    ];
+    let _cleanup = ClusterObjects(ctx.cluster, cluster_objects.to_vec());
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let running = ctx
+        .wait_for(
+            "two ready operator pods",
+            Duration::from_secs(180),
+            || async {
+                let ready = ready_operator_pods(&pods, &fullname).await;
+                (ready.len() == 2).then_some(ready)
+            },
+        )
+        .await;
+    let names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
+    for p in &running {
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(real.as_str())
+        );
+    }
+    ctx.wait_for("a leader", Duration::from_secs(60), || async {
+        let h = lease_holder(&ctx);
+        names.iter().any(|n| h.contains(n.as_str())).then_some(h)
+    })
+    .await;
+
+    let sk = ctx.name("sk");
+    let pkg = shellscript(
+        &ctx,
+        json!({"config.sh": "#!/bin/bash\necho rolled out by the kustomize install\n"}),
+        json!({}),
+    );
+    let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
+    skyhooks
+        .create(
+            &Default::default(),
+            &crate::support::objects::skyhook(&ctx, &sk, json!({"packages": {"op": pkg}})),
+        )
+        .await
+        .expect("create Skyhook");
+    let done = ctx
+        .wait_for(
+            "the rollout to complete",
+            Duration::from_secs(240),
+            || async {
+                let s = skyhooks.get(&sk).await.ok()?;
+                (s.status.as_ref()?.status == Some(schema::Status::Complete)).then_some(s)
+            },
+        )
+        .await;
+    let status = done.status.expect("status");
+    for node in kwok.iter().chain([&real]) {
+        assert_eq!(
+            status.node_status.get(node),
+            Some(&schema::Status::Complete),
+            "{node}"
+        );
+    }
+    skyhooks
+        .delete(&sk, &Default::default())
+        .await
+        .expect("delete Skyhook");
+    ctx.wait_for(
+        "the Skyhook to be gone",
+        Duration::from_secs(60),
+        || async { skyhooks.get_opt(&sk).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+}
+
+/// Cluster-scoped objects an overlay created under its own names, deleted when the test ends.
+struct ClusterObjects(&'static crate::support::Cluster, Vec<String>);
+
+impl Drop for ClusterObjects {
+    fn drop(&mut self) {
+        let _ = self
+            .0
+            .kubectl()
+            .args(["delete", "--ignore-not-found", "--wait=false"])
+            .args(&self.1)
+            .output();
+    }
+}
