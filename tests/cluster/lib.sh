@@ -43,7 +43,8 @@ KT_ROOTFS_CACHE=${KT_ROOTFS_CACHE:-$KT_CACHE/rootfs}
 KT_NODE_ROOTFS=$KT_ROOTFS_CACHE/node-$DEBIAN_SUITE
 KT_PYTHON_ROOTFS=$KT_ROOTFS_CACHE/python-$AGENT_DEBIAN_SUITE
 KT_IMAGES=${KT_IMAGES:-$KT_CACHE/images}
-REGISTRY_PORT=${REGISTRY_PORT:-25000}
+# Clear of the private clusters' port ranges (tests/e2e: 24000-25999, 27000-28999) and the bench's.
+REGISTRY_PORT=${REGISTRY_PORT:-21500}
 # Images name the registry without a port (a Skyhook's package image may not have one, as in the
 # reference before its v0.18); each node's containerd maps the name to the registry over plain
 # HTTP (a mirror), so no DNS is involved.

@@ -114,3 +114,56 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
     let gone = ctx.kubectl(&["get", "node", &node]);
     assert!(!gone.status.success(), "the Node object is still there");
 }
+
+/// `down` of a cluster with a real node: the node goes with it (its processes, mounts, cgroups
+/// and bridge), on a private cluster of its own.
+#[tokio::test]
+async fn down_removes_the_real_nodes_too() {
+    // The binaries must be built; the shared cluster's first test builds them.
+    crate::support::cluster();
+    let base = 29000 + (std::process::id() % 100) as u16 * 10;
+    let pc = crate::support::private::PrivateCluster::new(base).with_real();
+    run(pc.script("up").args(["--nodes", "0"]));
+    let node = format!("down-rn-{}", std::process::id());
+    run(pc.script("nodes").args(["add-real", &node]));
+    let dir = pc.state.join("real").join(&node);
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let (init, supervisor, index) = (read("init.pid"), read("supervisor.pid"), read("index"));
+    assert!(
+        pid_alive(&init) && pid_alive(&supervisor),
+        "node processes not running"
+    );
+    let bridge = format!("skyhook-rn{index}");
+    assert!(
+        Path::new(&format!("/sys/class/net/{bridge}")).exists(),
+        "no bridge {bridge}"
+    );
+
+    pc.down();
+    assert!(!pid_alive(&init), "the node's init {init} survived down");
+    assert!(
+        !pid_alive(&supervisor),
+        "the node's supervisor {supervisor} survived down"
+    );
+    assert!(
+        !Path::new(&format!("/sys/class/net/{bridge}")).exists(),
+        "bridge {bridge} left behind"
+    );
+    assert_eq!(
+        node_cgroups(&node),
+        Vec::<String>::new(),
+        "cgroups left behind"
+    );
+    let dir_text = dir.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&dir_text)),
+        "mounts left under {dir_text}"
+    );
+    assert!(!pc.state.exists(), "the state directory is left");
+}

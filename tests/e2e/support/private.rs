@@ -13,6 +13,8 @@ pub struct PrivateCluster {
     _dir: tempfile::TempDir,
     pub state: PathBuf,
     pub ports: [(&'static str, u16); 5],
+    /// The registry's and scheduler's ports, when this cluster may have real nodes.
+    real: Option<(u16, u16)>,
 }
 
 impl PrivateCluster {
@@ -30,13 +32,33 @@ impl PrivateCluster {
                 ("KCM_PORT", base + 3),
                 ("KWOK_PORT", base + 4),
             ],
+            real: None,
         }
+    }
+
+    /// With a registry and scheduler of its own (on `base + 5` and `base + 6`), so that real
+    /// nodes can join it.
+    pub fn with_real(mut self) -> Self {
+        let base = self.ports[0].1;
+        self.real = Some((base + 5, base + 6));
+        self
     }
 
     /// A cluster script (`up`, `down`, `nodes`) aimed at this cluster.
     pub fn script(&self, name: &str) -> Command {
         let mut cmd = Command::new(cluster_dir().join(name));
         cmd.env("KT_DIR", &self.state);
+        // No registry, scheduler or real nodes unless asked for (`with_real`): their ports are
+        // the shared cluster's.
+        match self.real {
+            Some((registry, scheduler)) => {
+                cmd.env("REGISTRY_PORT", registry.to_string());
+                cmd.env("SCHEDULER_PORT", scheduler.to_string());
+            }
+            None => {
+                cmd.env("KT_REAL", "0");
+            }
+        }
         for (k, v) in self.ports {
             cmd.env(k, v.to_string());
         }
