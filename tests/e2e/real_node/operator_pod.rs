@@ -490,3 +490,182 @@ impl Drop for ClusterObjects {
             .output();
     }
 }
+
+/// The pod of the release that is not yet scheduled, with the scheduler's reason.
+async fn unschedulable(pods: &Api<Pod>, fullname: &str) -> Option<String> {
+    let lp = ListParams::default().labels("control-plane=controller-manager");
+    pods.list(&lp)
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .filter(|p| p.name_any().starts_with(fullname))
+        .find_map(|p| {
+            let c = p
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            (c.reason.as_deref() == Some("Unschedulable")).then(|| c.message.unwrap_or_default())
+        })
+}
+
+/// The reference's `helm/helm-chart-test` and `helm/helm-node-affinity-test`, on a real node and
+/// the test cluster's scheduler: an untolerated taint keeps the operator pod off the node until
+/// the taint is one the values tolerate; node affinity that matches no node keeps it Pending, one
+/// that matches schedules it; `selectors` with `nodeAffinity.matchExpressions` is refused. (The
+/// reference installs cert-manager for its webhook first; this chart has no webhook.)
+#[tokio::test]
+async fn helm_places_the_operator_by_tolerations_and_node_affinity() {
+    install_crds();
+    let mut ctx = TestCtx::new("rn-place").await;
+    let real = ctx.add_real_node();
+    let ns = ctx.ns.clone();
+    let (k, v) = ctx.test_label();
+    let imgs = images(&ctx);
+    let (repo, tag) = push_operator_image(&ctx);
+    let (agent_repo, agent_tag) = imgs.agent.rsplit_once(':').expect("agent tag");
+    let (kubectl_repo, kubectl_tag) = imgs.kubectl.rsplit_once(':').expect("kubectl tag");
+    let fullname = format!("{}-op", ctx.prefix);
+    ctx.report_on_failure(&["get", "pods", "-n", &ns, "-o", "wide"]);
+    run(ctx.cluster.kubectl().args([
+        "label",
+        "namespace",
+        &ns,
+        "pod-security.kubernetes.io/enforce=privileged",
+        "--overwrite",
+    ]));
+    run(ctx
+        .cluster
+        .kubectl()
+        .args(["taint", "node", &real, "dedicated=bogus:NoSchedule"]));
+    // Only this test's node: the scheduler sees every node of the shared cluster.
+    let placement = |affinity: serde_json::Value| {
+        let mut expressions =
+            vec![json!({"key": "kubernetes.io/hostname", "operator": "In", "values": [real]})];
+        expressions.extend(affinity.as_array().cloned().unwrap_or_default());
+        json!({
+            "fullnameOverride": fullname,
+            "controllerManager": {
+                "replicas": 1,
+                "schedulerName": imgs.scheduler,
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system-cpu", "effect": "NoSchedule"}],
+                "nodeAffinity": {"matchExpressions": expressions},
+                "manager": {
+                    "image": {"repository": repo, "tag": tag},
+                    "agent": {"repository": agent_repo, "tag": agent_tag},
+                    "env": {"skyhookSelector": format!("{k}={v}")},
+                },
+            },
+            "cleanup": {"image": {"repository": kubectl_repo, "tag": kubectl_tag}},
+        })
+    };
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/skyhook-operator");
+    let values_file = std::env::temp_dir().join(format!("skyhook-rn-place-{}.json", ctx.prefix));
+    let install = |verb: &str, values: serde_json::Value| {
+        std::fs::write(&values_file, values.to_string()).expect("write values");
+        helm(&ctx)
+            .args([verb, &ctx.prefix])
+            .arg(&chart)
+            .args(["-n", &ns, "-f"])
+            .arg(&values_file)
+            .output()
+            .expect("run helm")
+    };
+    let out = install("install", placement(json!([])));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let why = ctx
+        .wait_for(
+            "the scheduler to refuse the tainted node",
+            Duration::from_secs(60),
+            || unschedulable(&pods, &fullname),
+        )
+        .await;
+    assert!(why.contains("untolerated taint"), "{why}");
+
+    // The taint the values tolerate: the pending pod is placed.
+    run(ctx
+        .cluster
+        .kubectl()
+        .args(["taint", "node", &real, "dedicated=bogus:NoSchedule-"]));
+    run(ctx
+        .cluster
+        .kubectl()
+        .args(["taint", "node", &real, "dedicated=system-cpu:NoSchedule"]));
+    ctx.wait_for(
+        "the operator pod on the node",
+        Duration::from_secs(120),
+        || async { (ready_operator_pods(&pods, &fullname).await.len() == 1).then_some(()) },
+    )
+    .await;
+
+    // Node affinity that no node matches: the new pod stays Pending.
+    let nope = json!([{"key": "skyhook.test/affinity", "operator": "In", "values": ["nope"]}]);
+    let out = install("upgrade", placement(nope));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let why = ctx
+        .wait_for(
+            "the scheduler to find no node for the affinity",
+            Duration::from_secs(60),
+            || unschedulable(&pods, &fullname),
+        )
+        .await;
+    assert!(why.contains("affinity"), "{why}");
+
+    // Node affinity the node matches: placed.
+    run(ctx
+        .cluster
+        .kubectl()
+        .args(["label", "node", &real, "skyhook.test/affinity=yes"]));
+    let yes = json!([{"key": "skyhook.test/affinity", "operator": "In", "values": ["yes"]}]);
+    let out = install("upgrade", placement(yes));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ctx.wait_for(
+        "the operator pod placed by affinity",
+        Duration::from_secs(120),
+        || async {
+            let ready = ready_operator_pods(&pods, &fullname).await;
+            let pending = unschedulable(&pods, &fullname).await;
+            (ready.len() == 1 && pending.is_none()).then_some(())
+        },
+    )
+    .await;
+
+    // `selectors` and `nodeAffinity.matchExpressions` together: refused.
+    let mut conflict = placement(json!([]));
+    conflict["controllerManager"]["selectors"] = json!({"kubernetes.io/hostname": real});
+    let out = install("upgrade", conflict);
+    assert!(
+        !out.status.success(),
+        "helm accepted selectors with nodeAffinity"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("selectors") && err.contains("nodeAffinity"),
+        "{err}"
+    );
+
+    run(helm(&ctx).args([
+        "uninstall",
+        &ctx.prefix,
+        "-n",
+        &ns,
+        "--wait",
+        "--timeout",
+        "3m",
+    ]));
+}
