@@ -9,6 +9,14 @@ fn pid_alive(pid: &str) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The bridge's interface index, if it exists. Bridge names are reused by the next real node (of
+/// a test running alongside), which gets a new index.
+fn bridge_index(bridge: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/class/net/{bridge}/ifindex"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 fn node_cgroups(name: &str) -> Vec<String> {
     let mut found = Vec::new();
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
@@ -70,10 +78,8 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
         "the node shares the machine's mount namespace"
     );
     let bridge = format!("skyhook-rn{index}");
-    assert!(
-        Path::new(&format!("/sys/class/net/{bridge}")).exists(),
-        "no bridge {bridge}"
-    );
+    let ifindex = bridge_index(&bridge);
+    assert!(ifindex.is_some(), "no bridge {bridge}");
     assert!(!node_cgroups(&node).is_empty(), "no cgroups for the node");
 
     run(Command::new(cluster_dir().join("nodes"))
@@ -86,8 +92,9 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
         !pid_alive(&supervisor),
         "the node's supervisor {supervisor} survived"
     );
-    assert!(
-        !Path::new(&format!("/sys/class/net/{bridge}")).exists(),
+    assert_ne!(
+        bridge_index(&bridge),
+        ifindex,
         "bridge {bridge} left behind"
     );
     assert_eq!(
@@ -139,10 +146,8 @@ async fn down_removes_the_real_nodes_too() {
         "node processes not running"
     );
     let bridge = format!("skyhook-rn{index}");
-    assert!(
-        Path::new(&format!("/sys/class/net/{bridge}")).exists(),
-        "no bridge {bridge}"
-    );
+    let ifindex = bridge_index(&bridge);
+    assert!(ifindex.is_some(), "no bridge {bridge}");
 
     pc.down();
     assert!(!pid_alive(&init), "the node's init {init} survived down");
@@ -150,8 +155,9 @@ async fn down_removes_the_real_nodes_too() {
         !pid_alive(&supervisor),
         "the node's supervisor {supervisor} survived down"
     );
-    assert!(
-        !Path::new(&format!("/sys/class/net/{bridge}")).exists(),
+    assert_ne!(
+        bridge_index(&bridge),
+        ifindex,
         "bridge {bridge} left behind"
     );
     assert_eq!(

@@ -606,26 +606,31 @@ async fn package() {
             },
         )
         .await;
-    let ran = plugin(
-        &env.ctx,
-        &[
-            "package",
-            "logs",
-            "hello-world",
-            "--skyhook",
-            &name,
-            "--node",
-            first,
-            "-n",
-            &ns,
-        ],
-    );
-    assert!(
-        ran.ok()
-            .contains(&format!("[apply/hello-world-apply] {LOG_TEXT}")),
-        "test-package-logs:\n{}",
-        ran.stdout
-    );
+    // The log agent serves a fake pod's logs a moment after the pod appears (later on a loaded
+    // machine): ask again until it does.
+    let want = format!("[apply/hello-world-apply] {LOG_TEXT}");
+    let args = [
+        "package",
+        "logs",
+        "hello-world",
+        "--skyhook",
+        &name,
+        "--node",
+        first,
+        "-n",
+        &ns,
+    ];
+    let mut last = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let ran = plugin(&env.ctx, &args);
+        last = ran.ok().to_string();
+        if last.contains(&want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(last.contains(&want), "test-package-logs:\n{last}");
 
     // test-package-rerun
     env.wait_status(&name, Status::Complete, Duration::from_secs(90))
