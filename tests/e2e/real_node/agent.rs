@@ -2,9 +2,8 @@
 //! leaves on the host (logs, flags, history, interrupt flags), checked in the node's own root.
 
 use serde_json::json;
-use skyhook::schema;
 
-use super::{ROLLOUT, setup, shellscript};
+use super::{roll_out, setup, shellscript};
 use crate::support::env::Env;
 
 /// Log files the agent wrote for the shellscript package of Skyhook `sk` on `node`.
@@ -36,14 +35,7 @@ async fn simple() {
         json!({}),
     );
     let version = pkg["version"].as_str().expect("version").to_string();
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"simple": pkg}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"simple": pkg})).await;
 
     let logs = package_logs(&env, &node, &sk, &version);
     let text: String = logs
@@ -96,14 +88,7 @@ async fn interrupt_noop() {
         json!({"config.sh": "#!/bin/bash\necho \"Hello, world!\"\n"}),
         json!({"interrupt": {"type": "noop"}}),
     );
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"noop": pkg}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"noop": pkg})).await;
     let flags_dir = format!("/var/lib/skyhook/{sk}/interrupts/flags");
     let ids = env.ctx.list_on_node(&node, &flags_dir);
     let complete: Vec<String> = ids
@@ -134,14 +119,7 @@ async fn dont_write_logs() {
         json!({"apply.sh": format!("#!/bin/bash\necho \"Hello, world!\"\ntouch {marker}\n")}),
         json!({"env": [{"name": "SKYHOOK_AGENT_WRITE_LOGS", "value": "false"}]}),
     );
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"nologs": pkg}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"nologs": pkg})).await;
     assert!(
         env.ctx.read_on_node(&node, &marker).is_some(),
         "the apply script did not run"
@@ -168,14 +146,7 @@ async fn reap_old_logs() {
         "#!/bin/bash\nn=$(ls {dir}/*.log | wc -l)\nif [ \"$n\" -ge 5 ]; then echo \"$n logs\"; exit 0; fi\necho \"only $n logs: failing for another\"\nexit 1\n"
     );
     let pkg = shellscript(&env.ctx, json!({"config.sh": script}), json!({}));
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"reap": pkg}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"reap": pkg})).await;
     let logs = package_logs(&env, &node, &sk, &imgs.shellscript_version);
     assert_eq!(logs.len(), 5, "logs kept: {logs:?}");
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
-use skyhook::schema::{self, Stage, State};
+use skyhook::schema::{Stage, State};
 
-use super::{ROLLOUT, setup, shellscript};
+use super::{roll_out, setup, shellscript};
 use crate::support::env::Env;
 
 async fn boot_id(env: &Env, node: &str) -> String {
@@ -35,14 +35,7 @@ async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
         json!({"interrupt": {"type": "reboot"}}),
     );
     let version = pkg["version"].as_str().expect("version").to_string();
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"reboot": pkg}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"reboot": pkg})).await;
 
     let after = boot_id(&env, &node).await;
     assert_ne!(after, before, "the boot id did not change");
@@ -92,14 +85,7 @@ async fn a_service_interrupt_restarts_the_merged_services_once() {
         script,
         json!({"interrupt": {"type": "service", "services": ["skyhook-b"]}}),
     );
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"svc-a": a, "svc-b": b}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"svc-a": a, "svc-b": b})).await;
     let calls = env
         .ctx
         .wait_for(

@@ -32,6 +32,78 @@ fn node_cgroups(name: &str) -> Vec<String> {
     found
 }
 
+/// What a node leaves while it runs, to check it is all gone afterwards.
+struct Traces {
+    node: String,
+    dir: std::path::PathBuf,
+    init: String,
+    supervisor: String,
+    bridge: String,
+    ifindex: Option<String>,
+}
+
+impl Traces {
+    /// Reads the node's recorded processes and bridge from its state directory `dir`.
+    fn of(node: &str, dir: std::path::PathBuf) -> Traces {
+        let read = |f: &str| {
+            std::fs::read_to_string(dir.join(f))
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        let bridge = format!("skyhook-rn{}", read("index"));
+        let traces = Traces {
+            node: node.to_string(),
+            init: read("init.pid"),
+            supervisor: read("supervisor.pid"),
+            ifindex: bridge_index(&bridge),
+            bridge,
+            dir,
+        };
+        assert!(
+            pid_alive(&traces.init) && pid_alive(&traces.supervisor),
+            "node processes not running"
+        );
+        assert!(traces.ifindex.is_some(), "no bridge {}", traces.bridge);
+        assert!(!node_cgroups(node).is_empty(), "no cgroups for the node");
+        traces
+    }
+
+    /// No process, bridge, cgroup, mount or state directory of the node is left.
+    fn assert_gone(&self) {
+        let Traces {
+            node,
+            dir,
+            init,
+            supervisor,
+            bridge,
+            ifindex,
+        } = self;
+        assert!(!pid_alive(init), "the node's init {init} survived");
+        assert!(
+            !pid_alive(supervisor),
+            "the node's supervisor {supervisor} survived"
+        );
+        assert_ne!(
+            &bridge_index(bridge),
+            ifindex,
+            "bridge {bridge} left behind"
+        );
+        assert_eq!(
+            node_cgroups(node),
+            Vec::<String>::new(),
+            "cgroups left behind"
+        );
+        let dir_text = dir.display().to_string();
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        assert!(
+            !mounts.lines().any(|l| l.contains(&dir_text)),
+            "mounts left under {dir_text}"
+        );
+        assert!(!dir.exists(), "{dir_text} left behind");
+    }
+}
+
 #[tokio::test]
 async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
     let mut ctx = TestCtx::new("rn-life").await;
@@ -59,56 +131,21 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
     );
 
     let dir = ctx.cluster.state_dir.join("real").join(&node);
-    let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
-            .unwrap_or_default()
-            .trim()
-            .to_string()
-    };
-    let (init, supervisor, index) = (read("init.pid"), read("supervisor.pid"), read("index"));
-    assert!(
-        pid_alive(&init) && pid_alive(&supervisor),
-        "node processes not running"
-    );
+    let traces = Traces::of(&node, dir.clone());
     // Everything runs inside the node's own mount namespace.
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
     assert_ne!(
-        ns(&init),
+        ns(&traces.init),
         ns("self"),
         "the node shares the machine's mount namespace"
     );
-    let bridge = format!("skyhook-rn{index}");
-    let ifindex = bridge_index(&bridge);
-    assert!(ifindex.is_some(), "no bridge {bridge}");
-    assert!(!node_cgroups(&node).is_empty(), "no cgroups for the node");
 
     run(Command::new(cluster_dir().join("nodes"))
         .args(["remove", &node])
         .env("KUBECONFIG", &ctx.cluster.kubeconfig));
     ctx.forget_node(&node);
-
-    assert!(!pid_alive(&init), "the node's init {init} survived");
-    assert!(
-        !pid_alive(&supervisor),
-        "the node's supervisor {supervisor} survived"
-    );
-    assert_ne!(
-        bridge_index(&bridge),
-        ifindex,
-        "bridge {bridge} left behind"
-    );
-    assert_eq!(
-        node_cgroups(&node),
-        Vec::<String>::new(),
-        "cgroups left behind"
-    );
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    traces.assert_gone();
     let dir_text = dir.display().to_string();
-    assert!(
-        !mounts.lines().any(|l| l.contains(&dir_text)),
-        "mounts left under {dir_text}"
-    );
-    assert!(!dir.exists(), "{dir_text} left behind");
     // No process anywhere still sees the node's root.
     for proc in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let root = std::fs::read_link(proc.path().join("root")).unwrap_or_default();
@@ -133,43 +170,8 @@ async fn down_removes_the_real_nodes_too() {
     run(pc.script("up").args(["--nodes", "0"]));
     let node = format!("down-rn-{}", std::process::id());
     run(pc.script("nodes").args(["add-real", &node]));
-    let dir = pc.state.join("real").join(&node);
-    let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f))
-            .unwrap_or_default()
-            .trim()
-            .to_string()
-    };
-    let (init, supervisor, index) = (read("init.pid"), read("supervisor.pid"), read("index"));
-    assert!(
-        pid_alive(&init) && pid_alive(&supervisor),
-        "node processes not running"
-    );
-    let bridge = format!("skyhook-rn{index}");
-    let ifindex = bridge_index(&bridge);
-    assert!(ifindex.is_some(), "no bridge {bridge}");
-
+    let traces = Traces::of(&node, pc.state.join("real").join(&node));
     pc.down();
-    assert!(!pid_alive(&init), "the node's init {init} survived down");
-    assert!(
-        !pid_alive(&supervisor),
-        "the node's supervisor {supervisor} survived down"
-    );
-    assert_ne!(
-        bridge_index(&bridge),
-        ifindex,
-        "bridge {bridge} left behind"
-    );
-    assert_eq!(
-        node_cgroups(&node),
-        Vec::<String>::new(),
-        "cgroups left behind"
-    );
-    let dir_text = dir.display().to_string();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    assert!(
-        !mounts.lines().any(|l| l.contains(&dir_text)),
-        "mounts left under {dir_text}"
-    );
+    traces.assert_gone();
     assert!(!pc.state.exists(), "the state directory is left");
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use skyhook::schema;
 
-use super::{ROLLOUT, setup, shellscript};
+use super::{roll_out, setup, shellscript};
 use crate::support::plugin::{PLUGIN, plugin};
 
 #[tokio::test]
@@ -46,14 +46,7 @@ async fn plugin_logs_kubectl_logs_and_debug_collect_read_the_agents_output() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start logs -f");
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"tool": pkg}}),
-    ))
-    .await;
-    env.wait_status(&sk, schema::Status::Complete, ROLLOUT)
-        .await;
+    roll_out(&env, &sk, json!({"tool": pkg})).await;
     let started = Instant::now();
     while follower.try_wait().expect("poll logs -f").is_none() {
         if started.elapsed() > Duration::from_secs(60) {

@@ -45,5 +45,22 @@ fn shellscript(ctx: &TestCtx, config_map: Value, extra: Value) -> Value {
     pkg
 }
 
+/// Creates Skyhook `sk` of `packages` on the test's nodes.
+async fn create(env: &Env, sk: &str, packages: Value) {
+    env.create(&crate::support::objects::skyhook(
+        &env.ctx,
+        sk,
+        json!({ "packages": packages }),
+    ))
+    .await;
+}
+
+/// [`create`], then waits until the Skyhook is complete.
+async fn roll_out(env: &Env, sk: &str, packages: Value) {
+    create(env, sk, packages).await;
+    env.wait_status(sk, skyhook::schema::Status::Complete, ROLLOUT)
+        .await;
+}
+
 /// Long enough for a first pull of the agent image and a few stages on a loaded machine.
 const ROLLOUT: Duration = Duration::from_secs(240);

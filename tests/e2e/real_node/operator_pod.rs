@@ -18,7 +18,7 @@ use skyhook::schema;
 
 use super::shellscript;
 use crate::support::plugin::plugin;
-use crate::support::real::images;
+use crate::support::real::{Images, images};
 use crate::support::{TestCtx, install_crds, run};
 
 fn helm(ctx: &TestCtx) -> Command {
@@ -77,19 +77,30 @@ fn lease_holder(ctx: &TestCtx) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[tokio::test]
-async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uninstall() {
+/// A test of its own for an installed operator: a real node, kwok nodes, the operator image in
+/// the cluster's registry, and a namespace that admits the privileged package pods.
+struct Install {
+    ctx: TestCtx,
+    real: String,
+    kwok: Vec<String>,
+    imgs: Images,
+    /// The operator image's repository and tag in the cluster's registry.
+    repo: String,
+    tag: String,
+}
+
+async fn install_env(test: &str, kwok: usize) -> Install {
     install_crds();
-    let mut ctx = TestCtx::new("rn-helm").await;
+    let mut ctx = TestCtx::new(test).await;
     let real = ctx.add_real_node();
-    let kwok = ctx.add_test_nodes(2);
-    let ns = ctx.ns.clone();
-    let (k, v) = ctx.test_label();
+    let kwok = if kwok > 0 {
+        ctx.add_test_nodes(kwok)
+    } else {
+        Vec::new()
+    };
     let imgs = images(&ctx);
     let (repo, tag) = push_operator_image(&ctx);
-    let (agent_repo, agent_tag) = imgs.agent.rsplit_once(':').expect("agent tag");
-    let (kubectl_repo, kubectl_tag) = imgs.kubectl.rsplit_once(':').expect("kubectl tag");
-    let fullname = format!("{}-op", ctx.prefix);
+    let ns = ctx.ns.clone();
     ctx.report_on_failure(&[
         "get",
         "deployments,pods,jobs,leases",
@@ -105,6 +116,114 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
         "pod-security.kubernetes.io/enforce=privileged",
         "--overwrite",
     ]));
+    Install {
+        ctx,
+        real,
+        kwok,
+        imgs,
+        repo,
+        tag,
+    }
+}
+
+/// Two ready pods of the operator `fullname`, both on `real`, one of them the leader: their names
+/// and the lease's holder.
+async fn two_replicas_one_leader(
+    ctx: &TestCtx,
+    fullname: &str,
+    real: &str,
+) -> (Vec<String>, String) {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let running = ctx
+        .wait_for(
+            "two ready operator pods",
+            Duration::from_secs(180),
+            || async {
+                let ready = ready_operator_pods(&pods, fullname).await;
+                (ready.len() == 2).then_some(ready)
+            },
+        )
+        .await;
+    for p in &running {
+        assert_eq!(
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some(real),
+            "{} is not on the real node",
+            p.name_any()
+        );
+    }
+    let names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
+    let holder = ctx
+        .wait_for("a leader", Duration::from_secs(60), || async {
+            let h = lease_holder(ctx);
+            names.iter().any(|n| h.contains(n.as_str())).then_some(h)
+        })
+        .await;
+    (names, holder)
+}
+
+async fn is_complete(skyhooks: &Api<Skyhook>, sk: &str) -> bool {
+    skyhooks
+        .get(sk)
+        .await
+        .ok()
+        .and_then(|s| s.status)
+        .is_some_and(|s| s.status == Some(schema::Status::Complete))
+}
+
+/// A Skyhook `sk` of one shellscript package (its config script echoes `text`) over the test's
+/// nodes, waited for until it is complete on each of `nodes`.
+async fn roll_out(ctx: &TestCtx, sk: &str, nodes: &[&String], text: &str) {
+    let pkg = shellscript(
+        ctx,
+        json!({"config.sh": format!("#!/bin/bash\necho {text}\n")}),
+        json!({}),
+    );
+    let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
+    skyhooks
+        .create(
+            &Default::default(),
+            &crate::support::objects::skyhook(ctx, sk, json!({"packages": {"op": pkg}})),
+        )
+        .await
+        .expect("create Skyhook");
+    ctx.wait_for(
+        "the rollout to complete",
+        Duration::from_secs(240),
+        || async { is_complete(&skyhooks, sk).await.then_some(()) },
+    )
+    .await;
+    let status = skyhooks
+        .get(sk)
+        .await
+        .expect("Skyhook")
+        .status
+        .expect("status");
+    for node in nodes {
+        assert_eq!(
+            status.node_status.get(*node),
+            Some(&schema::Status::Complete),
+            "{node}: {:?}",
+            status.node_status
+        );
+    }
+}
+
+#[tokio::test]
+async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uninstall() {
+    let Install {
+        ctx,
+        real,
+        kwok,
+        imgs,
+        repo,
+        tag,
+    } = install_env("rn-helm", 2).await;
+    let ns = ctx.ns.clone();
+    let (k, v) = ctx.test_label();
+    let (agent_repo, agent_tag) = imgs.agent.rsplit_once(':').expect("agent tag");
+    let (kubectl_repo, kubectl_tag) = imgs.kubectl.rsplit_once(':').expect("kubectl tag");
+    let fullname = format!("{}-op", ctx.prefix);
     let values = json!({
         "fullnameOverride": fullname,
         "estimatedNodeCount": 3,
@@ -131,67 +250,14 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
         .args(["-n", &ns, "--wait", "--timeout", "3m", "-f"])
         .arg(&values_file));
 
-    // Two replicas, both on the real node, one of them the leader.
+    let (names, holder) = two_replicas_one_leader(&ctx, &fullname, &real).await;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let running = ctx
-        .wait_for(
-            "two ready operator pods",
-            Duration::from_secs(60),
-            || async {
-                let ready = ready_operator_pods(&pods, &fullname).await;
-                (ready.len() == 2).then_some(ready)
-            },
-        )
-        .await;
-    for p in &running {
-        assert_eq!(
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-            Some(real.as_str()),
-            "{} is not on the real node",
-            p.name_any()
-        );
-    }
-    let names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
-    let holder = ctx
-        .wait_for("a leader", Duration::from_secs(60), || async {
-            let h = lease_holder(&ctx);
-            names.iter().any(|n| h.contains(n.as_str())).then_some(h)
-        })
-        .await;
 
     // A rollout over the real node and the two kwok nodes.
     let sk = ctx.name("sk");
-    let pkg = shellscript(
-        &ctx,
-        json!({"config.sh": "#!/bin/bash\necho rolled out by the operator pod\n"}),
-        json!({}),
-    );
+    let nodes: Vec<&String> = kwok.iter().chain([&real]).collect();
+    roll_out(&ctx, &sk, &nodes, "rolled out by the operator pod").await;
     let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
-    skyhooks
-        .create(
-            &Default::default(),
-            &crate::support::objects::skyhook(&ctx, &sk, json!({"packages": {"op": pkg}})),
-        )
-        .await
-        .expect("create Skyhook");
-    let complete = |skyhooks: Api<Skyhook>, sk: String| async move {
-        let s = skyhooks.get(&sk).await.ok()?;
-        (s.status.as_ref()?.status == Some(schema::Status::Complete)).then_some(s)
-    };
-    let done = ctx
-        .wait_for("the rollout to complete", Duration::from_secs(240), || {
-            complete(skyhooks.clone(), sk.clone())
-        })
-        .await;
-    let status = done.status.expect("status");
-    for node in kwok.iter().chain([&real]) {
-        assert_eq!(
-            status.node_status.get(node),
-            Some(&schema::Status::Complete),
-            "{node}: {:?}",
-            status.node_status
-        );
-    }
     assert!(
         !ctx.list_on_node(&real, &format!("/var/log/skyhook/{sk}/shellscript/1.1.1"))
             .is_empty(),
@@ -259,7 +325,7 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
         "the rollout to stay complete, with no new Job",
         Duration::from_secs(15),
         || async {
-            if complete(skyhooks.clone(), sk.clone()).await.is_none() {
+            if !is_complete(&skyhooks, &sk).await {
                 return Err("the Skyhook is no longer complete".to_string());
             }
             let now: Vec<String> = jobs
@@ -309,24 +375,18 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
 /// leader, a rollout over the real node and two kwok nodes.
 #[tokio::test]
 async fn kustomize_installs_two_replicas_on_a_real_node_that_roll_out() {
-    install_crds();
-    let mut ctx = TestCtx::new("rn-kust").await;
-    let real = ctx.add_real_node();
-    let kwok = ctx.add_test_nodes(2);
+    let Install {
+        ctx,
+        real,
+        kwok,
+        imgs,
+        repo,
+        tag,
+    } = install_env("rn-kust", 2).await;
     let ns = ctx.ns.clone();
     let (k, v) = ctx.test_label();
-    let imgs = images(&ctx);
-    let (repo, tag) = push_operator_image(&ctx);
     let prefix = format!("{}-", ctx.prefix);
     let fullname = format!("{prefix}skyhook-operator");
-    ctx.report_on_failure(&[
-        "get",
-        "deployments,pods,jobs,leases",
-        "-n",
-        &ns,
-        "-o",
-        "wide",
-    ]);
 
     let dir = tempfile::tempdir().expect("temp dir");
     run(Command::new("cp")
@@ -409,62 +469,11 @@ patches:
     ];
     let _cleanup = ClusterObjects(ctx.cluster, cluster_objects.to_vec());
 
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let running = ctx
-        .wait_for(
-            "two ready operator pods",
-            Duration::from_secs(180),
-            || async {
-                let ready = ready_operator_pods(&pods, &fullname).await;
-                (ready.len() == 2).then_some(ready)
-            },
-        )
-        .await;
-    let names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
-    for p in &running {
-        assert_eq!(
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-            Some(real.as_str())
-        );
-    }
-    ctx.wait_for("a leader", Duration::from_secs(60), || async {
-        let h = lease_holder(&ctx);
-        names.iter().any(|n| h.contains(n.as_str())).then_some(h)
-    })
-    .await;
-
+    two_replicas_one_leader(&ctx, &fullname, &real).await;
     let sk = ctx.name("sk");
-    let pkg = shellscript(
-        &ctx,
-        json!({"config.sh": "#!/bin/bash\necho rolled out by the kustomize install\n"}),
-        json!({}),
-    );
+    let nodes: Vec<&String> = kwok.iter().chain([&real]).collect();
+    roll_out(&ctx, &sk, &nodes, "rolled out by the kustomize install").await;
     let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
-    skyhooks
-        .create(
-            &Default::default(),
-            &crate::support::objects::skyhook(&ctx, &sk, json!({"packages": {"op": pkg}})),
-        )
-        .await
-        .expect("create Skyhook");
-    let done = ctx
-        .wait_for(
-            "the rollout to complete",
-            Duration::from_secs(240),
-            || async {
-                let s = skyhooks.get(&sk).await.ok()?;
-                (s.status.as_ref()?.status == Some(schema::Status::Complete)).then_some(s)
-            },
-        )
-        .await;
-    let status = done.status.expect("status");
-    for node in kwok.iter().chain([&real]) {
-        assert_eq!(
-            status.node_status.get(node),
-            Some(&schema::Status::Complete),
-            "{node}"
-        );
-    }
     skyhooks
         .delete(&sk, &Default::default())
         .await
@@ -517,24 +526,19 @@ async fn unschedulable(pods: &Api<Pod>, fullname: &str) -> Option<String> {
 /// reference installs cert-manager for its webhook first; this chart has no webhook.)
 #[tokio::test]
 async fn helm_places_the_operator_by_tolerations_and_node_affinity() {
-    install_crds();
-    let mut ctx = TestCtx::new("rn-place").await;
-    let real = ctx.add_real_node();
+    let Install {
+        ctx,
+        real,
+        imgs,
+        repo,
+        tag,
+        ..
+    } = install_env("rn-place", 0).await;
     let ns = ctx.ns.clone();
     let (k, v) = ctx.test_label();
-    let imgs = images(&ctx);
-    let (repo, tag) = push_operator_image(&ctx);
     let (agent_repo, agent_tag) = imgs.agent.rsplit_once(':').expect("agent tag");
     let (kubectl_repo, kubectl_tag) = imgs.kubectl.rsplit_once(':').expect("kubectl tag");
     let fullname = format!("{}-op", ctx.prefix);
-    ctx.report_on_failure(&["get", "pods", "-n", &ns, "-o", "wide"]);
-    run(ctx.cluster.kubectl().args([
-        "label",
-        "namespace",
-        &ns,
-        "pod-security.kubernetes.io/enforce=privileged",
-        "--overwrite",
-    ]));
     run(ctx
         .cluster
         .kubectl()

@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams};
 use serde_json::json;
 use skyhook::schema::{self, Stage, State};
 
-use super::setup;
+use super::{create, setup};
 
 #[tokio::test]
 async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
@@ -16,12 +16,7 @@ async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
     let sk = env.ctx.name("pull");
     let imgs = crate::support::real::images(&env.ctx);
     let pkg = json!({"version": "0.0.0-not-pushed", "image": imgs.shellscript_repo});
-    env.create(&crate::support::objects::skyhook(
-        &env.ctx,
-        &sk,
-        json!({"packages": {"missing": pkg}}),
-    ))
-    .await;
+    create(&env, &sk, json!({"missing": pkg})).await;
     let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
     let reason = env
         .ctx
