@@ -519,6 +519,16 @@ async fn unschedulable(pods: &Api<Pod>, fullname: &str) -> Option<String> {
         })
 }
 
+/// Waits until the scheduler refuses the release's pod for `why` (a part of its message).
+async fn refused(ctx: &TestCtx, pods: &Api<Pod>, fullname: &str, what: &str, why: &str) {
+    let message = ctx
+        .wait_for(what, Duration::from_secs(60), || {
+            unschedulable(pods, fullname)
+        })
+        .await;
+    assert!(message.contains(why), "{message}");
+}
+
 /// The reference's `helm/helm-chart-test` and `helm/helm-node-affinity-test`, on a real node and
 /// the test cluster's scheduler: an untolerated taint keeps the operator pod off the node until
 /// the taint is one the values tolerate; node affinity that matches no node keeps it Pending, one
@@ -539,10 +549,10 @@ async fn helm_places_the_operator_by_tolerations_and_node_affinity() {
     let (agent_repo, agent_tag) = imgs.agent.rsplit_once(':').expect("agent tag");
     let (kubectl_repo, kubectl_tag) = imgs.kubectl.rsplit_once(':').expect("kubectl tag");
     let fullname = format!("{}-op", ctx.prefix);
-    run(ctx
-        .cluster
-        .kubectl()
-        .args(["taint", "node", &real, "dedicated=bogus:NoSchedule"]));
+    let kc = |args: &[&str]| {
+        run(ctx.cluster.kubectl().args(args));
+    };
+    kc(&["taint", "node", &real, "dedicated=bogus:NoSchedule"]);
     // Only this test's node: the scheduler sees every node of the shared cluster.
     let placement = |affinity: serde_json::Value| {
         let mut expressions =
@@ -576,32 +586,29 @@ async fn helm_places_the_operator_by_tolerations_and_node_affinity() {
             .output()
             .expect("run helm")
     };
-    let out = install("install", placement(json!([])));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let installed = |verb: &str, values: serde_json::Value| {
+        let out = install(verb, values);
+        assert!(
+            out.status.success(),
+            "helm {verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    installed("install", placement(json!([])));
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let why = ctx
-        .wait_for(
-            "the scheduler to refuse the tainted node",
-            Duration::from_secs(60),
-            || unschedulable(&pods, &fullname),
-        )
-        .await;
-    assert!(why.contains("untolerated taint"), "{why}");
+    refused(
+        &ctx,
+        &pods,
+        &fullname,
+        "the scheduler to refuse the tainted node",
+        "untolerated taint",
+    )
+    .await;
 
     // The taint the values tolerate: the pending pod is placed.
-    run(ctx
-        .cluster
-        .kubectl()
-        .args(["taint", "node", &real, "dedicated=bogus:NoSchedule-"]));
-    run(ctx
-        .cluster
-        .kubectl()
-        .args(["taint", "node", &real, "dedicated=system-cpu:NoSchedule"]));
+    kc(&["taint", "node", &real, "dedicated=bogus:NoSchedule-"]);
+    kc(&["taint", "node", &real, "dedicated=system-cpu:NoSchedule"]);
     ctx.wait_for(
         "the operator pod on the node",
         Duration::from_secs(120),
@@ -611,33 +618,20 @@ async fn helm_places_the_operator_by_tolerations_and_node_affinity() {
 
     // Node affinity that no node matches: the new pod stays Pending.
     let nope = json!([{"key": "skyhook.test/affinity", "operator": "In", "values": ["nope"]}]);
-    let out = install("upgrade", placement(nope));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let why = ctx
-        .wait_for(
-            "the scheduler to find no node for the affinity",
-            Duration::from_secs(60),
-            || unschedulable(&pods, &fullname),
-        )
-        .await;
-    assert!(why.contains("affinity"), "{why}");
+    installed("upgrade", placement(nope));
+    refused(
+        &ctx,
+        &pods,
+        &fullname,
+        "the scheduler to find no node for the affinity",
+        "affinity",
+    )
+    .await;
 
     // Node affinity the node matches: placed.
-    run(ctx
-        .cluster
-        .kubectl()
-        .args(["label", "node", &real, "skyhook.test/affinity=yes"]));
+    kc(&["label", "node", &real, "skyhook.test/affinity=yes"]);
     let yes = json!([{"key": "skyhook.test/affinity", "operator": "In", "values": ["yes"]}]);
-    let out = install("upgrade", placement(yes));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    installed("upgrade", placement(yes));
     ctx.wait_for(
         "the operator pod placed by affinity",
         Duration::from_secs(120),
