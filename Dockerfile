@@ -7,9 +7,12 @@
 # tests/e2e/image.rs checks that the image it writes has this file's ENTRYPOINT, USER, ENV,
 # EXPOSE and LABELs: change both together.
 
-ARG RUST_VERSION=1.95
+# The build base by digest (the multi-arch manifest list of this tag when it was pinned), so a
+# rebuilt tag cannot change what compiles the release. Keep the version equal to the release
+# workflow's RUST_TOOLCHAIN (tests/supply_chain.rs checks both).
+ARG RUST_IMAGE=docker.io/library/rust:1.95.0-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1
 
-FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
+FROM ${RUST_IMAGE} AS build
 # musl-gcc compiles the C in jemalloc and ring for the musl target.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends musl-tools \

@@ -9,6 +9,8 @@
 //! Schema paths are dot-separated property names, with `*` for a map's values
 //! (`additionalProperties`) and `[]` for a list's items.
 
+use super::config_size::MAX_CONFIG_MAP_BYTES;
+
 /// Longest Skyhook name: node annotation keys `skyhook.nvidia.com/nodeState_<name>` have a
 /// 63-character name part.
 pub const MAX_SKYHOOK_NAME: usize = 53;
@@ -83,6 +85,14 @@ pub const MAX_COMPARTMENTS: i64 = 100;
 pub const MAX_COMPARTMENT_NAME_LENGTH: i64 = 253;
 /// `matchExpressions` per compartment selector (checked per compartment).
 pub const MAX_COMPARTMENT_MATCH_EXPRESSIONS: i64 = 64;
+/// Keys of a package's `configMap` (the size rule sums over them).
+pub const MAX_CONFIG_MAP_KEYS: i64 = 4096;
+
+/// Largest value of a status counter. Status is written by the operator, but anyone who may
+/// patch the status subresource can write any number; the bound keeps hand-patched values in the
+/// range the operator's saturating arithmetic stops at, so its own next status write is never
+/// refused. Go's `int32` ceiling: no count of nodes or batches comes near it.
+pub const MAX_STATUS_COUNT: i64 = 2_147_483_647;
 
 /// Label selector operators accepted by `metav1.LabelSelectorAsSelector`.
 pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
@@ -136,6 +146,9 @@ pub const MSG_GRACEFUL_SHUTDOWN: &str =
 pub const MSG_SELECTOR_VALUES: &str = "matchExpressions: values must be non-empty for operators In and NotIn and empty for Exists and DoesNotExist";
 /// Selector that does not parse (operator side).
 pub const MSG_SELECTOR_INVALID: &str = "is not a valid label selector";
+/// configMap over what one ConfigMap can carry (after `spec.packages[<name>].configMap`).
+pub const MSG_CONFIG_MAP_TOO_LARGE: &str =
+    "holds more bytes of keys and values than a ConfigMap can carry";
 /// Numeric bound (operator side; the API server reports its own error).
 pub const MSG_OUT_OF_RANGE: &str = "is out of range";
 
@@ -330,6 +343,18 @@ fn package_rules() -> Vec<CelRule> {
                 "image: {MSG_IMAGE_PORT} (host:port/...), use a registry reachable without an explicit port"
             ),
         ),
+        // Keys and values are counted in UTF-8 bytes (`bytes()`), as the ConfigMap limit is.
+        // The API server's error path names the package (`spec.packages[<key>]`). Keys and values
+        // are counted in UTF-8 bytes, as the ConfigMap limit is.
+        rule(
+            "spec.packages.*",
+            format!(
+                "!has(self.configMap) || self.configMap.map(k, size(k) + size(self.configMap[k])).sum() <= {MAX_CONFIG_MAP_BYTES}"
+            ),
+            format!(
+                "configMap: {MSG_CONFIG_MAP_TOO_LARGE} ({MAX_CONFIG_MAP_BYTES} bytes); move large files into the package image"
+            ),
+        ),
         // The pattern first: `&&` yields false without an error when it does not match, so
         // `duration()` never sees a value it cannot parse (see GRACEFUL_SHUTDOWN_PATTERN).
         rule(
@@ -456,11 +481,43 @@ fn patch(path: impl Into<String>, keyword: &'static str, value: serde_json::Valu
     }
 }
 
+/// Status counters, bounded by [`MAX_STATUS_COUNT`] (a percentage by 100).
+fn status_bounds() -> Vec<SchemaPatch> {
+    use serde_json::json;
+    let compartment = "status.compartmentStatuses.*";
+    let batch = "status.compartmentStatuses.*.batchState";
+    let counters = [
+        "status.nodesInProgress".to_owned(),
+        format!("{compartment}.matched"),
+        format!("{compartment}.ceiling"),
+        format!("{compartment}.inProgress"),
+        format!("{compartment}.completed"),
+        format!("{batch}.currentBatch"),
+        format!("{batch}.consecutiveFailures"),
+        format!("{batch}.completedNodes"),
+        format!("{batch}.failedNodes"),
+        format!("{batch}.lastBatchSize"),
+    ];
+    let mut out: Vec<SchemaPatch> = counters
+        .into_iter()
+        .flat_map(|path| {
+            [
+                patch(path.clone(), "minimum", json!(0)),
+                patch(path, "maximum", json!(MAX_STATUS_COUNT)),
+            ]
+        })
+        .collect();
+    let percent = format!("{compartment}.progressPercent");
+    out.push(patch(percent.clone(), "minimum", json!(0)));
+    out.push(patch(percent, "maximum", json!(100)));
+    out
+}
+
 /// Schema tightenings of the Skyhook CRD beyond upstream (each explained at its constant).
 pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
     use serde_json::json;
     let ops = json!(SELECTOR_OPERATORS);
-    vec![
+    let mut patches = vec![
         patch("spec.packages", "maxProperties", json!(MAX_PACKAGES)),
         patch(
             "spec.packages.*.dependsOn",
@@ -507,6 +564,11 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
             "maxLength",
             json!(MAX_QUANTITY_LENGTH),
         ),
+        patch(
+            "spec.packages.*.configMap",
+            "maxProperties",
+            json!(MAX_CONFIG_MAP_KEYS),
+        ),
         // An unknown operator makes the Go selector conversion fail; an enum reports it without
         // any CEL cost.
         patch(
@@ -519,7 +581,9 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
             "enum",
             ops,
         ),
-    ]
+    ];
+    patches.extend(status_bounds());
+    patches
 }
 
 /// Schema tightenings and additions of the DeploymentPolicy CRD beyond upstream.

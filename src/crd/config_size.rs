@@ -2,6 +2,7 @@
 //! data exceeds 1 MiB. Refused, it would fail the write on every pass; caught here, the Skyhook
 //! is marked invalid at once with the field named.
 
+use super::admission::MSG_CONFIG_MAP_TOO_LARGE;
 use super::skyhook::Package;
 
 /// The most bytes of keys and values a package's `configMap` may hold: the API server's 1 MiB
@@ -17,8 +18,8 @@ pub fn too_large(package: &Package) -> Option<String> {
         .sum();
     (bytes > MAX_CONFIG_MAP_BYTES).then(|| {
         format!(
-            "holds {bytes} bytes of keys and values, over the {MAX_CONFIG_MAP_BYTES} a ConfigMap \
-             can carry (the API server's limit is 1 MiB); move large files into the package image"
+            "{MSG_CONFIG_MAP_TOO_LARGE} ({bytes} of {MAX_CONFIG_MAP_BYTES} bytes; the API \
+             server's limit is 1 MiB); move large files into the package image"
         )
     })
 }
@@ -38,6 +39,6 @@ mod tests {
         p.config_map
             .insert("big.bin".into(), "x".repeat(MAX_CONFIG_MAP_BYTES));
         let why = too_large(&p).expect("too large");
-        assert!(why.starts_with("holds 1000022 bytes"), "{why}");
+        assert!(why.contains("(1000022 of 1000000 bytes"), "{why}");
     }
 }

@@ -4,8 +4,16 @@
 //! Every counter here comes from the Skyhook's status, which anyone allowed to patch the status
 //! subresource can set to any integer, so the arithmetic saturates: a patched `currentBatch` or
 //! `lastBatchSize` near `i64::MAX` must neither panic (debug) nor wrap to a negative (release).
+//! Counters the operator grows stop at the CRD's bound ([`MAX_STATUS_COUNT`]), so the status it
+//! writes back is never refused by the API server.
 
+use crate::crd::admission::MAX_STATUS_COUNT;
 use crate::crd::{BatchState, EffectiveStrategy};
+
+/// `n + 1`, stopping at the CRD's bound.
+fn bump(n: i64) -> i64 {
+    n.saturating_add(1).clamp(0, MAX_STATUS_COUNT)
+}
 
 /// §6.3 with one deviation: with a strategy the ceiling is a hard cap (the reference documents
 /// the budget as the most nodes at work at once but lets a strategy exceed it). Without a
@@ -57,9 +65,19 @@ pub struct Finished {
 
 /// §6.4 evaluation of a finished batch. Returns whether the state changed.
 pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Finished) -> bool {
-    // Only a hand-patched status holds negative counters: start those again from their floor.
-    let patched_negative = b.consecutive_failures < 0;
-    b.consecutive_failures = b.consecutive_failures.max(0);
+    // Only a hand-patched status holds counters outside the CRD's bounds (objects stored before
+    // the bounds existed): bring them back inside, so the status written back is accepted.
+    let before = b.clone();
+    for counter in [
+        &mut b.consecutive_failures,
+        &mut b.completed_nodes,
+        &mut b.failed_nodes,
+        &mut b.last_batch_size,
+        &mut b.current_batch,
+    ] {
+        *counter = (*counter).clamp(0, MAX_STATUS_COUNT);
+    }
+    let patched = *b != before;
     if b.current_batch <= 0 {
         b.current_batch = 1;
         return true;
@@ -73,24 +91,24 @@ pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Fin
         return true;
     }
     if dc == 0 && df == 0 {
-        return patched_negative;
+        return patched;
     }
     b.completed_nodes = f.complete;
     b.failed_nodes = f.erroring;
     let n = dc.saturating_add(df);
     let Some(s) = strategy else {
-        b.current_batch = b.current_batch.saturating_add(1);
-        b.last_batch_size = n;
+        b.current_batch = bump(b.current_batch);
+        b.last_batch_size = n.min(MAX_STATUS_COUNT);
         return true;
     };
     let p = s.params();
     let success = percent(dc, n);
     let progress = percent(checkpoint(b), f.total);
     let failed = success < p.batch_threshold;
-    b.last_batch_size = n;
+    b.last_batch_size = n.min(MAX_STATUS_COUNT);
     b.last_batch_failed = failed;
     if failed {
-        b.consecutive_failures = b.consecutive_failures.saturating_add(1);
+        b.consecutive_failures = bump(b.consecutive_failures);
         if p.failure_threshold
             .is_some_and(|t| progress < p.safety_limit && b.consecutive_failures >= t)
         {
@@ -99,7 +117,7 @@ pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Fin
     } else {
         b.consecutive_failures = 0;
     }
-    b.current_batch = b.current_batch.saturating_add(1);
+    b.current_batch = bump(b.current_batch);
     true
 }
 
@@ -503,6 +521,9 @@ mod tests {
                 evaluate(strategy.as_ref(), &mut b, f);
                 assert!(b.current_batch >= 1, "{strategy:?} {v}: {b:?}");
                 assert!(b.consecutive_failures >= 0, "{strategy:?} {v}: {b:?}");
+                for counter in [b.current_batch, b.consecutive_failures, b.last_batch_size] {
+                    assert!(counter <= MAX_STATUS_COUNT, "{strategy:?} {v}: {b:?}");
+                }
             }
         }
     }

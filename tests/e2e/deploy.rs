@@ -175,8 +175,14 @@ async fn installed_objects_match_the_contract() {
     // deploy/metrics-auth/ turns to `tokenreview`), with their defaults.
     let env = env_map(&dep);
     let expected: BTreeMap<&str, &str> = [
-        ("AGENT_IMAGE", "nvcr.io/nvidia/skyhook/agent:v6.4.1"),
-        ("PAUSE_IMAGE", "registry.k8s.io/pause:3.10"),
+        (
+            "AGENT_IMAGE",
+            "nvcr.io/nvidia/skyhook/agent:v6.4.1@sha256:dedf73c19455444e2663671368eaf3fcd657ea1417f0d8738c6133ed738b9c52",
+        ),
+        (
+            "PAUSE_IMAGE",
+            "registry.k8s.io/pause:3.10@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a",
+        ),
         ("IMAGE_PULL_SECRET", ""),
         ("COPY_DIR_ROOT", "/var/lib/skyhook"),
         ("AGENT_LOG_ROOT", "/var/log/skyhook"),

@@ -709,9 +709,9 @@ async fn overlapping_compartments_follow_the_tie_break() {
     assert!(wide.ok().contains("ALL NODES"), "{}", wide.stdout);
 }
 
-/// Issue 35, acceptance 10: batch counters hand-patched to the ends of their range (anyone who
-/// may patch the status subresource can) neither panic the operator nor wrap: the rollout goes
-/// on and the batch number only grows.
+/// Issue 35, acceptance 10: batch counters hand-patched past the CRD's bounds are refused; at
+/// the bounds (anyone who may patch the status subresource can) they neither panic the operator
+/// nor wrap: the rollout goes on and the batch number stays at the bound.
 #[tokio::test]
 async fn patched_extreme_batch_counters_neither_panic_nor_wrap() {
     let env = setup("dp-extreme", 3, &[]).await;
@@ -735,9 +735,24 @@ async fn patched_extreme_batch_counters_neither_panic_nor_wrap() {
             compartments(&sk).contains_key("__default__").then_some(())
         })
         .await;
+    // Past the CRD's bounds: refused by the API server, naming the field.
     let status = json!({"status": {"compartmentStatuses": {"__default__": {"batchState": {
-        "currentBatch": 2_147_483_647_i64, "consecutiveFailures": 2_147_483_647_i64,
-        "lastBatchSize": i64::MAX, "completedNodes": i64::MAX, "failedNodes": i64::MIN}}}}});
+        "lastBatchSize": i64::MAX, "failedNodes": i64::MIN}}}}});
+    let refused = env
+        .skyhooks
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect_err("counters past the bounds are refused")
+        .to_string();
+    assert!(
+        refused.contains("batchState.lastBatchSize") && refused.contains("batchState.failedNodes"),
+        "{refused}"
+    );
+    // At the bounds: accepted, and the operator goes on from there.
+    let max = 2_147_483_647_i64;
+    let status = json!({"status": {"compartmentStatuses": {"__default__": {"batchState": {
+        "currentBatch": max, "consecutiveFailures": max,
+        "lastBatchSize": max, "completedNodes": max, "failedNodes": 0}}}}});
     env.skyhooks
         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -754,6 +769,12 @@ async fn patched_extreme_batch_counters_neither_panic_nor_wrap() {
         .batch_state
         .clone()
         .expect("batch state");
-    assert!(b.current_batch >= 2_147_483_647, "wrapped: {b:?}");
-    assert!(b.consecutive_failures >= 0, "wrapped: {b:?}");
+    assert_eq!(
+        b.current_batch, max,
+        "wrapped or went past the bound: {b:?}"
+    );
+    assert!(
+        (0..=max).contains(&b.consecutive_failures),
+        "wrapped: {b:?}"
+    );
 }

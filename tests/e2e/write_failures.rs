@@ -3,8 +3,7 @@
 //! the Skyhook's `WriteFailed` condition and a Warning Event name the ConfigMap and the API
 //! server's reason and the metric counts it, while the Jobs already running finish and are
 //! recorded; once the policy goes, the rollout completes and the condition clears. A
-//! `configMap` too large for a ConfigMap is refused by the operator's validation, naming the
-//! field.
+//! `configMap` too large for a ConfigMap is refused at admission, naming the field.
 
 use std::time::Duration;
 
@@ -213,18 +212,47 @@ async fn a_refused_configmap_is_reported_and_the_rest_goes_on() {
     );
 }
 
+/// Issue 35, acceptance 5: the API server refuses a `configMap` over what a ConfigMap can carry,
+/// naming the package and the field; one just under the bound is stored. The operator's
+/// validation, which also covers objects stored before the rule existed, counts bytes.
 #[tokio::test]
-async fn a_config_map_too_large_to_write_is_invalid_naming_the_field() {
+async fn a_config_map_too_large_to_write_is_refused_at_admission_naming_the_field() {
     let env = setup("cmsize", 1, &[]).await;
     let sk = env.ctx.name("sk");
     let mut big = pkg("1.0.0", json!([]));
     big["configMap"] = json!({"blob.bin": "x".repeat(1_000_001)});
-    env.create(&skyhook(&env.ctx, &sk, json!({"packages": {"big": big}})))
-        .await;
+    let refused = env
+        .skyhooks
+        .create(
+            &PostParams::default(),
+            &skyhook(&env.ctx, &sk, json!({"packages": {"big": big}})),
+        )
+        .await
+        .expect_err("a configMap over the bound is refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("spec.packages[big]")
+            && message.contains("configMap")
+            && message.contains(::skyhook::crd::admission::MSG_CONFIG_MAP_TOO_LARGE),
+        "{message}"
+    );
+    assert!(env.skyhooks.get_opt(&sk).await.expect("get").is_none());
+    // CEL counts characters (counting bytes would cost more than the API server allows), so
+    // 333,334 three-byte characters pass admission; the operator counts bytes and marks the
+    // Skyhook invalid with the same words, naming the field.
+    let wide_sk = env.ctx.name("wide");
+    let mut wide = pkg("1.0.0", json!([]));
+    wide["configMap"] = json!({"w": "\u{20ac}".repeat(333_334)});
+    env.create(&skyhook(
+        &env.ctx,
+        &wide_sk,
+        json!({"packages": {"wide": wide}}),
+    ))
+    .await;
     let message = env
         .ctx
         .wait_for("Valid=False", Duration::from_secs(30), || async {
-            let s = env.skyhooks.get(&sk).await.ok()?;
+            let s = env.skyhooks.get(&wide_sk).await.ok()?;
             let c = s
                 .status?
                 .conditions
@@ -234,11 +262,17 @@ async fn a_config_map_too_large_to_write_is_invalid_naming_the_field() {
         })
         .await;
     assert!(
-        message.contains("spec.packages[big].configMap") && message.contains("1000009 bytes"),
+        message.contains("spec.packages[wide].configMap")
+            && message.contains(::skyhook::crd::admission::MSG_CONFIG_MAP_TOO_LARGE)
+            && message.contains("1000003 of 1000000 bytes"),
         "{message}"
     );
     assert!(
-        env.jobs_of(&sk).await.is_empty(),
+        env.jobs_of(&wide_sk).await.is_empty(),
         "an invalid Skyhook started Jobs"
     );
+    let mut fits = pkg("1.0.0", json!([]));
+    fits["configMap"] = json!({"blob.bin": "x".repeat(999_000)});
+    env.create(&skyhook(&env.ctx, &sk, json!({"packages": {"fits": fits}})))
+        .await;
 }
