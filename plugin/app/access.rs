@@ -10,6 +10,7 @@ use kube::api::{Api, PostParams};
 
 use std::io::{BufRead, Write};
 
+use super::Ctx;
 use super::error::CliError;
 use super::kube::Kube;
 use super::prompt::{ask, dry_run_stop};
@@ -100,21 +101,32 @@ pub async fn require(kube: &Kube, action: &str, needs: &[Need]) -> Result<(), Cl
 pub struct Change<'a> {
     pub action: String,
     pub needs: &'a [Need],
-    pub dry_run: bool,
     /// `--confirm`: no prompt.
     pub confirm: bool,
     pub prompt: &'a [String],
 }
 
+impl<'a> Change<'a> {
+    pub fn new(action: String, needs: &'a [Need], confirm: bool, prompt: &'a [String]) -> Self {
+        Change {
+            action,
+            needs,
+            confirm,
+            prompt,
+        }
+    }
+}
+
 /// Whether `change` goes ahead: false under `--dry-run`; otherwise the permissions are checked
 /// ([`require`]), then `--confirm` or the prompt confirms it (a decline is an error).
 pub async fn proceed(
+    ctx: &Ctx,
     kube: &Kube,
     change: &Change<'_>,
     out: &mut dyn Write,
     input: &mut dyn BufRead,
 ) -> Result<bool, CliError> {
-    if dry_run_stop(change.dry_run, out)? {
+    if dry_run_stop(ctx.global.dry_run, out)? {
         return Ok(false);
     }
     require(kube, &change.action, change.needs).await?;

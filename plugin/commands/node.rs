@@ -481,14 +481,9 @@ pub async fn ignore(
             "unignoring nodes",
         )
     };
-    let change = Change {
-        action: action.to_string(),
-        needs: &[Need::PATCH_NODES],
-        dry_run: ctx.global.dry_run,
-        confirm,
-        prompt: &[why.to_string()],
-    };
-    if !proceed(&kube, &change, out, input).await? {
+    let prompt = [why.to_string()];
+    let change = Change::new(action.to_string(), &[Need::PATCH_NODES], confirm, &prompt);
+    if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
     let mut errors = Vec::new();

@@ -140,15 +140,14 @@ pub async fn run(
         Some(stage) => format!("\nThis will reset package state to re-run from the '{stage}' stage."),
         None => "\nThis will remove package state from node annotations and cause the package to re-run from the beginning.".to_string(),
     };
-    let change = Change {
-        action: format!("re-running package {:?}", target.package),
-        needs: &[Need::PATCH_NODES],
-        dry_run: ctx.global.dry_run,
+    let prompt = [first];
+    let change = Change::new(
+        format!("re-running package {:?}", target.package),
+        &[Need::PATCH_NODES],
         confirm,
-        prompt: &[first],
-    };
-    let go = proceed(&kube, &change, out, input);
-    if !go.await? {
+        &prompt,
+    );
+    if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
     let mut errors = Vec::new();

@@ -155,15 +155,13 @@ pub async fn nodes(
         "All packages will re-run from the beginning.".to_string(),
     ];
     prompt.extend(stopping(ctx, &kube, skyhook, &targets).await);
-    let change = Change {
-        action: format!("resetting skyhook {skyhook:?} on nodes"),
-        needs: &[Need::PATCH_NODES],
-        dry_run: ctx.global.dry_run,
+    let change = Change::new(
+        format!("resetting skyhook {skyhook:?} on nodes"),
+        &[Need::PATCH_NODES],
         confirm,
-        prompt: &prompt,
-    };
-    let go = proceed(&kube, &change, out, input);
-    if !go.await? {
+        &prompt,
+    );
+    if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
     match forget(&kube, out, skyhook, &targets).await? {
@@ -211,14 +209,13 @@ pub async fn skyhook(
     if !args.skip_batch_reset {
         needs.push(Need::PATCH_SKYHOOK_STATUS);
     }
-    let change = Change {
-        action: format!("resetting skyhook {name:?}"),
-        needs: &needs,
-        dry_run: ctx.global.dry_run,
-        confirm: args.confirm,
-        prompt: &prompt,
-    };
-    if !proceed(&kube, &change, out, input).await? {
+    let change = Change::new(
+        format!("resetting skyhook {name:?}"),
+        &needs,
+        args.confirm,
+        &prompt,
+    );
+    if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
     // The batch state first: if a node write then fails, the nodes still holding state are
@@ -345,15 +342,13 @@ pub async fn batch_state(
         format!("\nThis will reset the batch state for Skyhook {name:?}."),
         "The next reconciliation will start from batch 1.".to_string(),
     ];
-    let change = Change {
-        action: format!("resetting the batch state of skyhook {name:?}"),
-        needs: &[Need::PATCH_SKYHOOK_STATUS],
-        dry_run: ctx.global.dry_run,
+    let change = Change::new(
+        format!("resetting the batch state of skyhook {name:?}"),
+        &[Need::PATCH_SKYHOOK_STATUS],
         confirm,
-        prompt: &prompt,
-    };
-    let go = proceed(&kube, &change, out, input);
-    if !go.await? {
+        &prompt,
+    );
+    if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
     kube.patch_skyhook_status(name, &batch_reset_patch(&sk))
