@@ -163,6 +163,7 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
         );
     }
     s.status = Some(status);
+    ready_condition(&mut s.conditions, f, status, generation);
     let erroring = s
         .node_state
         .values()
@@ -174,6 +175,24 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     policy_condition(&mut s.conditions, f, generation);
     stopped_condition(&mut s.conditions, f, generation);
     s
+}
+
+/// Upstream's `Ready` (D15), bare and prefixed: `True` once every targeted node is complete.
+/// Its time moves only when its status flips, as every condition's does here.
+fn ready_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, status: Status, generation: i64) {
+    let ready = f.node_statuses.values().all(|s| *s == Status::Complete);
+    let message = schema::ready_message(f.node_statuses.iter().map(|(n, s)| (n.as_str(), *s)));
+    for kind in [schema::READY_CONDITION, schema::LEGACY_READY_CONDITION] {
+        set_condition(
+            list,
+            kind,
+            ready,
+            schema::ready_reason(status),
+            message.clone(),
+            generation,
+            f.now,
+        );
+    }
 }
 
 /// `True` while a compartment is halted; Skyhooks never halted do not carry it.
@@ -901,7 +920,11 @@ mod tests {
                     statuses: &[Status::Complete],
                     ..BASE
                 },
-                vec![TRANSITION_CONDITION],
+                vec![
+                    TRANSITION_CONDITION,
+                    READY_CONDITION,
+                    LEGACY_READY_CONDITION,
+                ],
             ),
         ];
         let sk = with_packages(&[("p", "1.0.0")]);

@@ -42,6 +42,75 @@ pub fn node_erroring_message(skyhook: &str) -> String {
 
 // ----- Skyhook conditions -----
 
+/// Upstream v0.16 (delta D15): `True` while every targeted node is complete, so that
+/// `kubectl wait --for=condition=Ready skyhook/<name>` waits for a rollout. Written under the
+/// bare type and, with the same content, under [`LEGACY_READY_CONDITION`], as upstream does.
+pub const READY_CONDITION: &str = "Ready";
+/// The prefixed copy of [`READY_CONDITION`] upstream v0.16 and v0.17 also write.
+pub const LEGACY_READY_CONDITION: &str = "skyhook.nvidia.com/Ready";
+/// Nodes of one status a Ready message names; past it, upstream's truncation note.
+pub const READY_NODES_LISTED: usize = 10;
+
+/// Upstream's reason of `Ready`, from the Skyhook's aggregate status.
+pub fn ready_reason(status: Status) -> &'static str {
+    match status {
+        Status::Complete => "NodesConverged",
+        Status::InProgress => "Progressing",
+        Status::Blocked => "Blocked",
+        Status::Erroring => "Erroring",
+        Status::Paused => "Paused",
+        Status::Waiting => "Waiting",
+        Status::Disabled => "Disabled",
+        Status::Unknown => "Unknown",
+    }
+}
+
+/// Upstream's message of `Ready`: `<complete>/<total> nodes complete (<names>)`, then
+/// `, <n> <status> (<names>)` for each other status that has nodes, in upstream's order, the
+/// names sorted and replaced by a note past [`READY_NODES_LISTED`].
+pub fn ready_message<'a>(nodes: impl IntoIterator<Item = (&'a str, Status)>) -> String {
+    let mut by_status: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut total = 0;
+    for (node, status) in nodes {
+        by_status.entry(status.as_str()).or_default().push(node);
+        total += 1;
+    }
+    let listed = |nodes: &mut Vec<&str>| -> String {
+        nodes.sort_unstable();
+        match nodes.len() {
+            0 => String::new(),
+            n if n > READY_NODES_LISTED => " (list truncated; see controller logs)".to_string(),
+            _ => format!(" ({})", nodes.join(", ")),
+        }
+    };
+    let mut complete = by_status
+        .remove(Status::Complete.as_str())
+        .unwrap_or_default();
+    let mut parts = vec![format!(
+        "{}/{total} nodes complete{}",
+        complete.len(),
+        listed(&mut complete)
+    )];
+    for status in [
+        Status::InProgress,
+        Status::Blocked,
+        Status::Erroring,
+        Status::Waiting,
+        Status::Paused,
+        Status::Disabled,
+        Status::Unknown,
+    ] {
+        if let Some(mut nodes) = by_status.remove(status.as_str()) {
+            let label = match status {
+                Status::InProgress => "in progress",
+                other => other.as_str(),
+            };
+            parts.push(format!("{} {label}{}", nodes.len(), listed(&mut nodes)));
+        }
+    }
+    parts.join(", ")
+}
+
 /// Aggregate status changed; reason is the new status string.
 pub const TRANSITION_CONDITION: &str = "skyhook.nvidia.com/Transition";
 /// A package pod/Job was created.
@@ -199,6 +268,37 @@ pub fn deployment_policy_not_found_message(policy: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Upstream's wording (`skyhookReadyConditionMessageFromStatusGroups`, v0.16).
+    #[test]
+    fn ready_message_counts_nodes_as_upstream_does() {
+        use Status::*;
+        let cases: Vec<(Vec<(&str, Status)>, &str)> = vec![
+            (vec![], "0/0 nodes complete"),
+            (
+                vec![("b", Complete), ("a", Complete)],
+                "2/2 nodes complete (a, b)",
+            ),
+            (
+                vec![("n3", Blocked), ("n1", Complete), ("n2", InProgress)],
+                "1/3 nodes complete (n1), 1 in progress (n2), 1 blocked (n3)",
+            ),
+            (
+                vec![("x", Unknown), ("w", Waiting), ("e", Erroring)],
+                "0/3 nodes complete, 1 erroring (e), 1 waiting (w), 1 unknown (x)",
+            ),
+        ];
+        for (nodes, want) in cases {
+            assert_eq!(ready_message(nodes), want);
+        }
+        let many: Vec<String> = (0..11).map(|i| format!("n{i:02}")).collect();
+        assert_eq!(
+            ready_message(many.iter().map(|n| (n.as_str(), Complete))),
+            "11/11 nodes complete (list truncated; see controller logs)"
+        );
+        assert_eq!(ready_reason(Complete), "NodesConverged");
+        assert_eq!(ready_reason(InProgress), "Progressing");
+    }
 
     #[test]
     fn node_conditions() {

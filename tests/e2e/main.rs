@@ -29,4 +29,5 @@ mod scale;
 mod scenarios;
 mod startup;
 mod support;
+mod upstream;
 mod write_failures;

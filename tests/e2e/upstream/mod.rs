@@ -1,0 +1,6 @@
+//! What upstream (NVIDIA Skyhook / NodeWright v0.14 to v0.20) changed on the `skyhook.nvidia.com`
+//! API, as this operator honours it (issue 37). Each module names the delta section
+//! (`../shared/reference/nodewright-delta.md`, D<n>) it checks; `cargo test --test e2e upstream`
+//! runs them all.
+
+mod ready;
