@@ -4,7 +4,8 @@
 //! result): an empty `name` became the map key, and everything after the first `:` of `image`
 //! was dropped. Objects that reach this operator without that webhook get the same treatment
 //! here, in memory only — except that a tag is cut only after the last `/`, so a registry port
-//! is not mistaken for a tag (admission rejects ports anyway), and a digest is kept.
+//! is not mistaken for a tag (the Go operator cut `myreg:5000/ns/img` to `myreg`; upstream fixed
+//! it in v0.18, delta D29), and a digest is kept.
 
 use super::Skyhook;
 

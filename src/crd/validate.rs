@@ -19,8 +19,8 @@ use super::admission::{
     MSG_COMPARTMENT_RESERVED, MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB,
     MSG_CONFIG_INTERRUPT_KEY, MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE,
     MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE, MSG_DEPENDENCY_EMPTY_VERSION,
-    MSG_DEPENDENCY_MISSING, MSG_GRACEFUL_SHUTDOWN, MSG_IMAGE_PORT, MSG_NAME_TOO_LONG,
-    MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET,
+    MSG_DEPENDENCY_MISSING, MSG_GRACEFUL_SHUTDOWN, MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE,
+    MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET,
     MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY, MSG_RESOURCES_POSITIVE,
     MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG,
     PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
@@ -198,15 +198,6 @@ fn check_package(errs: &mut Errors, key: &str, package: &Package, all: &BTreeMap
             format!("{MSG_VERSION_TOO_LONG} (it is part of pod label values)"),
         );
     }
-    if has_registry_port(&package.image) {
-        errs.push(
-            format!("{field}.image"),
-            format!(
-                "image: {MSG_IMAGE_PORT} (host:port/...), got {:?}; use a registry reachable without an explicit port",
-                package.image
-            ),
-        );
-    }
     check_config_interrupts(errs, &field, package);
     check_graceful_shutdown(errs, &field, package);
     for (dep, version) in &package.depends_on {
@@ -297,15 +288,6 @@ fn graceful_shutdown_allowed(value: &str) -> bool {
             .as_ref()
             .is_some_and(|re| re.is_match(value))
         && parse_go_duration(value).is_ok_and(|d| d <= MAX_GRACEFUL_SHUTDOWN)
-}
-
-/// Whether the registry part of an image reference carries a port (`host:port/...`): a `:`
-/// before the first `/`.
-pub fn has_registry_port(image: &str) -> bool {
-    match (image.find(':'), image.find('/')) {
-        (Some(colon), Some(slash)) => colon < slash,
-        _ => false,
-    }
 }
 
 fn check_resources(errs: &mut Errors, field: &str, r: &PackageResources) {

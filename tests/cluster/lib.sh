@@ -45,9 +45,9 @@ KT_PYTHON_ROOTFS=$KT_ROOTFS_CACHE/python-$AGENT_DEBIAN_SUITE
 KT_IMAGES=${KT_IMAGES:-$KT_CACHE/images}
 # Clear of the private clusters' port ranges (tests/e2e: 24000-25999, 27000-28999) and the bench's.
 REGISTRY_PORT=${REGISTRY_PORT:-21500}
-# Images name the registry without a port (a Skyhook's package image may not have one, as in the
-# reference before its v0.18); each node's containerd maps the name to the registry over plain
-# HTTP (a mirror), so no DNS is involved.
+# Images name the registry without a port (a package image could not carry one in the reference
+# before its v0.18, delta D29); each node's containerd maps the name, and 127.0.0.1:REGISTRY_PORT
+# too, to the registry over plain HTTP (a mirror), so no DNS is involved.
 REGISTRY_HOST=registry.skyhook.test
 SCHEDULER_PORT=${SCHEDULER_PORT:-20259}
 # The scheduler places only pods that name it: the kwok-only tests rely on pods without a node

@@ -268,19 +268,6 @@ fn cel_graceful_shutdown_rule_agrees_with_the_operator() {
 }
 
 #[test]
-fn registry_ports_are_detected() {
-    use crate::crd::validate::has_registry_port;
-    assert!(has_registry_port("myreg:5000/ns/img"));
-    assert!(has_registry_port("localhost:5000/img:1.0"));
-    assert!(!has_registry_port("alpine:3.21"));
-    assert!(!has_registry_port(
-        "ghcr.io/nvidia/skyhook/agentless:latest"
-    ));
-    assert!(!has_registry_port("ghcr.io/a/b@sha256:abcd"));
-    assert!(!has_registry_port("alpine"));
-}
-
-#[test]
 fn strategy_defaults_at_read_time() {
     let params = |initial| StrategyParams {
         initial_batch: initial,

@@ -64,3 +64,45 @@ async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
     env.wait_status(&sk, schema::Status::Erroring, Duration::from_secs(30))
         .await;
 }
+
+/// Delta D29: a package image named with its registry's port is pulled as
+/// `host:port/repo:<version>` by the real kubelet and its stages run (the reference cut such an
+/// image to `host`).
+#[tokio::test]
+async fn an_image_on_a_registry_with_a_port_is_pulled_and_runs() {
+    let (env, node) = setup("rn-port", &[]).await;
+    let sk = env.ctx.name("port");
+    let imgs = crate::support::real::images(&env.ctx);
+    let image = imgs
+        .shellscript_repo
+        .replacen(&imgs.registry_host, &imgs.registry_address, 1);
+    assert_ne!(image, imgs.shellscript_repo, "no registry name to replace");
+    let mut pkg = super::shellscript(
+        &env.ctx,
+        json!({"apply.sh": "#!/bin/sh\necho applied-from-a-registry-with-a-port\n"}),
+        json!({}),
+    );
+    pkg["image"] = json!(image);
+    super::roll_out(&env, &sk, json!({"ported": pkg})).await;
+    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    // The rollout completed, so the kubelet pulled what the pods name.
+    let pulled: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL)))
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+        .flat_map(|p| {
+            p.spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten())
+        })
+        .filter_map(|c| c.image.clone())
+        .collect();
+    let want = format!("{image}:{}", imgs.shellscript_version);
+    assert!(
+        pulled.contains(&want),
+        "no container ran {want}: {pulled:?}"
+    );
+}

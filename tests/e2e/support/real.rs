@@ -18,6 +18,10 @@ pub struct Images {
     pub kubectl: String,
     /// The test cluster's scheduler: it places only pods that name it.
     pub scheduler: String,
+    /// The registry's name in image references (no port) and its `host:port`, which the real
+    /// nodes also pull from.
+    pub registry_host: String,
+    pub registry_address: String,
 }
 
 pub fn images(ctx: &TestCtx) -> Images {
@@ -44,6 +48,8 @@ pub fn images(ctx: &TestCtx) -> Images {
         shellscript_version: version.to_string(),
         kubectl: get("KUBECTL_IMAGE"),
         scheduler: get("SCHEDULER_NAME"),
+        registry_host: get("REGISTRY_HOST"),
+        registry_address: get("REGISTRY_ADDRESS"),
     }
 }
 

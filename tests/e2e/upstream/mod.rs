@@ -3,4 +3,5 @@
 //! (`../shared/reference/nodewright-delta.md`, D<n>) it checks; `cargo test --test e2e upstream`
 //! runs them all.
 
+mod images;
 mod ready;
