@@ -16,9 +16,11 @@ use crate::crd::Package;
 use crate::schema::{self, Stage};
 use crate::settings::Config;
 
-/// Requests and limits of the interrupt container (§4.3, fixed by the reference).
+/// Requests and limits of the interrupt container (§4.3, fixed by the reference). Memory is
+/// upstream's 256Mi since about v0.18 (delta D35): with the reference's 64Mi the agent was
+/// OOM-killed on 64K-page arm64 hosts, leaving nodes cordoned and not rebooted.
 const INTERRUPT_CPU: &str = "500m";
-const INTERRUPT_MEMORY: &str = "64Mi";
+const INTERRUPT_MEMORY: &str = "256Mi";
 
 /// An interrupt Job to build.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +35,7 @@ pub struct InterruptJob<'a> {
 
 /// Builds the Job that runs a (merged) interrupt on a node for its owner package (§4.3 as a
 /// Job): a single `interrupt` main container with the owner's agent image, only the agent env,
-/// the host root mounted, fixed 500m/64Mi resources. No metadata volume (the reference's is
+/// the host root mounted, fixed 500m/256Mi resources. No metadata volume (the reference's is
 /// never mounted), no grace period, no package resources.
 ///
 /// Like [`super::stage_job`], with a successful Job's TTL.
@@ -159,7 +161,23 @@ mod tests {
         assert_eq!(spec.node_name.as_deref(), Some("kind-worker"));
         assert_eq!(spec.host_pid, Some(true));
         assert_eq!(spec.host_network, Some(true));
-        assert_eq!(spec.tolerations.as_ref().unwrap().len(), 3);
+        let keys: Vec<&str> = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .filter_map(|t| t.key.as_deref())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "node.kubernetes.io/unschedulable",
+                "skyhook.nvidia.com",
+                "nodewright.nvidia.com",
+                "node.kubernetes.io/not-ready",
+                "node.kubernetes.io/unreachable",
+                "nvidia.com/gpu",
+            ]
+        );
         let volumes = serde_json::to_value(spec.volumes.as_ref().unwrap()).unwrap();
         assert_eq!(
             volumes,
@@ -185,8 +203,8 @@ mod tests {
                     {"name": "root-mount", "mountPath": "/root", "mountPropagation": "HostToContainer"}
                 ],
                 "resources": {
-                    "requests": {"cpu": "500m", "memory": "64Mi"},
-                    "limits": {"cpu": "500m", "memory": "64Mi"},
+                    "requests": {"cpu": "500m", "memory": "256Mi"},
+                    "limits": {"cpu": "500m", "memory": "256Mi"},
                 },
                 "securityContext": {"privileged": true},
             })

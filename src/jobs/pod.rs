@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 
 use crate::crd::{Package, Skyhook};
-use crate::schema::{self, PackageAnnotation, Stage};
+use crate::schema::{self, PackageAnnotation, RuntimeTaints, Stage};
 use crate::settings::Config;
 
 /// `imagePullPolicy` of every container (the reference always pulls).
@@ -224,17 +224,28 @@ pub(super) fn pod_spec(skyhook: &Skyhook, node: &str, cfg: &Config) -> PodSpec {
     }
 }
 
-/// `node.kubernetes.io/unschedulable` (any effect), the runtime-required taint, then the
+/// `node.kubernetes.io/unschedulable` (any effect), the runtime-required taints (the configured
+/// one first, then the others recognised), `not-ready` and `unreachable` for good, then the
 /// Skyhook's `additionalTolerations` verbatim.
+///
+/// A node being rebooted by its interrupt goes NotReady; without the last two the taint
+/// manager evicts the stage's pod after 5 minutes, and the Job would start another pod, and
+/// with it another reboot (upstream added them too, delta D35).
 fn tolerations(skyhook: &Skyhook, cfg: &Config) -> Vec<Toleration> {
-    let mut all = vec![
-        Toleration {
-            key: Some(schema::UNSCHEDULABLE_TAINT_KEY.to_owned()),
+    let mut all = vec![Toleration {
+        key: Some(schema::UNSCHEDULABLE_TAINT_KEY.to_owned()),
+        operator: Some("Exists".to_owned()),
+        ..Default::default()
+    }];
+    all.extend(RuntimeTaints::new(&cfg.runtime_required_taint).tolerations());
+    for key in [schema::NOT_READY_TAINT_KEY, schema::UNREACHABLE_TAINT_KEY] {
+        all.push(Toleration {
+            key: Some(key.to_owned()),
             operator: Some("Exists".to_owned()),
+            effect: Some("NoExecute".to_owned()),
             ..Default::default()
-        },
-        cfg.runtime_required_taint.to_toleration(),
-    ];
+        });
+    }
     all.extend(skyhook.spec.additional_tolerations.iter().cloned());
     all
 }

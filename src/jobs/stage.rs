@@ -296,6 +296,12 @@ mod tests {
                             {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
                             {"key": "skyhook.nvidia.com", "operator": "Equal",
                              "value": "runtime-required", "effect": "NoSchedule"},
+                            {"key": "nodewright.nvidia.com", "operator": "Equal",
+                             "value": "runtime-required", "effect": "NoSchedule"},
+                            {"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                             "effect": "NoExecute"},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                             "effect": "NoExecute"},
                             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                         ],
                         "volumes": [

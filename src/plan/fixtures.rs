@@ -23,8 +23,8 @@ use crate::crd::{
 };
 use crate::jobs::{GoOutcome, GoPod, JobView, Outcome};
 use crate::schema::{
-    self, Folded, Interrupt, InterruptType, NodeState, PackageStatus, Stage, State, Status,
-    TaintSpec,
+    self, Folded, Interrupt, InterruptType, NodeState, PackageStatus, RuntimeTaints, Stage, State,
+    Status, TaintSpec,
 };
 use crate::settings::Config;
 
@@ -48,8 +48,10 @@ pub(crate) fn config() -> Config {
     cli.settings.validate().expect("default settings are valid")
 }
 
-pub(crate) fn runtime_taint() -> TaintSpec {
-    TaintSpec::parse(schema::DEFAULT_RUNTIME_REQUIRED_TAINT).expect("taint spec")
+pub(crate) fn runtime_taint() -> RuntimeTaints {
+    RuntimeTaints::new(
+        &TaintSpec::parse(schema::DEFAULT_RUNTIME_REQUIRED_TAINT).expect("taint spec"),
+    )
 }
 
 /// Short enough that a test can walk a backoff to its cap in a few steps.

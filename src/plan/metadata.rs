@@ -14,7 +14,7 @@ use super::select::selects;
 use super::stage::NodeOutcome;
 use super::{NodePatch, NodeView};
 use crate::crd::Skyhook;
-use crate::schema::{self, NodeState, State, Status, TaintSpec};
+use crate::schema::{self, NodeState, RuntimeTaints, State, Status};
 
 /// One node's status for one Skyhook.
 ///
@@ -47,7 +47,7 @@ pub fn node_status(sw: Switches, f: &NodeFacts, settled: bool, o: &NodeOutcome) 
 pub struct MetaInput<'a> {
     pub skyhook: &'a Skyhook,
     pub skyhooks: &'a [Arc<Skyhook>],
-    pub runtime_taint: &'a TaintSpec,
+    pub runtime_taints: &'a RuntimeTaints,
     pub operator_version: &'a str,
 }
 
@@ -162,11 +162,11 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
     if !sk.spec.runtime_required {
         return;
     }
-    let taint = m.runtime_taint;
     let taints: Vec<Taint> = node.taints.clone();
-    let tainted = taints.iter().any(|t| taint.matches(t));
+    let tainted = taints.iter().any(|t| m.runtime_taints.matches(t));
     let touched = node.annotations.keys().any(schema::is_skyhook_key);
     if !tainted && sk.spec.auto_taint_new_nodes && !touched {
+        let taint = m.runtime_taints.applied();
         let mut next = taints;
         next.push(taint.to_taint());
         patch.taints = Some(next);
@@ -181,11 +181,11 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
     }
 }
 
-/// Removes the runtime-required taint once no other runtime-required Skyhook that selects the
-/// node is still short of complete there.
+/// Removes the runtime-required taints (each one recognised) once no other runtime-required
+/// Skyhook that selects the node is still short of complete there.
 pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
-    let taint = m.runtime_taint;
-    if !node.taints.iter().any(|t| taint.matches(t)) {
+    let taints = m.runtime_taints;
+    if !node.taints.iter().any(|t| taints.matches(t)) {
         return;
     }
     let me = m.skyhook.name_any();
@@ -197,7 +197,7 @@ pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch)
                 == Some(Status::Complete.as_str())
     });
     if others_done {
-        let kept = node.taints.iter().filter(|t| !taint.matches(t)).cloned();
+        let kept = node.taints.iter().filter(|t| !taints.matches(t)).cloned();
         patch.taints = Some(kept.collect());
     }
 }
@@ -695,7 +695,7 @@ mod tests {
         let m = MetaInput {
             skyhook: &sk,
             skyhooks: &[],
-            runtime_taint: &rt,
+            runtime_taints: &rt,
             operator_version: OP,
         };
         let key = schema::cordon_annotation("sh");
@@ -782,7 +782,7 @@ mod tests {
         let m = MetaInput {
             skyhook: &sk,
             skyhooks: &[],
-            runtime_taint: &rt,
+            runtime_taints: &rt,
             operator_version: OP,
         };
         let ours = schema::cordon_annotation("sh");
@@ -1084,7 +1084,7 @@ mod tests {
             let m = MetaInput {
                 skyhook: &sk,
                 skyhooks: &all,
-                runtime_taint: &rt,
+                runtime_taints: &rt,
                 operator_version: OP,
             };
             let n = node("n")
@@ -1098,7 +1098,7 @@ mod tests {
                 p.taints.as_ref().map(|ts| ts.iter().map(spelled).collect());
             let want: Option<Vec<String>> = want.map(|v| v.into_iter().map(String::from).collect());
             assert_eq!(got, want, "case: {name}");
-            let auto_key = schema::auto_taint_annotation(&rt.key);
+            let auto_key = schema::auto_taint_annotation(&rt.applied().key);
             assert_eq!(
                 p.annotations.get(&auto_key) == Some(&Some("true".to_string())),
                 want_auto,
@@ -1114,7 +1114,7 @@ mod tests {
         let m = MetaInput {
             skyhook: &sk,
             skyhooks: &[],
-            runtime_taint: &rt,
+            runtime_taints: &rt,
             operator_version: OP,
         };
         let key = schema::applied_annotation("sh");

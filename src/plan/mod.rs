@@ -68,7 +68,7 @@ pub use select::{targeted, tolerates_cordon};
 
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::JobView;
-use crate::schema::{self, NodeState, State, Status};
+use crate::schema::{self, NodeState, RuntimeTaints, State, Status};
 use crate::settings::Config;
 use batch::Seen;
 use compartments::{Compartment, Member, Policy};
@@ -132,7 +132,8 @@ fn plan_live(inp: &Inputs) -> Plan {
     let cfg = inp.config;
     let no_status = SkyhookStatus::default();
     let prior = inp.status.unwrap_or(&no_status);
-    let tolerations = select::job_tolerations(sk, &cfg.runtime_required_taint);
+    let runtime_taints = RuntimeTaints::new(&cfg.runtime_required_taint);
+    let tolerations = select::job_tolerations(sk, &runtime_taints);
     // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
     // no budget slot; the status and an Event name them.
     let (mut facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) =
@@ -151,7 +152,7 @@ fn plan_live(inp: &Inputs) -> Plan {
         meta: MetaInput {
             skyhook: sk,
             skyhooks: inp.skyhooks,
-            runtime_taint: &cfg.runtime_required_taint,
+            runtime_taints: &runtime_taints,
             operator_version: inp.operator_version,
         },
     };

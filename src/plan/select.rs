@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use super::NodeView;
 use crate::crd::Skyhook;
 use crate::node::{LabelMatch, Labels};
-use crate::schema::{self, Status, TaintSpec};
+use crate::schema::{self, RuntimeTaints, Status};
 
 /// Why a targeted node cannot be worked on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +71,8 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
 }
 
 /// The tolerations of this Skyhook's Jobs: the cordon, `additionalTolerations`, and the
-/// runtime-required taint when the Skyhook is runtime-required.
-pub fn job_tolerations(sk: &Skyhook, runtime_taint: &TaintSpec) -> Vec<Toleration> {
+/// runtime-required taints when the Skyhook is runtime-required.
+pub fn job_tolerations(sk: &Skyhook, runtime_taints: &RuntimeTaints) -> Vec<Toleration> {
     let mut out = vec![Toleration {
         key: Some(schema::UNSCHEDULABLE_TAINT_KEY.to_string()),
         operator: Some("Exists".to_string()),
@@ -81,7 +81,7 @@ pub fn job_tolerations(sk: &Skyhook, runtime_taint: &TaintSpec) -> Vec<Toleratio
     }];
     out.extend(sk.spec.additional_tolerations.iter().cloned());
     if sk.spec.runtime_required {
-        out.push(runtime_taint.to_toleration());
+        out.extend(runtime_taints.tolerations());
     }
     out
 }
@@ -461,7 +461,12 @@ mod tests {
             (
                 "runtime required",
                 true,
-                vec![schema::UNSCHEDULABLE_TAINT_KEY, "a", "skyhook.nvidia.com"],
+                vec![
+                    schema::UNSCHEDULABLE_TAINT_KEY,
+                    "a",
+                    "skyhook.nvidia.com",
+                    "nodewright.nvidia.com",
+                ],
             ),
         ];
         for (name, rr, want) in cases {
@@ -478,7 +483,8 @@ mod tests {
                 "case: {name}"
             );
             if rr {
-                assert_eq!(tols.last(), Some(&rt.to_toleration()), "case: {name}");
+                let runtime: Vec<Toleration> = rt.tolerations().collect();
+                assert!(tols.ends_with(&runtime), "case: {name}");
             }
         }
     }

@@ -201,7 +201,14 @@ pub const WEBHOOK_SERVICE_ANNOTATION: &str = "skyhook.nvidia.com/service";
 // ----- Taints -----
 
 /// Default of `RUNTIME_REQUIRED_TAINT` (kubectl taint syntax; parse with `TaintSpec`).
+/// The taints the node lifecycle controller puts on a node that is not ready or not reachable.
+pub const NOT_READY_TAINT_KEY: &str = "node.kubernetes.io/not-ready";
+pub const UNREACHABLE_TAINT_KEY: &str = "node.kubernetes.io/unreachable";
 pub const DEFAULT_RUNTIME_REQUIRED_TAINT: &str = "skyhook.nvidia.com=runtime-required:NoSchedule";
+/// Upstream's default runtime-required taint since v0.18 (delta D31): nodes provisioned for
+/// upstream carry it, so it is tolerated and lifted like the configured one.
+pub const UPSTREAM_RUNTIME_REQUIRED_TAINT: &str =
+    "nodewright.nvidia.com=runtime-required:NoSchedule";
 /// Taint the node lifecycle adds to cordoned nodes; our pods tolerate it (operator `Exists`).
 pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 

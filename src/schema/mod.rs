@@ -58,7 +58,7 @@ pub use package_annotation::PackageAnnotation;
 pub use semver::{is_valid_semver, major_minor, semver_compare};
 pub use stage::Stage;
 pub use status::{State, Status};
-pub use taint::{TaintEffect, TaintSpec};
+pub use taint::{RuntimeTaints, TaintEffect, TaintSpec};
 pub use validation::{
     is_dns1123_label, is_dns1123_subdomain, is_qualified_name, is_valid_label_value,
 };

@@ -91,6 +91,53 @@ impl TaintSpec {
     }
 }
 
+/// The runtime-required taint the operator puts on new nodes (`RUNTIME_REQUIRED_TAINT`), and
+/// every runtime-required taint it recognises: that one, this project's default and upstream's
+/// since v0.18 (`nodewright.nvidia.com`), so a node provisioned for either is tolerated and
+/// released rather than stranded (delta D31; upstream honours both keys the same way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeTaints {
+    applied: TaintSpec,
+    recognised: Vec<TaintSpec>,
+}
+
+impl RuntimeTaints {
+    pub fn new(applied: &TaintSpec) -> RuntimeTaints {
+        let mut recognised = vec![applied.clone()];
+        let known = [
+            super::DEFAULT_RUNTIME_REQUIRED_TAINT,
+            super::UPSTREAM_RUNTIME_REQUIRED_TAINT,
+        ];
+        for spec in known.iter().filter_map(|s| TaintSpec::parse(s).ok()) {
+            if !recognised
+                .iter()
+                .any(|r| r.key == spec.key && r.effect == spec.effect)
+            {
+                recognised.push(spec);
+            }
+        }
+        RuntimeTaints {
+            applied: applied.clone(),
+            recognised,
+        }
+    }
+
+    /// The taint auto-tainting adds.
+    pub fn applied(&self) -> &TaintSpec {
+        &self.applied
+    }
+
+    /// Whether a node taint is one of the recognised runtime-required taints.
+    pub fn matches(&self, taint: &Taint) -> bool {
+        self.recognised.iter().any(|r| r.matches(taint))
+    }
+
+    /// A toleration of each recognised taint, the applied one first.
+    pub fn tolerations(&self) -> impl Iterator<Item = Toleration> + '_ {
+        self.recognised.iter().map(TaintSpec::to_toleration)
+    }
+}
+
 impl FromStr for TaintSpec {
     type Err = SchemaError;
 
@@ -113,6 +160,31 @@ impl fmt::Display for TaintSpec {
 mod tests {
     use super::*;
     use crate::schema::DEFAULT_RUNTIME_REQUIRED_TAINT;
+
+    #[test]
+    fn both_default_keys_are_recognised_whatever_is_applied() {
+        use k8s_openapi::api::core::v1::Taint;
+        let taint = |key: &str| Taint {
+            key: key.into(),
+            value: Some("runtime-required".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let default = TaintSpec::parse(DEFAULT_RUNTIME_REQUIRED_TAINT).unwrap();
+        let rt = RuntimeTaints::new(&default);
+        assert_eq!(rt.applied(), &default);
+        assert!(rt.matches(&taint("skyhook.nvidia.com")));
+        assert!(rt.matches(&taint("nodewright.nvidia.com")));
+        assert!(!rt.matches(&taint("example.com")));
+        assert_eq!(rt.tolerations().count(), 2);
+        let custom = TaintSpec::parse("gpu-init=pending:NoExecute").unwrap();
+        let rt = RuntimeTaints::new(&custom);
+        let keys: Vec<String> = rt.tolerations().filter_map(|t| t.key).collect();
+        assert_eq!(
+            keys,
+            ["gpu-init", "skyhook.nvidia.com", "nodewright.nvidia.com"]
+        );
+    }
 
     #[test]
     fn default_runtime_required_taint() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use thiserror::Error;
 
-use crate::schema::TaintSpec;
+use crate::schema::{self, TaintSpec};
 
 mod checked;
 mod serving;
@@ -172,6 +172,31 @@ struct Durations {
     leader: LeaderTimings,
 }
 
+/// Why a runtime-required taint key cannot name its `autoTaint_<key>` node annotation, if it
+/// cannot (upstream v0.20 refuses such keys at start-up too, delta D45): with a `/` the key is
+/// not a valid annotation name, and past [`MAX_AUTO_TAINT_KEY`] characters the annotation's name
+/// part is over 63, so every auto-taint write would be refused and stall the rollouts.
+fn auto_taint_key_problem(key: &str) -> Option<String> {
+    let annotation = schema::auto_taint_annotation(key);
+    if key.contains('/') {
+        Some(format!(
+            "the taint key {key:?} has a prefix; use a key without '/' (it names the node \
+             annotation {annotation:?}, which must be a valid annotation key)"
+        ))
+    } else if key.len() > MAX_AUTO_TAINT_KEY {
+        Some(format!(
+            "the taint key {key:?} has {} characters, over {MAX_AUTO_TAINT_KEY}: it names the \
+             node annotation {annotation:?}, whose name part is limited to 63 characters",
+            key.len()
+        ))
+    } else {
+        None
+    }
+}
+
+/// Longest runtime-required taint key: `autoTaint_` and the key make a 63-character name.
+pub const MAX_AUTO_TAINT_KEY: usize = 53;
+
 impl Settings {
     /// Check every setting, reporting all problems at once (as the reference does).
     pub fn validate(&self) -> Result<Config, SettingsError> {
@@ -180,7 +205,13 @@ impl Settings {
         self.check_leader(&durations.leader, &mut errs);
         self.check_paths_and_images(&mut errs);
         let taint = match TaintSpec::parse(&self.runtime_required_taint) {
-            Ok(t) => Some(t),
+            Ok(t) => match auto_taint_key_problem(&t.key) {
+                None => Some(t),
+                Some(why) => {
+                    errs.push(format!("RUNTIME_REQUIRED_TAINT: {why}"));
+                    None
+                }
+            },
             Err(e) => {
                 errs.push(format!("RUNTIME_REQUIRED_TAINT: {e}"));
                 None
@@ -351,6 +382,26 @@ mod tests {
         assert_eq!(c.serving.metrics_addr, "0.0.0.0:8080");
         assert_eq!(c.serving.probe_addr, "0.0.0.0:8081");
         assert_eq!(c.image_pull_secret, None);
+    }
+
+    #[test]
+    fn a_runtime_required_taint_key_must_name_a_valid_annotation() {
+        let taint = |v: &str| {
+            Cli::parse_from(["x".to_string(), format!("--runtime-required-taint={v}")])
+                .settings
+                .validate()
+                .map(|c| c.runtime_required_taint.key)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            taint("nodewright.nvidia.com=runtime-required:NoSchedule").as_deref(),
+            Ok("nodewright.nvidia.com")
+        );
+        let prefixed = taint("example.com/rr=x:NoSchedule").expect_err("prefixed key");
+        assert!(prefixed.contains("has a prefix"), "{prefixed}");
+        assert!(taint(&format!("{}=x:NoSchedule", "k".repeat(53))).is_ok());
+        let long = taint(&format!("{}=x:NoSchedule", "k".repeat(54))).expect_err("long key");
+        assert!(long.contains("54 characters, over 53"), "{long}");
     }
 
     #[test]

@@ -8,11 +8,11 @@ use crate::jobs::Outcome;
 use crate::plan::fixtures::{job, node, package, runtime_taint, skyhook};
 use crate::schema::Stage;
 
-fn meta<'a>(sk: &'a crate::crd::Skyhook, rt: &'a schema::TaintSpec) -> MetaInput<'a> {
+fn meta<'a>(sk: &'a crate::crd::Skyhook, rt: &'a schema::RuntimeTaints) -> MetaInput<'a> {
     MetaInput {
         skyhook: sk,
         skyhooks: &[],
-        runtime_taint: rt,
+        runtime_taints: rt,
         operator_version: "test",
     }
 }

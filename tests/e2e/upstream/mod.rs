@@ -5,3 +5,5 @@
 
 mod images;
 mod ready;
+mod startup;
+mod taints;
