@@ -23,6 +23,9 @@ pub struct PodInfo {
     pub protected: bool,
     /// Must be evicted before the interrupt.
     pub evictable: bool,
+    /// Would be evicted, but is already being deleted (evicted earlier): the interrupt waits
+    /// until the pod object is gone, as `kubectl drain` does (upstream v0.19, delta D36).
+    pub terminating: bool,
 }
 
 /// What a pass needs listed for the drain: the pods on the Skyhook's cordoned nodes, read as
@@ -82,7 +85,8 @@ fn classify<'p>(
 }
 
 /// Never evicted, as `kubectl drain` decides: DaemonSet and mirror pods, our own Jobs' pods,
-/// pods that tolerate the cordon, kube-system, and pods already terminating.
+/// pods that tolerate the cordon and kube-system. Any other pod already terminating is not
+/// evicted again but still holds the node until it is gone.
 fn classify_one(p: &Pod, protected: Option<&Selector>) -> PodInfo {
     let owned_by_ds = p.owner_references().iter().any(|o| o.kind == "DaemonSet");
     let mirror = p.annotations().contains_key("kubernetes.io/config.mirror");
@@ -93,15 +97,12 @@ fn classify_one(p: &Pod, protected: Option<&Selector>) -> PodInfo {
         .and_then(|s| s.tolerations.as_ref())
         .is_some_and(|ts| tolerates_cordon(ts));
     let namespace = p.namespace().unwrap_or_default();
-    let kept = owned_by_ds
-        || mirror
-        || ours
-        || tolerates
-        || namespace == "kube-system"
-        || p.metadata.deletion_timestamp.is_some();
+    let kept = owned_by_ds || mirror || ours || tolerates || namespace == "kube-system";
+    let terminating = !kept && p.metadata.deletion_timestamp.is_some();
     PodInfo {
         protected: protected.is_some_and(|s| s.matches(p.labels())),
-        evictable: !kept,
+        evictable: !kept && !terminating,
+        terminating,
         namespace,
         name: p.name_any(),
     }
@@ -120,6 +121,8 @@ pub enum Readiness {
     Protected(Vec<String>),
     /// Evict these (namespace, name) and wait.
     Evict(Vec<(String, String)>),
+    /// Evicted pods are still terminating (`ns/name`): wait until they are gone.
+    Terminating(Vec<String>),
 }
 
 /// Decides the drain of a node: cordon, then wait for protected pods, then evict the rest.
@@ -143,10 +146,18 @@ pub fn readiness(cordoned: bool, pods: Option<&[PodInfo]>) -> Readiness {
         .filter(|p| p.evictable)
         .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect();
-    if evict.is_empty() {
+    if !evict.is_empty() {
+        return Readiness::Evict(evict);
+    }
+    let terminating: Vec<String> = pods
+        .iter()
+        .filter(|p| p.terminating)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    if terminating.is_empty() {
         Readiness::Ready
     } else {
-        Readiness::Evict(evict)
+        Readiness::Terminating(terminating)
     }
 }
 
@@ -288,8 +299,16 @@ mod tests {
                 Some((false, false)),
             ),
             (
-                "terminating pod kept",
+                "terminating pod: not evicted again (it holds the node: readiness)",
                 json!({"deletionTimestamp": "2024-01-01T00:00:00Z"}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "terminating DaemonSet pod kept",
+                json!({"deletionTimestamp": "2024-01-01T00:00:00Z", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "o", "uid": "u"}]}),
                 json!([]),
                 Some("Running"),
                 true,
@@ -362,6 +381,11 @@ mod tests {
                         (protected, evictable),
                         "case: {name}"
                     );
+                    assert_eq!(
+                        info.terminating,
+                        name.starts_with("terminating pod"),
+                        "case: {name}"
+                    );
                     assert_eq!(info.name, "p", "case: {name}");
                     let ns = p.namespace().unwrap_or_default();
                     assert_eq!(info.namespace, ns, "case: {name}");
@@ -377,6 +401,11 @@ mod tests {
             name: name.into(),
             protected,
             evictable,
+            terminating: false,
+        };
+        let gone_soon = |name: &str| PodInfo {
+            terminating: true,
+            ..info(name, false, false)
         };
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let pair = |n: &str| ("ns".to_string(), n.to_string());
@@ -426,6 +455,18 @@ mod tests {
                     info("b", false, true),
                 ]),
                 Readiness::Evict(vec![pair("a"), pair("b")]),
+            ),
+            (
+                "evictions first, then the terminating ones are awaited",
+                true,
+                Some(vec![gone_soon("old"), info("a", false, true)]),
+                Readiness::Evict(vec![pair("a")]),
+            ),
+            (
+                "evicted pods still terminating hold the interrupt",
+                true,
+                Some(vec![gone_soon("a"), info("ds", false, false)]),
+                Readiness::Terminating(s(&["ns/a"])),
             ),
         ];
         for (name, cordoned, pods, want) in cases {

@@ -523,6 +523,7 @@ fn drain_cordons_then_evicts_then_runs() {
         name: "web".into(),
         protected,
         evictable: !protected,
+        terminating: false,
     };
     // (case, cordoned, pods, cordon written, evictions, Jobs)
     let cases: &[(&str, bool, Option<Vec<PodInfo>>, bool, usize, usize)] = &[

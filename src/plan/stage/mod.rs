@@ -301,6 +301,14 @@ fn ready(host: Host, out: &mut NodeOutcome) -> bool {
             ));
             false
         }
+        Readiness::Terminating(pods) => {
+            out.held = true;
+            out.blocked = Some(format!(
+                "draining: waiting for evicted pod(s) {} to terminate",
+                pods.join(", ")
+            ));
+            false
+        }
         Readiness::Evict(pods) => {
             let names: Vec<String> = pods.iter().map(|(n, p)| format!("{n}/{p}")).collect();
             out.held = true;

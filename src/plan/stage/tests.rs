@@ -1205,6 +1205,7 @@ fn the_interrupt_starts_only_on_a_cordoned_drained_node() {
         name: "web".into(),
         protected: false,
         evictable: true,
+        terminating: false,
     }];
     let host = |cordoned: bool, pods: Option<&'static [PodInfo]>| Host {
         cordoned,
