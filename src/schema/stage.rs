@@ -12,6 +12,11 @@ wire_enum! {
         Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
     )]
     pub serde enum Stage {
+        // Upstream v0.16 added the stage `uninstall-interrupt` (an interrupt after an
+        // uninstall, delta D12). Nodes and statuses written by upstream v0.16 and later may
+        // carry it; it reads as `uninstall`, the stage this project runs for it, so one such
+        // entry never makes a node's state, or a whole Skyhook, unreadable.
+        #[serde(alias = "uninstall-interrupt")]
         Uninstall = "uninstall",
         Upgrade = "upgrade",
         Apply = "apply",
@@ -60,6 +65,13 @@ impl Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstreams_uninstall_interrupt_reads_as_uninstall() {
+        let s: Stage = serde_json::from_str("\"uninstall-interrupt\"").unwrap();
+        assert_eq!(s, Stage::Uninstall);
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"uninstall\"");
+    }
 
     #[test]
     fn wire_strings_roundtrip() {

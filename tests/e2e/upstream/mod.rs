@@ -8,3 +8,4 @@ mod images;
 mod ready;
 mod startup;
 mod taints;
+mod uninstall_interrupt;
