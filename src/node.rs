@@ -45,6 +45,15 @@ impl NodeView {
             .any(|k| schema::is_other_cordon(k, skyhook))
     }
 
+    /// Someone else than `skyhook` wants the node kept cordoned: another Skyhook's cordon, or
+    /// upstream's `runtimeRequiredCordon`. `skyhook` then drops its share but never lifts it.
+    pub fn cordon_kept_by_others(&self, skyhook: &str) -> bool {
+        self.cordoned_by_another(skyhook)
+            || self
+                .annotations
+                .contains_key(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION)
+    }
+
     /// The resourceVersion as a number (etcd's revision), when it is one.
     pub fn version_number(&self) -> Option<u64> {
         self.resource_version

@@ -43,7 +43,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>], jobs_on: &BTreeSet<Str
         }
         if n.annotations.contains_key(&cordon) && !jobs_on.contains(&n.name) {
             patch.annotations.insert(cordon.clone(), None);
-            if !n.cordoned_by_another(&name) {
+            if !n.cordon_kept_by_others(&name) {
                 patch.unschedulable = Some(false);
             }
         }

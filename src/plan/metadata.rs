@@ -72,7 +72,7 @@ pub fn node_patch(
         );
     } else if settled && f.holds_cordon {
         // The last Skyhook holding the cordon lifts it; the others only drop their share.
-        if !f.node.cordoned_by_another(&name) {
+        if !f.node.cordon_kept_by_others(&name) {
             patch.unschedulable = Some(false);
         }
         patch
@@ -869,6 +869,32 @@ mod tests {
             );
             assert!(!p.annotations.contains_key(&theirs), "case: {case}");
         }
+    }
+
+    /// Delta D38: upstream's `runtimeRequiredCordon` keeps the node cordoned whoever finishes.
+    #[test]
+    fn upstreams_runtime_required_cordon_is_never_lifted() {
+        let sk = skyhook("sh").build();
+        let rt = runtime_taint();
+        let m = MetaInput {
+            skyhook: &sk,
+            skyhooks: &[],
+            runtime_taints: &rt,
+            operator_version: OP,
+        };
+        let ours = schema::cordon_annotation("sh");
+        let n = node("n")
+            .annotations(json!({
+                ours.clone(): "true",
+                schema::RUNTIME_REQUIRED_CORDON_ANNOTATION: "true",
+            }))
+            .cordoned(true)
+            .build();
+        let mut f = facts(&n);
+        f.holds_cordon = true;
+        let p = node_patch(&m, &f, &NodeOutcome::default(), Status::Complete, true);
+        assert_eq!(p.unschedulable, None, "lifted under runtimeRequiredCordon");
+        assert_eq!(p.annotations.get(&ours), Some(&None), "our share stays");
     }
 
     #[test]

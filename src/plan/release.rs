@@ -57,7 +57,7 @@ pub fn release(
         let mut patch = NodePatch::of(n);
         if n.annotations.contains_key(&cordon) {
             patch.annotations.insert(cordon.clone(), None);
-            if !n.cordoned_by_another(&name) {
+            if !n.cordon_kept_by_others(&name) {
                 patch.unschedulable = Some(false);
             }
         }

@@ -53,6 +53,11 @@ pub fn is_other_cordon(key: &str, skyhook: &str) -> bool {
         .is_some_and(|owner| owner != skyhook)
 }
 
+/// Upstream v0.19's mark of a node it keeps cordoned after its runtime-required taint went
+/// (`runtimeRequiredCordonAfter`, delta D38): the cordon is upstream's, and this operator never
+/// lifts it.
+pub const RUNTIME_REQUIRED_CORDON_ANNOTATION: &str = "nodewright.nvidia.com/runtimeRequiredCordon";
+
 /// Node annotation with the operator version that last migrated this node for the Skyhook.
 pub fn node_version_annotation(skyhook: &str) -> String {
     format!("{NODE_VERSION_PREFIX}{skyhook}")

@@ -1,0 +1,105 @@
+//! Cordons that are not this Skyhook's to lift:
+//! * D39 (issue 37, acceptance 5): a node cordoned with `kubectl cordon` before an interrupt
+//!   package runs there stays cordoned afterwards and never carries our `cordon_` key.
+//! * D38: a node carrying upstream's `nodewright.nvidia.com/runtimeRequiredCordon` is never
+//!   uncordoned, even when the cordon was ours.
+
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use skyhook::schema::{self, Status};
+
+use crate::support::interrupts::SlowInterrupts;
+use crate::support::{Env, pkg, setup, skyhook};
+
+fn reboot_package() -> serde_json::Value {
+    let mut p = pkg("1.0.0", json!([]));
+    p["interrupt"] = json!({"type": "reboot"});
+    p
+}
+
+/// (unschedulable, carries `cordon_<sk>`)
+async fn cordon_of(env: &Env, sk: &str) -> (bool, bool) {
+    let n = env.node_api.get(&env.nodes[0]).await.expect("node");
+    let ours = n
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(&schema::cordon_annotation(sk)));
+    (n.spec.and_then(|s| s.unschedulable).unwrap_or(false), ours)
+}
+
+#[tokio::test]
+async fn an_administrators_cordon_is_neither_adopted_nor_lifted() {
+    let env = setup("up-admin-cordon", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let cordon = env.ctx.kubectl(&["cordon", &node]);
+    assert!(cordon.status.success(), "kubectl cordon");
+    let _slow = SlowInterrupts::install(&env.ctx, "SLEEP_LEN", "3").await;
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"kernel": reboot_package()}}),
+    ))
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let (cordoned, ours) = cordon_of(&env, &sk).await;
+        assert!(cordoned, "the administrator's cordon was lifted");
+        assert!(!ours, "the administrator's cordon was marked ours");
+        let done = env
+            .skyhooks
+            .get(&sk)
+            .await
+            .ok()
+            .and_then(|s| s.status?.status)
+            == Some(Status::Complete);
+        if done {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no rollout");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(cordon_of(&env, &sk).await, (true, false));
+}
+
+#[tokio::test]
+async fn upstreams_runtime_required_cordon_is_never_lifted() {
+    let env = setup("up-rr-cordon", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let _slow = SlowInterrupts::install(&env.ctx, "SLEEP_LEN", "4").await;
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"kernel": reboot_package()}}),
+    ))
+    .await;
+    env.ctx
+        .wait_for("our cordon", Duration::from_secs(60), || async {
+            (cordon_of(&env, &sk).await == (true, true)).then_some(())
+        })
+        .await;
+    env.node_api
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                schema::RUNTIME_REQUIRED_CORDON_ANNOTATION: "true"}}})),
+        )
+        .await
+        .expect("annotate the node as upstream does");
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(120))
+        .await;
+    env.ctx
+        .wait_for("our share dropped", Duration::from_secs(30), || async {
+            (!cordon_of(&env, &sk).await.1).then_some(())
+        })
+        .await;
+    assert!(
+        cordon_of(&env, &sk).await.0,
+        "uncordoned under runtimeRequiredCordon"
+    );
+}
