@@ -100,7 +100,7 @@ struct Tally {
     blocked_nodes: Vec<String>,
     ignored_nodes: Vec<String>,
     /// Why some nodes' stored progress cannot be read, one line per node.
-    unreadable: Vec<String>,
+    unreadable: Vec<(String, String)>,
     any_active: bool,
     retry_at: Option<Timestamp>,
 }
@@ -189,7 +189,7 @@ fn plan_live(inp: &Inputs) -> Plan {
             let note = Note::node(&f.name, schema::NODE_STATE_UNREADABLE_REASON, why.clone());
             plan.events.push(note.warning());
         }
-        tally.unreadable.push(why);
+        tally.unreadable.push((f.name.clone(), why));
         tally.node_statuses.insert(f.name.clone(), Status::Blocked);
     }
     for failure in status::new_write_failures(prior, inp.write_failures) {

@@ -26,8 +26,8 @@ pub struct SkyhookFacts<'a> {
     pub held: &'a [String],
     pub blocked_nodes: Vec<String>,
     pub ignored_nodes: Vec<String>,
-    /// Nodes whose stored progress cannot be read, one message each.
-    pub unreadable: Vec<String>,
+    /// Nodes whose stored progress cannot be read: (node, message).
+    pub unreadable: Vec<(String, String)>,
     /// Writes of the last pass that failed for good, one line each.
     pub write_failures: &'a [String],
     /// The `deploymentPolicy` named but absent.
@@ -171,6 +171,7 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     work_conditions(&mut s.conditions, f, erroring, generation);
     node_conditions(&mut s.conditions, f, generation);
     unreadable_condition(&mut s.conditions, f, generation);
+    malformed_condition(&mut s.conditions, f, generation);
     write_failed_condition(&mut s.conditions, f, generation);
     policy_condition(&mut s.conditions, f, generation);
     stopped_condition(&mut s.conditions, f, generation);
@@ -404,7 +405,12 @@ fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation:
         (
             true,
             schema::NODE_STATE_UNREADABLE_REASON,
-            bounded(&f.unreadable),
+            bounded(
+                &f.unreadable
+                    .iter()
+                    .map(|(_, why)| why.clone())
+                    .collect::<Vec<_>>(),
+            ),
         )
     };
     if status || known {
@@ -418,6 +424,26 @@ fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation:
             f.now,
         );
     }
+}
+
+/// Upstream's `NodeStateMalformed` (v0.16, delta D16), beside our `NodeStateUnreadable`: present
+/// (and `True`) only while some node's state cannot be read, in upstream's words.
+fn malformed_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let kind = schema::NODE_STATE_MALFORMED_CONDITION;
+    if f.unreadable.is_empty() {
+        list.retain(|c| c.type_ != kind);
+        return;
+    }
+    let nodes: Vec<&str> = f.unreadable.iter().map(|(n, _)| n.as_str()).collect();
+    set_condition(
+        list,
+        kind,
+        true,
+        schema::NODE_STATE_MALFORMED_REASON,
+        schema::node_state_malformed_message(&nodes),
+        generation,
+        f.now,
+    );
 }
 
 /// `True` while writes keep failing; Skyhooks that never had one do not carry the condition.

@@ -51,6 +51,35 @@ pub const LEGACY_READY_CONDITION: &str = "skyhook.nvidia.com/Ready";
 /// Nodes of one status a Ready message names; past it, upstream's truncation note.
 pub const READY_NODES_LISTED: usize = 10;
 
+/// Upstream v0.16 (delta D16): some node's `nodeState_<sh>` cannot be parsed.
+pub const NODE_STATE_MALFORMED_CONDITION: &str = "NodeStateMalformed";
+pub const NODE_STATE_MALFORMED_REASON: &str = "ParseError";
+
+/// Upstream's message of `NodeStateMalformed`: the count, then at most 5 names (sorted, each
+/// cut to 10 characters and `...`), then `and N more`.
+pub fn node_state_malformed_message(nodes: &[&str]) -> String {
+    const LISTED: usize = 5;
+    const NAME: usize = 10;
+    let mut sorted = nodes.to_vec();
+    sorted.sort_unstable();
+    let shown: Vec<String> = sorted
+        .iter()
+        .take(LISTED)
+        .map(|n| match n.char_indices().nth(NAME) {
+            Some((cut, _)) => format!("{}...", &n[..cut]),
+            None => (*n).to_string(),
+        })
+        .collect();
+    let mut list = shown.join(", ");
+    if sorted.len() > LISTED {
+        list.push_str(&format!(" and {} more", sorted.len() - LISTED));
+    }
+    format!(
+        "nodeState annotation cannot be parsed on {} node(s): {list}",
+        nodes.len()
+    )
+}
+
 /// Upstream's reason of `Ready`, from the Skyhook's aggregate status.
 pub fn ready_reason(status: Status) -> &'static str {
     match status {
@@ -268,6 +297,19 @@ pub fn deployment_policy_not_found_message(policy: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_message_as_upstream_words_it() {
+        assert_eq!(
+            node_state_malformed_message(&["b", "a-very-long-node-name"]),
+            "nodeState annotation cannot be parsed on 2 node(s): a-very-lon..., b"
+        );
+        let many = ["n1", "n2", "n3", "n4", "n5", "n6", "n7"];
+        assert_eq!(
+            node_state_malformed_message(&many),
+            "nodeState annotation cannot be parsed on 7 node(s): n1, n2, n3, n4, n5 and 2 more"
+        );
+    }
 
     /// Upstream's wording (`skyhookReadyConditionMessageFromStatusGroups`, v0.16).
     #[test]

@@ -2221,6 +2221,25 @@ async fn unreadable_node_state_is_reported_and_left_alone() {
         "{}",
         cond.message
     );
+    // Upstream's bare condition (delta D16) says the same, in upstream's words.
+    let sk = env.skyhooks.get(&name).await.expect("skyhook");
+    let malformed = sk
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == schema::NODE_STATE_MALFORMED_CONDITION)
+        .expect("NodeStateMalformed");
+    assert_eq!(
+        (malformed.status.as_str(), malformed.reason.as_str()),
+        ("True", "ParseError")
+    );
+    assert!(
+        malformed
+            .message
+            .starts_with("nodeState annotation cannot be parsed on 1 node(s): "),
+        "{}",
+        malformed.message
+    );
     let raw = env.node_api.get(&bad).await.expect("node");
     assert_eq!(
         raw.annotations().get(&key).map(String::as_str),
@@ -2257,6 +2276,13 @@ async fn unreadable_node_state_is_reported_and_left_alone() {
             .iter()
             .any(|c| { c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION && c.status == "False" }),
         "{:?}",
+        st.conditions
+    );
+    assert!(
+        st.conditions
+            .iter()
+            .all(|c| c.type_ != schema::NODE_STATE_MALFORMED_CONDITION),
+        "NodeStateMalformed stays after the repair: {:?}",
         st.conditions
     );
 }
