@@ -124,6 +124,9 @@ pub fn status_changes(
     if let Some(msg) = status::newly_held(prior, desired) {
         out.push(Note::skyhook(schema::DRAIN_BLOCKED_REASON, msg).warning());
     }
+    if let Some(msg) = status::newly_blocked_by_non_interrupt_pods(prior, desired) {
+        out.push(Note::skyhook(schema::DRAIN_REASON, msg).warning());
+    }
     if let Some(msg) = status::newly_missing_policy(prior, desired) {
         let msg = format!(
             "{msg}: nothing new starts on this Skyhook's nodes until it is created, or \

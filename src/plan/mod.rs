@@ -98,6 +98,8 @@ struct Tally {
     node_statuses: BTreeMap<String, Status>,
     held: Vec<String>,
     blocked_nodes: Vec<String>,
+    /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
+    non_interrupt_nodes: Vec<String>,
     ignored_nodes: Vec<String>,
     /// Why some nodes' stored progress cannot be read, one line per node.
     unreadable: Vec<(String, String)>,
@@ -367,6 +369,9 @@ impl<'a> Planner<'a> {
         if let Some(why) = &o.blocked {
             tally.held.push(format!("node {}: {why}", f.name));
         }
+        if !o.protected_pods.is_empty() {
+            tally.non_interrupt_nodes.push(f.name.clone());
+        }
         self.drain(f, &o, plan);
         let settled = self.spec.settled(&o.state, &o.applied);
         let status = metadata::node_status(self.switches, f, settled, &o);
@@ -438,6 +443,7 @@ impl<'a> Planner<'a> {
             failures: &tally.events.failures,
             held: &tally.held,
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
+            non_interrupt_nodes: std::mem::take(&mut tally.non_interrupt_nodes),
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
             unreadable: std::mem::take(&mut tally.unreadable),
             write_failures: self.inp.write_failures,

@@ -26,6 +26,8 @@ pub struct SkyhookFacts<'a> {
     pub held: &'a [String],
     pub blocked_nodes: Vec<String>,
     pub ignored_nodes: Vec<String>,
+    /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
+    pub non_interrupt_nodes: Vec<String>,
     /// Nodes whose stored progress cannot be read: (node, message).
     pub unreadable: Vec<(String, String)>,
     /// Writes of the last pass that failed for good, one line each.
@@ -172,6 +174,7 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     node_conditions(&mut s.conditions, f, generation);
     unreadable_condition(&mut s.conditions, f, generation);
     malformed_condition(&mut s.conditions, f, generation);
+    non_interrupt_condition(&mut s.conditions, f, generation);
     write_failed_condition(&mut s.conditions, f, generation);
     policy_condition(&mut s.conditions, f, generation);
     stopped_condition(&mut s.conditions, f, generation);
@@ -446,6 +449,34 @@ fn malformed_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: 
     );
 }
 
+/// Upstream's `Blocked` with reason `NonInterruptPodsRunning` (v0.20, delta D42): present while
+/// pods matching `podNonInterruptLabels` hold some node's interrupt.
+fn non_interrupt_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let kind = schema::BLOCKED_CONDITION;
+    if f.non_interrupt_nodes.is_empty() {
+        list.retain(|c| c.type_ != kind);
+        return;
+    }
+    let nodes: Vec<&str> = f.non_interrupt_nodes.iter().map(String::as_str).collect();
+    set_condition(
+        list,
+        kind,
+        true,
+        schema::NON_INTERRUPT_PODS_RUNNING_REASON,
+        schema::non_interrupt_pods_message(&nodes),
+        generation,
+        f.now,
+    );
+}
+
+/// Pods matching `podNonInterruptLabels` began holding a node in this pass: the message.
+pub fn newly_blocked_by_non_interrupt_pods(
+    prior: &SkyhookStatus,
+    desired: &SkyhookStatus,
+) -> Option<String> {
+    newly_true(prior, desired, schema::BLOCKED_CONDITION)
+}
+
 /// `True` while writes keep failing; Skyhooks that never had one do not carry the condition.
 fn write_failed_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
     let known = list
@@ -591,6 +622,7 @@ mod tests {
             held: &[],
             blocked_nodes: Vec::new(),
             ignored_nodes: Vec::new(),
+            non_interrupt_nodes: Vec::new(),
             unreadable: Vec::new(),
             write_failures: &[],
             missing_policy: None,

@@ -51,6 +51,34 @@ pub const LEGACY_READY_CONDITION: &str = "skyhook.nvidia.com/Ready";
 /// Nodes of one status a Ready message names; past it, upstream's truncation note.
 pub const READY_NODES_LISTED: usize = 10;
 
+/// Upstream v0.20 (delta D42): the interrupt of some node waits for pods matching
+/// `podNonInterruptLabels`.
+pub const BLOCKED_CONDITION: &str = "Blocked";
+pub const NON_INTERRUPT_PODS_RUNNING_REASON: &str = "NonInterruptPodsRunning";
+/// Event reason upstream publishes when such pods begin to hold a node.
+pub const DRAIN_REASON: &str = "Drain";
+
+/// Upstream's message of `Blocked`: the count and the sorted names (at most 10, then how many
+/// more).
+pub fn non_interrupt_pods_message(nodes: &[&str]) -> String {
+    const LISTED: usize = 10;
+    let mut sorted = nodes.to_vec();
+    sorted.sort_unstable();
+    let mut list = sorted
+        .iter()
+        .take(LISTED)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if sorted.len() > LISTED {
+        list.push_str(&format!(" and {} more", sorted.len() - LISTED));
+    }
+    format!(
+        "{} node(s) blocked by non-interrupt pods ({list}). Waiting.",
+        nodes.len()
+    )
+}
+
 /// Upstream v0.16 (delta D16): some node's `nodeState_<sh>` cannot be parsed.
 pub const NODE_STATE_MALFORMED_CONDITION: &str = "NodeStateMalformed";
 pub const NODE_STATE_MALFORMED_REASON: &str = "ParseError";
@@ -297,6 +325,17 @@ pub fn deployment_policy_not_found_message(policy: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_interrupt_pods_message_as_upstream_words_it() {
+        assert_eq!(
+            non_interrupt_pods_message(&["n2", "n1"]),
+            "2 node(s) blocked by non-interrupt pods (n1, n2). Waiting."
+        );
+        let many: Vec<String> = (0..12).map(|i| format!("n{i:02}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(non_interrupt_pods_message(&refs).ends_with("n09 and 2 more). Waiting."));
+    }
 
     #[test]
     fn malformed_message_as_upstream_words_it() {

@@ -1322,6 +1322,24 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
         .expect("NodeBlocked");
     assert_eq!(held.status, "True");
     assert!(held.message.contains(&protected), "{}", held.message);
+    // Upstream's bare condition and Event for the same wait (delta D42).
+    let blocked = sk_blocked_condition(&env, &name).await.expect("Blocked");
+    assert_eq!(
+        (
+            blocked.status.as_str(),
+            blocked.reason.as_str(),
+            blocked.message.as_str()
+        ),
+        (
+            "True",
+            schema::NON_INTERRUPT_PODS_RUNNING_REASON,
+            format!("1 node(s) blocked by non-interrupt pods ({node}). Waiting.").as_str()
+        )
+    );
+    env.wait_event("a Drain Warning event", &name, |e| {
+        e.reason.as_deref() == Some(schema::DRAIN_REASON) && e.type_.as_deref() == Some("Warning")
+    })
+    .await;
     // The held node stays in_progress, as the reference's interrupt scenario asserts: the reason
     // is in the condition above, and `blocked` would tell the rollout it cannot take work.
     env.ctx
@@ -1375,6 +1393,10 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
             },
         )
         .await;
+    assert!(
+        sk_blocked_condition(&env, &name).await.is_none(),
+        "Blocked stays after the protected pod is gone"
+    );
     let events: Api<Event> = Api::all(env.ctx.client.clone());
     env.ctx
         .wait_for(
@@ -2285,6 +2307,18 @@ async fn unreadable_node_state_is_reported_and_left_alone() {
         "NodeStateMalformed stays after the repair: {:?}",
         st.conditions
     );
+}
+
+/// The bare `Blocked` condition of Skyhook `name` (upstream's, delta D42), if present.
+async fn sk_blocked_condition(
+    env: &Env,
+    name: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let sk = env.skyhooks.get(name).await.ok()?;
+    sk.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == schema::BLOCKED_CONDITION)
 }
 
 /// `restarts` is a persisted count: with one failed Job kept it still grows past one, and the

@@ -295,6 +295,7 @@ fn ready(host: Host, out: &mut NodeOutcome) -> bool {
         }
         Readiness::Protected(pods) => {
             out.held = true;
+            out.protected_pods.clone_from(&pods);
             out.blocked = Some(format!(
                 "waiting for protected pod(s) {} (podNonInterruptLabels) to finish",
                 pods.join(", ")

@@ -82,6 +82,8 @@ pub struct NodeOutcome {
     pub blocked: Option<String>,
     /// Held back by a protected pod or a drain that cannot finish (reported as `blocked`).
     pub held: bool,
+    /// Pods matching `podNonInterruptLabels` that hold the interrupt (`ns/name`).
+    pub protected_pods: Vec<String>,
 }
 
 impl NodeOutcome {
