@@ -15,7 +15,8 @@ use crate::schema::State;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
     pub name: String,
-    /// Work of this Skyhook runs or is pending on the node, or it holds our cordon.
+    /// Work of this Skyhook runs on the node; or, unless the node is ignored or untolerated,
+    /// work is pending there or it holds our cordon.
     pub busy: bool,
     /// Complete at every package with nothing drifted.
     pub settled: bool,
@@ -28,7 +29,11 @@ impl Seen {
     pub fn of(f: &NodeFacts, o: &NodeOutcome, settled: bool) -> Self {
         Seen {
             name: f.name.clone(),
-            busy: o.active || f.holds_cordon || o.any_state(State::InProgress),
+            // A node taken out of the rollout (ignored, or a taint no longer tolerated) keeps
+            // its state but gives its slot back, so the rest of its batch is not stalled; it
+            // resumes where it stopped once it is eligible again (upstream #586, delta D48).
+            busy: o.active
+                || (f.block.is_none() && (f.holds_cordon || o.any_state(State::InProgress))),
             settled,
             erroring: o.any_state(State::Erroring),
             eligible: f.eligible(),

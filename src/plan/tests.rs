@@ -433,6 +433,38 @@ fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
     assert_eq!(node_status(&plan, "young"), Some(Status::Waiting));
 }
 
+/// Delta D48: a node of the batch that is then ignored keeps its state but gives its slot
+/// back; another node starts. Unignored, it goes on.
+#[test]
+fn an_ignored_node_mid_batch_gives_its_slot_back() {
+    let sk = one_package(true).set("interruptionBudget", json!({"count": 1}));
+    let mid_batch = |ignored: bool| {
+        let mut labels = json!({});
+        if ignored {
+            labels[schema::IGNORE_LABEL] = json!(schema::TRUE_VALUE);
+        }
+        let mut annotations = go_state(REBOOT, "config", "complete");
+        annotations[schema::status_annotation("sh")] = json!("in_progress");
+        annotations[schema::cordon_annotation("sh")] = json!("true");
+        node("old")
+            .created(1)
+            .labels(labels)
+            .annotations(annotations)
+            .cordoned(true)
+            .arc()
+    };
+    // The young node's first step is its cordon (its package has an interrupt).
+    for (ignored, young_starts) in [(true, true), (false, false)] {
+        let nodes = vec![mid_batch(ignored), node("young").created(50).arc()];
+        let plan = World::new(sk.clone().build(), nodes).plan();
+        let cordoned = plan
+            .node_patches
+            .iter()
+            .any(|p| p.node == "young" && p.unschedulable == Some(true));
+        assert_eq!(cordoned, young_starts, "ignored: {ignored}");
+    }
+}
+
 #[test]
 fn an_invalid_skyhook_only_writes_its_status() {
     let n = node("n1")

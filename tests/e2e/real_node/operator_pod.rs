@@ -234,12 +234,12 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
             "manager": {
                 "image": {"repository": repo, "tag": tag},
                 "imagePullPolicy": "Always",
-                "agent": {"repository": agent_repo, "tag": agent_tag},
+                "agent": {"repository": agent_repo, "tag": agent_tag, "digest": ""},
                 "env": {"skyhookSelector": format!("{k}={v}"), "logEncoder": "console"},
                 "extraEnv": [{"name": "RETRY_BASE", "value": "2s"}, {"name": "RETRY_MAX", "value": "10s"}],
             },
         },
-        "cleanup": {"jobTimeoutSeconds": 150, "image": {"repository": kubectl_repo, "tag": kubectl_tag}},
+        "cleanup": {"jobTimeoutSeconds": 150, "image": {"repository": kubectl_repo, "tag": kubectl_tag, "digest": ""}},
     });
     let values_file = std::env::temp_dir().join(format!("skyhook-rn-helm-{}.json", ctx.prefix));
     std::fs::write(&values_file, values.to_string()).expect("write values");
@@ -567,11 +567,11 @@ async fn helm_places_the_operator_by_tolerations_and_node_affinity() {
                 "nodeAffinity": {"matchExpressions": expressions},
                 "manager": {
                     "image": {"repository": repo, "tag": tag},
-                    "agent": {"repository": agent_repo, "tag": agent_tag},
+                    "agent": {"repository": agent_repo, "tag": agent_tag, "digest": ""},
                     "env": {"skyhookSelector": format!("{k}={v}")},
                 },
             },
-            "cleanup": {"image": {"repository": kubectl_repo, "tag": kubectl_tag}},
+            "cleanup": {"image": {"repository": kubectl_repo, "tag": kubectl_tag, "digest": ""}},
         })
     };
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/helm/skyhook-operator");

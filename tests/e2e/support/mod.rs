@@ -442,11 +442,22 @@ pub fn service_account_token(ctx: &TestCtx, name: &str) -> String {
 }
 
 /// A free TCP port on 127.0.0.1.
+/// A port no one listens on, for a server a test starts. Taken from a range of its own below the
+/// kernel's ephemeral ports (32768 and up): a port the kernel hands out for `127.0.0.1:0` is
+/// free only until the next outgoing connection takes it as its local port, which, with four
+/// tests at a time, made an operator fail to bind its probe port now and then.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 29_000;
+    const COUNT: u16 = 1_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    for _ in 0..COUNT {
+        let port = FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % COUNT;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + COUNT)
 }
 
 /// A `skyhook-operator run` process owned by one test: it reconciles only Skyhooks labelled

@@ -3,6 +3,7 @@
 //! (`../shared/reference/nodewright-delta.md`, D<n>) it checks; `cargo test --test e2e upstream`
 //! runs them all.
 
+mod batch;
 mod cordons;
 mod drain;
 mod images;

@@ -98,9 +98,22 @@ limits:
 {{- end }}
 {{- end }}
 
-{{/* Where the operator (and the cleanup hook) may run. */}}
+{{/* Where the operator (and the cleanup hook) may run. With "spread", replicas prefer different
+nodes (upstream chart v0.20, delta D50): a node drained or rebooted takes one replica, not both. */}}
 {{- define "skyhook.placement" -}}
+{{- $spread := .spread -}}
+{{- with .root -}}
 affinity:
+  {{- if $spread }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "skyhook.selectorLabels" . | nindent 14 }}
+  {{- end }}
   nodeAffinity:
     requiredDuringSchedulingIgnoredDuringExecution:
       nodeSelectorTerms:
@@ -125,6 +138,7 @@ tolerations:
 {{- if .Values.imagePullSecret }}
 imagePullSecrets:
   - name: {{ .Values.imagePullSecret }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -1,0 +1,111 @@
+//! D48: a node of the batch that is ignored mid-rollout keeps its state but gives its slot
+//! back, so the rest of the rollout is not stalled; unignored, it resumes where it stopped.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use skyhook::schema::{self, Status};
+
+use crate::support::{Env, pkg, setup, skyhook};
+
+async fn cordoned_by(env: &Env, node: &str, sk: &str) -> bool {
+    let n = env.node_api.get(node).await.expect("node");
+    n.metadata
+        .annotations
+        .is_some_and(|a| a.contains_key(&schema::cordon_annotation(sk)))
+}
+
+async fn set_ignored(env: &Env, node: &str, ignored: bool) {
+    let value = if ignored {
+        json!(schema::TRUE_VALUE)
+    } else {
+        json!(null)
+    };
+    env.node_api
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {schema::IGNORE_LABEL: value}}})),
+        )
+        .await
+        .expect("label the node");
+}
+
+#[tokio::test]
+async fn an_ignored_node_mid_batch_does_not_stall_the_rollout() {
+    let env = setup("up-ignore-mid", 2, &[]).await;
+    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    // A protected pod on each node holds its interrupt: the node of the batch stays cordoned
+    // with no Job running, the case that stalled the batch.
+    let mut guards = Vec::new();
+    for node in &env.nodes {
+        let name = env.ctx.name(&format!("guard-{node}"));
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"dontmess": "withme"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "example.com/c:1"}]}}))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create the guard pod");
+        guards.push(name);
+    }
+    let sk = env.ctx.name("sk");
+    let mut p = pkg("1.0.0", json!([]));
+    p["interrupt"] = json!({"type": "reboot"});
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"interruptionBudget": {"count": 1},
+            "podNonInterruptLabels": {"matchLabels": {"dontmess": "withme"}},
+            "packages": {"kernel": p}}),
+    ))
+    .await;
+    let first = env
+        .ctx
+        .wait_for(
+            "the first node of the batch",
+            Duration::from_secs(60),
+            || async {
+                for n in &env.nodes {
+                    if cordoned_by(&env, n, &sk).await {
+                        return Some(n.clone());
+                    }
+                }
+                None
+            },
+        )
+        .await;
+    let second = env
+        .nodes
+        .iter()
+        .find(|n| **n != first)
+        .expect("two nodes")
+        .clone();
+    // Held by its guard: the batch of one waits on it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !cordoned_by(&env, &second, &sk).await,
+        "the budget of 1 was exceeded"
+    );
+    set_ignored(&env, &first, true).await;
+    env.ctx
+        .wait_for(
+            "the second node to start",
+            Duration::from_secs(60),
+            || async { cordoned_by(&env, &second, &sk).await.then_some(()) },
+        )
+        .await;
+    // The ignored node is left as it was (still cordoned for this Skyhook).
+    assert!(cordoned_by(&env, &first, &sk).await, "the ignored node was touched");
+    // Unignored and unguarded, everything completes.
+    set_ignored(&env, &first, false).await;
+    for g in &guards {
+        pods.delete(g, &DeleteParams::default())
+            .await
+            .expect("delete guard");
+    }
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(120))
+        .await;
+}
