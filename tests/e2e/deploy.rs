@@ -157,6 +157,32 @@ async fn installed_objects_match_the_contract() {
         pod.service_account_name.as_deref(),
         Some("skyhook-operator")
     );
+    // Delta D50: the replicas prefer different nodes.
+    let spread = pod
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .expect("preferred pod anti-affinity");
+    assert_eq!(
+        spread[0].pod_affinity_term.topology_key,
+        "kubernetes.io/hostname"
+    );
+    let spread_labels = spread[0]
+        .pod_affinity_term
+        .label_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap_or_default();
+    assert!(
+        spread_labels
+            .iter()
+            .all(|(k, v)| tmpl_labels.get(k) == Some(v)),
+        "the anti-affinity does not select the operator's pods: {spread_labels:?}"
+    );
     assert_eq!(pod.containers.len(), 1, "one container");
     let c = &pod.containers[0];
     let image = c.image.clone().unwrap_or_default();

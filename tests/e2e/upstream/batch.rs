@@ -98,7 +98,10 @@ async fn an_ignored_node_mid_batch_does_not_stall_the_rollout() {
         )
         .await;
     // The ignored node is left as it was (still cordoned for this Skyhook).
-    assert!(cordoned_by(&env, &first, &sk).await, "the ignored node was touched");
+    assert!(
+        cordoned_by(&env, &first, &sk).await,
+        "the ignored node was touched"
+    );
     // Unignored and unguarded, everything completes.
     set_ignored(&env, &first, false).await;
     for g in &guards {
