@@ -143,7 +143,8 @@ fn plan_live(inp: &Inputs) -> Plan {
             .into_iter()
             .partition(|f| f.unreadable.is_none());
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
-    let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates);
+    let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates)
+        .serial(sk.spec.serial);
     let planner = Planner {
         inp,
         name: sk.name_any(),

@@ -61,6 +61,8 @@ pub struct SpecView<'a> {
     pub packages: &'a BTreeMap<String, Package>,
     pub spec_hashes: BTreeMap<String, String>,
     pub config_updates: &'a BTreeMap<String, Vec<String>>,
+    /// `spec.serial`: one stage of one package at a time on each node.
+    pub serial: bool,
 }
 
 impl<'a> SpecView<'a> {
@@ -76,7 +78,13 @@ impl<'a> SpecView<'a> {
                 .map(|(k, p)| (k.clone(), spec_hash(p, tolerations)))
                 .collect(),
             config_updates,
+            serial: false,
         }
+    }
+
+    /// With `spec.serial` as given.
+    pub fn serial(self, serial: bool) -> Self {
+        SpecView { serial, ..self }
     }
 
     /// The current hash of spec package `name` (empty for packages not in the spec).

@@ -269,6 +269,11 @@ fn run_work(
         if interrupting && !adopting {
             continue;
         }
+        // `serial`: one stage Job of this Skyhook at a time on the node (upstream v0.20 runs one
+        // package per node per pass, delta D43; the reference ignored the field in effect).
+        if m.spec.serial && !adopting && (started(out) || m.jobs.iter().any(|j| !j.finished())) {
+            continue;
+        }
         // Cordon and drain before the stages that lead to an interrupt (a config re-run whose
         // keys match a configInterrupt included: §3.9.1 step 5).
         let needs_drain = matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Config)

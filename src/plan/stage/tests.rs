@@ -1333,3 +1333,36 @@ fn nothing_starts_under_another_skyhooks_interrupt() {
         assert_eq!(o.blocked.is_some(), other_interrupting);
     }
 }
+
+/// Delta D43: with `serial`, one stage Job of the Skyhook at a time on the node.
+#[test]
+fn serial_runs_one_stage_at_a_time() {
+    let a = package("alpha").build();
+    let c = package("charlie").version("2.0.0").build();
+    let pk = packages([&a, &c]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none).serial(true);
+    let run = |state: NodeState, jobs: &[&JobView], at: i64| {
+        step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            Host::default(),
+            jobs,
+            true,
+            RETRY,
+            3,
+            t(at),
+        )
+    };
+    let o = run(NodeState::default(), &[], 0);
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 0)]);
+    let running = job(&a, Stage::Apply).build();
+    let o = run(o.state, &[&running], 1);
+    assert_eq!(runs(&o), vec![], "a Job of the Skyhook runs on the node");
+    let done = job(&a, Stage::Apply)
+        .outcome(Outcome::Complete { at: t(2) })
+        .build();
+    let o = run(o.state, &[&done], 3);
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
+}

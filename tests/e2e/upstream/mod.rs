@@ -8,6 +8,7 @@ mod cordons;
 mod drain;
 mod images;
 mod ready;
+mod serial;
 mod startup;
 mod taints;
 mod uninstall_interrupt;
