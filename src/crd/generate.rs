@@ -374,6 +374,8 @@ fn skyhook_spec_patches() -> Vec<SchemaPatch> {
         patch("spec.pause", "default", json!(false)),
         patch("spec.runtimeRequired", "default", json!(false)),
         patch("spec.autoTaintNewNodes", "default", json!(false)),
+        // Upstream v0.14's default (crate::crd::upstream_fields).
+        patch("spec.sequencing", "default", json!("node")),
         patch(
             "spec.priority",
             "default",

@@ -16,6 +16,7 @@ pub mod policy_in_use;
 mod quantity;
 pub mod skyhook;
 pub mod status;
+pub mod upstream_fields;
 pub mod validate;
 
 #[cfg(test)]
@@ -32,7 +33,8 @@ pub use policy::{
     PolicyDefault, StrategyKind, StrategyParams,
 };
 pub use skyhook::{
-    DeploymentPolicyOptions, InterruptionBudget, Package, PackageResources, Skyhook, SkyhookSpec,
+    DeploymentPolicyOptions, InterruptionBudget, Package, PackageResources, Sequencing, Skyhook,
+    SkyhookSpec,
 };
 pub use status::{BatchState, CompartmentStatus, SkyhookStatus};
 

@@ -119,6 +119,27 @@ pub struct SkyhookSpec {
     #[serde(default = "default_priority")]
     #[schemars(with = "GoInt", range(min = 1))]
     pub priority: i64,
+
+    /// How this Skyhook holds back the Skyhooks ordered after it (upstream v0.14): `node`, per
+    /// node (a node goes on once this Skyhook is complete there), or `all` (no node goes on
+    /// until this Skyhook is complete on every node it targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequencing: Option<Sequencing>,
+}
+
+/// How this Skyhook holds back the Skyhooks ordered after it (upstream v0.14): `node` (a node
+/// goes on once this Skyhook is complete there) or `all` (no node goes on until this Skyhook is
+/// complete on every node it targets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Sequencing {
+    /// Later Skyhooks wait, per node, until this one is complete on that node (v0.13).
+    #[default]
+    #[serde(rename = "node")]
+    Node,
+    /// Later Skyhooks wait until this one is complete on every node it targets, even on nodes
+    /// it does not target.
+    #[serde(rename = "all")]
+    All,
 }
 
 impl Default for SkyhookSpec {
@@ -137,6 +158,7 @@ impl Default for SkyhookSpec {
             runtime_required: false,
             auto_taint_new_nodes: false,
             priority: DEFAULT_PRIORITY,
+            sequencing: None,
         }
     }
 }

@@ -78,13 +78,20 @@ impl NodeFacts<'_> {
 
 /// Facts of every targeted node, oldest node first.
 pub fn gather<'a>(inp: &Inputs<'a>, tolerations: &[Toleration]) -> Vec<NodeFacts<'a>> {
+    let held_back = select::waiting_on(inp.skyhook, inp.skyhooks, inp.nodes).is_some();
     select::targeted(inp.skyhook, inp.nodes)
         .into_iter()
-        .map(|n| read(inp, n, tolerations))
+        .map(|n| read(inp, n, tolerations, held_back))
         .collect()
 }
 
-fn read<'a>(inp: &Inputs<'a>, node: &'a NodeView, tolerations: &[Toleration]) -> NodeFacts<'a> {
+/// One node's facts; `held_back`: a `sequencing: all` predecessor gates every node.
+fn read<'a>(
+    inp: &Inputs<'a>,
+    node: &'a NodeView,
+    tolerations: &[Toleration],
+    held_back: bool,
+) -> NodeFacts<'a> {
     let sk = inp.skyhook;
     let skyhook = sk.name_any();
     let name = node.name.clone();
@@ -121,7 +128,7 @@ fn read<'a>(inp: &Inputs<'a>, node: &'a NodeView, tolerations: &[Toleration]) ->
             .annotations
             .contains_key(&schema::cordon_annotation(&skyhook)),
         block: select::block(node, tolerations),
-        gated: select::gated(sk, inp.skyhooks, node),
+        gated: held_back || select::gated(sk, inp.skyhooks, node),
         node,
         name,
         prior,

@@ -100,6 +100,8 @@ struct Tally {
     blocked_nodes: Vec<String>,
     /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
     non_interrupt_nodes: Vec<String>,
+    /// Every node waits for a `sequencing: all` Skyhook ordered before this one.
+    waiting_on_all: bool,
     ignored_nodes: Vec<String>,
     /// Why some nodes' stored progress cannot be read, one line per node.
     unreadable: Vec<(String, String)>,
@@ -426,6 +428,9 @@ impl<'a> Planner<'a> {
         tally: &mut Tally,
         plan: &mut Plan,
     ) {
+        let waiting_on = select::waiting_on(self.inp.skyhook, self.inp.skyhooks, self.inp.nodes)
+            .map(|s| s.name_any());
+        tally.waiting_on_all = waiting_on.is_some();
         let mut base = status::carried(prior);
         base.config_updates = updates;
         base.node_boot_ids = facts
@@ -452,6 +457,7 @@ impl<'a> Planner<'a> {
                 Policy::Missing(name) => Some(name),
                 _ => None,
             },
+            waiting_on: waiting_on.clone(),
             stopped: compartments::stopped(&self.name, &compartments),
             compartment_statuses: None,
             now: self.inp.now,
@@ -552,6 +558,10 @@ fn requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Duration {
     } else if !inp.write_failures.is_empty() {
         // Retry the failed writes soon, without hammering an API server that refuses them.
         Duration::from_secs(10)
+    } else if tally.waiting_on_all {
+        // The Skyhook waited on completes on nodes this one does not target, whose changes do
+        // not wake this Skyhook: look again soon.
+        Duration::from_secs(5)
     } else if tally.any_active || !plan.create_jobs.is_empty() {
         Duration::from_secs(30)
     } else if let Some(r) = tally.retry_at {

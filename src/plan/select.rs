@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use kube::ResourceExt;
 
 use super::NodeView;
-use crate::crd::Skyhook;
+use crate::crd::{Sequencing, Skyhook};
 use crate::node::{LabelMatch, Labels};
 use crate::schema::{self, RuntimeTaints, Status};
 
@@ -113,6 +113,38 @@ pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &NodeView) -> bool {
             && selects(other, &node.labels)
             && node.annotation(&schema::status_annotation(&other.name_any()))
                 != Some(Status::Complete.as_str())
+    })
+}
+
+/// Delta D3 (upstream v0.14): the first Skyhook ordered before `sk` with `sequencing: all` that
+/// is not yet complete on every node it targets (ignored nodes left out). Every node of `sk`
+/// waits for it, even the nodes it does not target; disabled ones and ones being deleted hold
+/// nothing back, paused ones do (as for per-node gating).
+pub fn waiting_on<'a>(
+    sk: &Skyhook,
+    all: &'a [Arc<Skyhook>],
+    nodes: &[Arc<NodeView>],
+) -> Option<&'a Skyhook> {
+    let key = |s: &Skyhook| (s.spec.priority, s.name_any());
+    let mine = key(sk);
+    let mut before: Vec<&Skyhook> = all
+        .iter()
+        .map(|s| &**s)
+        .filter(|o| {
+            o.name_any() != sk.name_any()
+                && key(o) < mine
+                && o.spec.sequencing == Some(Sequencing::All)
+                && o.metadata.deletion_timestamp.is_none()
+                && !flag(o, schema::DISABLE_ANNOTATION)
+        })
+        .collect();
+    before.sort_by_key(|o| key(o));
+    before.into_iter().find(|o| {
+        let status = schema::status_annotation(&o.name_any());
+        targeted(o, nodes).iter().any(|n| {
+            n.label(schema::IGNORE_LABEL) != Some(schema::TRUE_VALUE)
+                && n.annotation(&status) != Some(Status::Complete.as_str())
+        })
     })
 }
 
@@ -650,6 +682,83 @@ mod tests {
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         );
         assert!(!gated(&me, &all(&first), &n), "gates while being deleted");
+    }
+
+    /// Delta D3: a `sequencing: all` predecessor holds every node back until it is complete on
+    /// every node it targets, even nodes it does not target.
+    #[test]
+    fn a_sequencing_all_predecessor_holds_back_until_complete_everywhere() {
+        let status = schema::status_annotation("a");
+        let n = |name: &str, role: &str, a_status: Option<&str>| {
+            let mut annotations = json!({});
+            if let Some(s) = a_status {
+                annotations[status.clone()] = json!(s);
+            }
+            node(name)
+                .labels(json!({"role": role}))
+                .annotations(annotations)
+                .arc()
+        };
+        let me = skyhook("me")
+            .spec(json!({"nodeSelectors": {"matchLabels": {"role": "b"}}}))
+            .build();
+        let first = |sequencing: &str, disabled: bool| {
+            let mut a = skyhook("a")
+                .spec(json!({"sequencing": sequencing, "nodeSelectors": {"matchLabels": {"role": "a"}}}))
+                .set("priority", json!(100))
+                .build();
+            if disabled {
+                a.metadata.annotations =
+                    Some([(schema::DISABLE_ANNOTATION.to_string(), "true".to_string())].into());
+            }
+            a
+        };
+        // (case, predecessor's sequencing, disabled, its nodes' status, held back)
+        let cases = [
+            (
+                "all, one node left",
+                "all",
+                false,
+                [Some("complete"), Some("in_progress")],
+                true,
+            ),
+            (
+                "all, one node never started",
+                "all",
+                false,
+                [Some("complete"), None],
+                true,
+            ),
+            (
+                "all, complete everywhere",
+                "all",
+                false,
+                [Some("complete"), Some("complete")],
+                false,
+            ),
+            (
+                "node: per node only",
+                "node",
+                false,
+                [Some("complete"), None],
+                false,
+            ),
+            ("all but disabled", "all", true, [None, None], false),
+        ];
+        for (case, sequencing, disabled, statuses, want) in cases {
+            let a = first(sequencing, disabled);
+            let nodes = vec![
+                n("a1", "a", statuses[0]),
+                n("a2", "a", statuses[1]),
+                n("b1", "b", None),
+            ];
+            let all = vec![Arc::new(a), Arc::new(me.clone())];
+            assert_eq!(
+                waiting_on(&me, &all, &nodes).map(|s| s.name_any()),
+                want.then(|| "a".to_string()),
+                "case: {case}"
+            );
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct SkyhookFacts<'a> {
     pub write_failures: &'a [String],
     /// The `deploymentPolicy` named but absent.
     pub missing_policy: Option<&'a str>,
+    /// A Skyhook ordered before this one, with `sequencing: all`, not complete everywhere yet.
+    pub waiting_on: Option<String>,
     /// Compartments halted by their failure threshold, one message each.
     pub stopped: Vec<String>,
     /// The compartments' statuses, taken after any reset; `None` keeps the stored ones.
@@ -68,6 +70,8 @@ pub fn aggregate(f: &SkyhookFacts) -> Status {
         Status::Disabled
     } else if f.paused {
         Status::Paused
+    } else if f.waiting_on.is_some() {
+        Status::Waiting
     } else {
         base
     }
@@ -626,6 +630,7 @@ mod tests {
             unreadable: Vec::new(),
             write_failures: &[],
             missing_policy: None,
+            waiting_on: None,
             stopped: Vec::new(),
             compartment_statuses: None,
             now: t(0),

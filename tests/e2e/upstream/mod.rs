@@ -8,6 +8,7 @@ mod cordons;
 mod drain;
 mod images;
 mod ready;
+mod sequencing;
 mod serial;
 mod startup;
 mod taints;

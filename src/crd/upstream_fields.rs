@@ -1,0 +1,28 @@
+//! Fields that upstream releases after v0.13 added to the `skyhook.nvidia.com` CRDs and that
+//! this project serves too (issue 37): users of upstream v0.14 to v0.17 apply manifests carrying
+//! them, and a CRD without them refuses those manifests (`kubectl apply` validates strictly) or
+//! prunes the fields in silence. Each is optional and changes nothing when absent.
+//!
+//! The compatibility tests compare the generated schema with upstream v0.13's CRD and, for these
+//! paths, with the schema the named upstream release gives them.
+
+use serde_json::{Value, json};
+
+/// A field added by a later upstream release.
+pub struct UpstreamField {
+    /// Schema path (as in [`super::admission`]).
+    pub path: &'static str,
+    /// The upstream release that added it.
+    pub release: &'static str,
+    /// The validation keywords upstream's CRD gives it.
+    pub schema: Value,
+}
+
+/// The Skyhook CRD's fields from later releases.
+pub fn skyhook_fields() -> Vec<UpstreamField> {
+    vec![UpstreamField {
+        path: "spec.sequencing",
+        release: "v0.14.0",
+        schema: json!({"type": "string", "enum": ["all", "node"], "default": "node"}),
+    }]
+}
