@@ -183,6 +183,7 @@ impl Floor {
                     node,
                     attempt: 0,
                     spec_hash: "",
+                    node_order: 0,
                 },
                 package: pkg,
                 stage,

@@ -479,6 +479,7 @@ fn status_bounds() -> Vec<SchemaPatch> {
     let batch = "status.compartmentStatuses.*.batchState";
     let counters = [
         "status.nodesInProgress".to_owned(),
+        "status.nodeOrderOffset".to_owned(),
         format!("{compartment}.matched"),
         format!("{compartment}.ceiling"),
         format!("{compartment}.inProgress"),

@@ -60,9 +60,15 @@ pub struct SkyhookStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_boot_ids: BTreeMap<String, String>,
 
-    /// When each node was first picked into a batch (informational).
+    /// When each node was picked into a batch; a node leaves the list once complete.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_priority: BTreeMap<String, Time>,
+
+    /// How many nodes have left `nodePriority`: added to a node's place in it to make its
+    /// `SKYHOOK_NODE_ORDER` (upstream v0.15).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(with = "GoInt")]
+    pub node_order_offset: i64,
 
     /// Per package, the configMap keys changed in the pending or last config rollout.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -96,6 +102,7 @@ impl Default for SkyhookStatus {
             conditions: Vec::new(),
             node_boot_ids: BTreeMap::new(),
             node_priority: BTreeMap::new(),
+            node_order_offset: 0,
             config_updates: BTreeMap::new(),
             compartment_statuses: BTreeMap::new(),
             nodes_in_progress: 0,

@@ -20,9 +20,16 @@ pub struct UpstreamField {
 
 /// The Skyhook CRD's fields from later releases.
 pub fn skyhook_fields() -> Vec<UpstreamField> {
-    vec![UpstreamField {
-        path: "spec.sequencing",
-        release: "v0.14.0",
-        schema: json!({"type": "string", "enum": ["all", "node"], "default": "node"}),
-    }]
+    vec![
+        UpstreamField {
+            path: "spec.sequencing",
+            release: "v0.14.0",
+            schema: json!({"type": "string", "enum": ["all", "node"], "default": "node"}),
+        },
+        UpstreamField {
+            path: "status.nodeOrderOffset",
+            release: "v0.15.0",
+            schema: json!({"type": "integer"}),
+        },
+    ]
 }

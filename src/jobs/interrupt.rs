@@ -72,7 +72,7 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
             &copy_dir,
             &schema::interrupt_arg(req.interrupt.kind, &req.interrupt.services),
         )),
-        env: Some(agent_env(&ids, cfg, &id.agent_id).to_vec()),
+        env: Some(agent_env(&ids, cfg, &id.agent_id, place.node_order).to_vec()),
         volume_mounts: Some(vec![root_mount()]),
         resources: Some(ResourceRequirements {
             requests: Some(fixed.clone()),
@@ -114,6 +114,7 @@ mod tests {
                     node: "kind-worker",
                     attempt: 3,
                     spec_hash: "ih",
+                    node_order: 0,
                 },
                 owner: &p,
                 interrupt: &merged,
@@ -198,6 +199,7 @@ mod tests {
                     {"name": "SKYHOOK_ROOT_DIR", "value": "/var/lib/skyhook/simple-skyhook"},
                     {"name": "COPY_RESOLV", "value": "false"},
                     {"name": "SKYHOOK_RESOURCE_ID", "value": AGENT_ID},
+                    {"name": "SKYHOOK_NODE_ORDER", "value": "0"},
                 ],
                 "volumeMounts": [
                     {"name": "root-mount", "mountPath": "/root", "mountPropagation": "HostToContainer"}

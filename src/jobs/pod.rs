@@ -77,6 +77,8 @@ pub struct JobPlace<'a> {
     /// The package's spec hash as the planner computes it, written verbatim to the
     /// `spec-hash` annotation (the planner uses `""` for uninstalls).
     pub spec_hash: &'a str,
+    /// The node's `SKYHOOK_NODE_ORDER` (delta D7).
+    pub node_order: i64,
 }
 
 /// What distinguishes one Job from another: metadata on the Job (and, partly, its pods).
@@ -294,8 +296,13 @@ fn package_annotation(ids: &SkyhookIds, package: &Package, stage: Stage) -> Pack
     }
 }
 
-/// The four agent variables of §4.4, in order.
-pub(super) fn agent_env(ids: &SkyhookIds, cfg: &Config, agent_id: &str) -> [EnvVar; 4] {
+/// The four agent variables of §4.4, in order, then upstream v0.15's `SKYHOOK_NODE_ORDER`.
+pub(super) fn agent_env(
+    ids: &SkyhookIds,
+    cfg: &Config,
+    agent_id: &str,
+    node_order: i64,
+) -> [EnvVar; 5] {
     [
         env_var(
             schema::SKYHOOK_LOG_DIR_ENV,
@@ -307,6 +314,7 @@ pub(super) fn agent_env(ids: &SkyhookIds, cfg: &Config, agent_id: &str) -> [EnvV
         ),
         env_var(schema::COPY_RESOLV_ENV, schema::COPY_RESOLV_VALUE),
         env_var(schema::SKYHOOK_RESOURCE_ID_ENV, agent_id),
+        env_var(schema::SKYHOOK_NODE_ORDER_ENV, &node_order.to_string()),
     ]
 }
 

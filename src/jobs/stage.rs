@@ -59,7 +59,8 @@ pub fn stage_job(req: &StageJob, cfg: &Config) -> Job {
     .ok();
     let id = JobIdentity::of(place, &ids, pkg, stage, name);
     let (volumes, mounts) = stage_volumes(&ids, pkg, place.node);
-    let [copy, run, check] = stage_containers(&ids, pkg, stage, &id.agent_id, &mounts, cfg);
+    let agent = (id.agent_id.as_str(), place.node_order);
+    let [copy, run, check] = stage_containers(&ids, pkg, stage, agent, &mounts, cfg);
     let pod = PodSpec {
         init_containers: Some(vec![copy, run]),
         // The main container: the Job completes when the check exits 0 (module docs).
@@ -118,7 +119,7 @@ fn stage_containers(
     ids: &SkyhookIds,
     pkg: &Package,
     stage: Stage,
-    agent_id: &str,
+    (agent_id, node_order): (&str, i64),
     mounts: &[VolumeMount],
     cfg: &Config,
 ) -> [Container; 3] {
@@ -147,7 +148,7 @@ fn stage_containers(
     };
     // 2. and 3. The agent runs the stage, then its check. Package env first, then the agent's.
     let mut env = pkg.env.clone();
-    env.extend(agent_env(ids, cfg, agent_id));
+    env.extend(agent_env(ids, cfg, agent_id, node_order));
     let image = agent_image(pkg, cfg).to_owned();
     let run = Container {
         args: Some(schema::agent_args(stage.as_str(), &copy_dir)),
@@ -241,6 +242,7 @@ mod tests {
             {"name": "SKYHOOK_ROOT_DIR", "value": "/var/lib/skyhook/simple-skyhook"},
             {"name": "COPY_RESOLV", "value": "false"},
             {"name": "SKYHOOK_RESOURCE_ID", "value": AGENT_ID},
+            {"name": "SKYHOOK_NODE_ORDER", "value": "0"},
         ]);
         let expected = json!({
             "apiVersion": "batch/v1",
@@ -441,6 +443,7 @@ mod tests {
                     node: "kind-worker",
                     attempt: 0,
                     spec_hash: "h",
+                    node_order: 0,
                 },
                 package: &p,
                 stage: Stage::Apply,
@@ -513,7 +516,7 @@ mod tests {
         assert_eq!(spec.volumes.as_ref().unwrap().len(), 2);
         let check = &spec.containers[0];
         assert_eq!(check.name, "dexter-uninstallcheck");
-        assert_eq!(check.env.as_ref().unwrap().len(), 4);
+        assert_eq!(check.env.as_ref().unwrap().len(), 5);
         assert_eq!(check.volume_mounts.as_ref().unwrap().len(), 2);
         assert_eq!(
             spec.init_containers.as_ref().unwrap()[0].image.as_deref(),

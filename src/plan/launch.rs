@@ -22,7 +22,13 @@ pub const MAX_JOB_CREATES_PER_PASS: usize = 200;
 /// Adds the Jobs and Job operations of one node's outcome to the plan. Returns false when the
 /// node's Jobs wait for the next pass (the pass's cap is reached): then nothing of its launch
 /// is planned, neither its metadata ConfigMap nor the Events of its starts.
-pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) -> bool {
+pub fn node_work(
+    inp: &Inputs,
+    f: &NodeFacts,
+    o: &NodeOutcome,
+    node_order: i64,
+    plan: &mut Plan,
+) -> bool {
     let (sk, cfg) = (inp.skyhook, inp.config);
     let runs = o
         .actions
@@ -57,7 +63,7 @@ pub fn node_work(inp: &Inputs, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) 
                     spec_hash,
                     interrupt: interrupt.as_ref(),
                 };
-                let Some(mut job) = run_job(sk, cfg, &f.name, &run, plan) else {
+                let Some(mut job) = run_job(sk, cfg, (&f.name, node_order), &run, plan) else {
                     continue;
                 };
                 // The node copy this pass read; exec replaces it with the version its node
@@ -111,13 +117,20 @@ struct Run<'a> {
 }
 
 /// The Job of one run (and, for an interrupt, its Event on the Skyhook).
-fn run_job(sk: &Skyhook, cfg: &Config, node: &str, run: &Run, plan: &mut Plan) -> Option<Job> {
+fn run_job(
+    sk: &Skyhook,
+    cfg: &Config,
+    (node, node_order): (&str, i64),
+    run: &Run,
+    plan: &mut Plan,
+) -> Option<Job> {
     let package = run.package;
     let place = jobs::JobPlace {
         skyhook: sk,
         node,
         attempt: run.attempt,
         spec_hash: run.spec_hash,
+        node_order,
     };
     if run.stage != Stage::Interrupt {
         let req = jobs::StageJob {

@@ -37,6 +37,7 @@ pub mod inputs;
 pub mod interrupt;
 pub mod launch;
 pub mod metadata;
+pub mod node_order;
 pub mod release;
 pub mod select;
 pub mod spec;
@@ -102,6 +103,9 @@ struct Tally {
     non_interrupt_nodes: Vec<String>,
     /// Every node waits for a `sequencing: all` Skyhook ordered before this one.
     waiting_on_all: bool,
+    /// `nodePriority` with this pass's picks, and each listed node's `SKYHOOK_NODE_ORDER`.
+    node_priority: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    node_orders: BTreeMap<String, i64>,
     ignored_nodes: Vec<String>,
     /// Why some nodes' stored progress cannot be read, one line per node.
     unreadable: Vec<(String, String)>,
@@ -188,6 +192,8 @@ fn plan_live(inp: &Inputs) -> Plan {
         ..Plan::default()
     };
     let mut tally = Tally::default();
+    tally.node_priority = node_order::picked(&prior.node_priority, &allowed, inp.now);
+    tally.node_orders = node_order::orders(&tally.node_priority, prior.node_order_offset);
     for f in &unreadable {
         let why = f.unreadable.clone().unwrap_or_default();
         if !status::already_unreadable(prior, &why) {
@@ -358,7 +364,8 @@ impl<'a> Planner<'a> {
             Some(Block::Taint) => tally.blocked_nodes.push(f.name.clone()),
             None => {}
         }
-        let launched = launch::node_work(self.inp, f, &o, plan);
+        let order = tally.node_orders.get(&f.name).copied().unwrap_or(0);
+        let launched = launch::node_work(self.inp, f, &o, order, plan);
         // A start whose Job waits for the next pass is announced by the pass that creates it.
         let notes: Vec<NodeNote> = o
             .notes
@@ -458,6 +465,7 @@ impl<'a> Planner<'a> {
                 _ => None,
             },
             waiting_on: waiting_on.clone(),
+            node_priority: std::mem::take(&mut tally.node_priority),
             stopped: compartments::stopped(&self.name, &compartments),
             compartment_statuses: None,
             now: self.inp.now,

@@ -36,6 +36,8 @@ pub struct SkyhookFacts<'a> {
     pub missing_policy: Option<&'a str>,
     /// A Skyhook ordered before this one, with `sequencing: all`, not complete everywhere yet.
     pub waiting_on: Option<String>,
+    /// `nodePriority` with this pass's picks (pruned into the status).
+    pub node_priority: BTreeMap<String, Time>,
     /// Compartments halted by their failure threshold, one message each.
     pub stopped: Vec<String>,
     /// The compartments' statuses, taken after any reset; `None` keeps the stored ones.
@@ -119,6 +121,7 @@ pub fn carried(prior: &SkyhookStatus) -> SkyhookStatus {
         conditions,
         node_boot_ids,
         node_priority,
+        node_order_offset,
         config_updates,
         compartment_statuses,
         nodes_in_progress,
@@ -133,6 +136,7 @@ pub fn carried(prior: &SkyhookStatus) -> SkyhookStatus {
         conditions: conditions.clone(),
         node_boot_ids: node_boot_ids.clone(),
         node_priority: node_priority.clone(),
+        node_order_offset: *node_order_offset,
         config_updates: config_updates.clone(),
         compartment_statuses: compartment_statuses.clone(),
         nodes_in_progress: *nodes_in_progress,
@@ -294,8 +298,12 @@ fn progress(s: &mut SkyhookStatus, f: &mut SkyhookFacts) {
     s.node_status = f.node_statuses.clone();
     s.node_boot_ids
         .retain(|n, _| f.node_statuses.contains_key(n));
-    s.node_priority
-        .retain(|n, _| f.node_statuses.contains_key(n));
+    s.node_priority = std::mem::take(&mut f.node_priority);
+    super::node_order::prune(
+        &mut s.node_priority,
+        &mut s.node_order_offset,
+        &f.node_statuses,
+    );
     s.complete_nodes = format!("{}/{}", count(Status::Complete), targeted);
     s.nodes_in_progress = (count(Status::InProgress) + count(Status::Erroring)) as i64;
     let mut packages: Vec<String> = f
@@ -631,6 +639,7 @@ mod tests {
             write_failures: &[],
             missing_policy: None,
             waiting_on: None,
+            node_priority: BTreeMap::new(),
             stopped: Vec::new(),
             compartment_statuses: None,
             now: t(0),

@@ -726,6 +726,7 @@ fn a_huge_graceful_shutdown_stored_before_the_bound_is_flagged_not_fatal() {
             node: "n1",
             attempt: 0,
             spec_hash: "h",
+            node_order: 0,
         },
         package,
         stage: Stage::Apply,

@@ -13,6 +13,9 @@ pub const COPY_RESOLV_ENV: &str = "COPY_RESOLV";
 pub const COPY_RESOLV_VALUE: &str = "false";
 /// Agent env: `agent_resource_id(..)`, key of the agent's once-only interrupt flags.
 pub const SKYHOOK_RESOURCE_ID_ENV: &str = "SKYHOOK_RESOURCE_ID";
+/// Upstream v0.15 (delta D7): the node's place in the rollout (0 for the first node picked),
+/// so a package can tell the first node from the others (e.g. `kubeadm init` on node 0).
+pub const SKYHOOK_NODE_ORDER_ENV: &str = "SKYHOOK_NODE_ORDER";
 /// Init (copy) container env: the copy dir relative to the host root.
 pub const SKYHOOK_DIR_ENV: &str = "SKYHOOK_DIR";
 

@@ -70,6 +70,7 @@ fn small(s: &SkyhookStatus) -> SkyhookStatus {
         conditions: s.conditions.clone(),
         node_boot_ids: BTreeMap::new(),
         node_priority: BTreeMap::new(),
+        node_order_offset: s.node_order_offset,
         config_updates: s.config_updates.clone(),
         compartment_statuses: s.compartment_statuses.clone(),
         nodes_in_progress: s.nodes_in_progress,

@@ -7,6 +7,7 @@ mod batch;
 mod cordons;
 mod drain;
 mod images;
+mod node_order;
 mod ready;
 mod sequencing;
 mod serial;
