@@ -206,6 +206,9 @@ pub struct Plan {
     /// Conditions to set (by type) and condition types to remove, per node.
     pub node_conditions: Vec<(String, Vec<NodeCondition>, Vec<String>)>,
     pub status: Option<SkyhookStatus>,
+    /// The boot ids the stored status had: a node whose patch fails for good keeps its old
+    /// one, so a reboot whose state reset was not stored is found again (delta D19).
+    pub boot_ids_before: BTreeMap<String, String>,
     /// The status this pass holds back rather than writes ([`Inputs::status_hold`]): the
     /// metrics still report it.
     ///
@@ -256,6 +259,14 @@ impl Plan {
             Reports::Pass | Reports::Status => true,
         });
         self.remove_finalizer = false;
+        if let Some(status) = &mut self.status {
+            for n in nodes {
+                match self.boot_ids_before.get(n) {
+                    Some(before) => status.node_boot_ids.insert(n.clone(), before.clone()),
+                    None => status.node_boot_ids.remove(n),
+                };
+            }
+        }
     }
 
     /// The status is not written this pass: nor are the Events announcing its changes (the
@@ -304,6 +315,29 @@ mod tests {
         assert!(p.remove_finalizer);
         p.drop_node_work(&BTreeSet::from(["n".to_string()]));
         assert!(!p.remove_finalizer);
+    }
+
+    /// Delta D19: a node whose patch (a reboot's state reset) failed for good keeps the boot id
+    /// the status had, so the next pass sees the reboot again.
+    #[test]
+    fn a_node_whose_patch_failed_keeps_its_old_boot_id() {
+        let mut status = SkyhookStatus::default();
+        for (n, b) in [("a", "new"), ("b", "new"), ("c", "first")] {
+            status.node_boot_ids.insert(n.into(), b.into());
+        }
+        let mut p = Plan {
+            status: Some(status),
+            boot_ids_before: BTreeMap::from([
+                ("a".to_string(), "old".to_string()),
+                ("b".to_string(), "old".to_string()),
+            ]),
+            ..Plan::default()
+        };
+        p.drop_node_work(&BTreeSet::from(["a".to_string(), "c".to_string()]));
+        let ids = &p.status.expect("status").node_boot_ids;
+        assert_eq!(ids.get("a").map(String::as_str), Some("old"));
+        assert_eq!(ids.get("b").map(String::as_str), Some("new"));
+        assert_eq!(ids.get("c"), None);
     }
     use serde_json::json;
 

@@ -439,6 +439,7 @@ impl<'a> Planner<'a> {
             .map(|s| s.name_any());
         tally.waiting_on_all = waiting_on.is_some();
         let mut base = status::carried(prior);
+        plan.boot_ids_before.clone_from(&prior.node_boot_ids);
         base.config_updates = updates;
         base.node_boot_ids = facts
             .iter()
