@@ -9,8 +9,6 @@
 //! Schema paths are dot-separated property names, with `*` for a map's values
 //! (`additionalProperties`) and `[]` for a list's items.
 
-use super::config_size::MAX_CONFIG_MAP_BYTES;
-
 /// Longest Skyhook name: node annotation keys `skyhook.nvidia.com/nodeState_<name>` have a
 /// 63-character name part.
 pub const MAX_SKYHOOK_NAME: usize = 53;
@@ -85,6 +83,9 @@ pub const MAX_COMPARTMENTS: i64 = 100;
 pub const MAX_COMPARTMENT_NAME_LENGTH: i64 = 253;
 /// `matchExpressions` per compartment selector (checked per compartment).
 pub const MAX_COMPARTMENT_MATCH_EXPRESSIONS: i64 = 64;
+/// The most bytes of keys and values a package's `configMap` may hold: the API server's 1 MiB
+/// ConfigMap limit, less room for the object's metadata and labels.
+pub const MAX_CONFIG_MAP_BYTES: usize = 1_000_000;
 /// Keys of a package's `configMap` (the size rule sums over them).
 pub const MAX_CONFIG_MAP_KEYS: i64 = 4096;
 

@@ -2,12 +2,9 @@
 //! data exceeds 1 MiB. Refused, it would fail the write on every pass; caught here, the Skyhook
 //! is marked invalid at once with the field named.
 
+pub use super::admission::MAX_CONFIG_MAP_BYTES;
 use super::admission::MSG_CONFIG_MAP_TOO_LARGE;
 use super::skyhook::Package;
-
-/// The most bytes of keys and values a package's `configMap` may hold: the API server's 1 MiB
-/// ConfigMap limit, less room for the object's metadata and labels.
-pub const MAX_CONFIG_MAP_BYTES: usize = 1_000_000;
 
 /// Why the package's `configMap` is too large to write, if it is.
 pub fn too_large(package: &Package) -> Option<String> {

@@ -273,6 +273,16 @@ pub fn node_conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metadata step's inputs for `sk` alone.
+    fn meta_of<'a>(sk: &'a Skyhook, rt: &'a RuntimeTaints) -> MetaInput<'a> {
+        MetaInput {
+            skyhook: sk,
+            skyhooks: &[],
+            runtime_taints: rt,
+            operator_version: OP,
+        }
+    }
     use std::collections::BTreeMap;
 
     use serde_json::{Value, json};
@@ -692,12 +702,7 @@ mod tests {
     fn node_patch_cordons_and_lifts_only_our_cordon() {
         let sk = skyhook("sh").build();
         let rt = runtime_taint();
-        let m = MetaInput {
-            skyhook: &sk,
-            skyhooks: &[],
-            runtime_taints: &rt,
-            operator_version: OP,
-        };
+        let m = meta_of(&sk, &rt);
         let key = schema::cordon_annotation("sh");
         // (case, cordon wanted, settled, holds our cordon, node unschedulable,
         //  unschedulable write, cordon annotation write)
@@ -779,12 +784,7 @@ mod tests {
     fn a_shared_cordon_is_lifted_by_the_last_skyhook_only() {
         let sk = skyhook("sh").build();
         let rt = runtime_taint();
-        let m = MetaInput {
-            skyhook: &sk,
-            skyhooks: &[],
-            runtime_taints: &rt,
-            operator_version: OP,
-        };
+        let m = meta_of(&sk, &rt);
         let ours = schema::cordon_annotation("sh");
         let theirs = schema::cordon_annotation("other");
         // (case, our key, their key, relies on the cordon, settled, unschedulable write,
@@ -876,12 +876,7 @@ mod tests {
     fn upstreams_runtime_required_cordon_is_never_lifted() {
         let sk = skyhook("sh").build();
         let rt = runtime_taint();
-        let m = MetaInput {
-            skyhook: &sk,
-            skyhooks: &[],
-            runtime_taints: &rt,
-            operator_version: OP,
-        };
+        let m = meta_of(&sk, &rt);
         let ours = schema::cordon_annotation("sh");
         let n = node("n")
             .annotations(json!({
@@ -1137,12 +1132,7 @@ mod tests {
     fn node_patch_applied_record() {
         let sk = skyhook("sh").build();
         let rt = runtime_taint();
-        let m = MetaInput {
-            skyhook: &sk,
-            skyhooks: &[],
-            runtime_taints: &rt,
-            operator_version: OP,
-        };
+        let m = meta_of(&sk, &rt);
         let key = schema::applied_annotation("sh");
         let rec = |h: &str| BTreeMap::from([("p|1.0.0".to_string(), h.to_string())]);
         // (case, recorded before, after the pass, write)

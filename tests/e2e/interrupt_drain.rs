@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use skyhook::schema::{self, Stage, State};
 
 use crate::support::interrupts::SlowInterrupts;
 use crate::support::plugin::plugin_async;
-use crate::support::{Env, pkg, setup, skyhook};
+use crate::support::{Env, reboot_pkg, setup, skyhook};
 
 /// What the sampler saw when a new interrupt Job first showed up.
 #[derive(Debug, Clone)]
@@ -105,12 +105,6 @@ impl Sampler {
     }
 }
 
-fn reboot_package() -> serde_json::Value {
-    let mut p = pkg("1.0.0", json!([]));
-    p["interrupt"] = json!({"type": "reboot"});
-    p
-}
-
 async fn interrupt_jobs(env: &Env, sk: &str) -> BTreeSet<String> {
     env.jobs_of(sk)
         .await
@@ -135,7 +129,7 @@ async fn a_rerun_interrupt_cordons_and_drains_first() {
     env.create(&skyhook(
         &env.ctx,
         &sk,
-        json!({"packages": {"kernel": reboot_package()}}),
+        json!({"packages": {"kernel": reboot_pkg("1.0.0")}}),
     ))
     .await;
     env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
@@ -145,20 +139,8 @@ async fn a_rerun_interrupt_cordons_and_drains_first() {
         "left cordoned after the rollout"
     );
 
-    let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
     let web = env.ctx.name("web");
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": web},
-        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example.com/app:1"}]}}))
-    .expect("pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create the workload pod");
-    env.ctx
-        .wait_for("the workload Running", Duration::from_secs(30), || async {
-            let p = pods.get(&web).await.ok()?;
-            (p.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(())
-        })
-        .await;
+    env.run_workload(&web, &node, json!({})).await;
 
     let sampler = Sampler::start(&env, &sk, Some(&web), interrupt_jobs(&env, &sk).await);
     plugin_async(
@@ -206,7 +188,7 @@ async fn an_uncordoned_erroring_interrupt_is_cordoned_again_before_its_retry() {
     env.create(&skyhook(
         &env.ctx,
         &sk,
-        json!({"packages": {"kernel": reboot_package()}}),
+        json!({"packages": {"kernel": reboot_pkg("1.0.0")}}),
     ))
     .await;
     env.ctx
@@ -254,7 +236,7 @@ async fn deleting_mid_interrupt_keeps_the_cordon_until_the_pod_is_gone() {
     env.create(&skyhook(
         &env.ctx,
         &sk,
-        json!({"packages": {"kernel": reboot_package()}}),
+        json!({"packages": {"kernel": reboot_pkg("1.0.0")}}),
     ))
     .await;
     let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Node};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use skyhook::crd::Skyhook;
@@ -106,6 +106,39 @@ impl Env {
                 list.items.into_iter().find(|e| matches(e))
             })
             .await
+    }
+
+    /// A workload pod `name` on `node` in the test's namespace (`meta` merged into its
+    /// metadata: labels, finalizers), once kwok runs it.
+    pub async fn run_workload(&self, name: &str, node: &str, meta: serde_json::Value) -> Pod {
+        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ctx.ns);
+        let mut pod = serde_json::json!({"metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example.com/app:1"}]}});
+        if let (Some(m), Some(extra)) = (pod["metadata"].as_object_mut(), meta.as_object()) {
+            m.extend(extra.clone());
+        }
+        let pod: Pod = serde_json::from_value(pod).expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create the workload pod");
+        self.ctx
+            .wait_for("the workload Running", Duration::from_secs(30), || async {
+                let p = pods.get(name).await.ok()?;
+                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                running.then_some(p)
+            })
+            .await
+    }
+
+    /// Whether Skyhook `sk`'s status is `complete`.
+    pub async fn is_complete(&self, sk: &str) -> bool {
+        let status = self
+            .skyhooks
+            .get(sk)
+            .await
+            .ok()
+            .and_then(|s| s.status?.status);
+        status == Some(schema::Status::Complete)
     }
 
     pub async fn jobs_of(&self, sk: &str) -> Vec<Job> {

@@ -47,7 +47,7 @@ pub mod wait;
 
 pub use env::{Env, label, setup};
 pub use expect::{NodeExpect, PackageExpect, SkyhookExpect, wait_node, wait_skyhook};
-pub use objects::{pkg, skyhook, sleep};
+pub use objects::{pkg, reboot_pkg, skyhook, sleep};
 pub use wait::{Complete, wait_complete, wait_metric};
 
 use std::future::Future;

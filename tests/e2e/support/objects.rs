@@ -23,6 +23,13 @@ pub fn pkg(version: &str, env: Value) -> Value {
     json!({"version": version, "image": "ghcr.io/nvidia/skyhook-packages/shellscript", "env": env})
 }
 
+/// A shellscript package of `version` whose interrupt reboots the node.
+pub fn reboot_pkg(version: &str) -> Value {
+    let mut p = pkg(version, json!([]));
+    p["interrupt"] = json!({"type": "reboot"});
+    p
+}
+
 /// A package environment whose stages sleep `s` seconds.
 pub fn sleep(s: &str) -> Value {
     json!([{"name": "SLEEP_LEN", "value": s}])

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use skyhook::schema::{self, Status};
 
-use crate::support::{Env, pkg, setup, skyhook};
+use crate::support::{Env, reboot_pkg, setup, skyhook};
 
 async fn cordoned_by(env: &Env, node: &str, sk: &str) -> bool {
     let n = env.node_api.get(node).await.expect("node");
@@ -42,24 +42,17 @@ async fn an_ignored_node_mid_batch_does_not_stall_the_rollout() {
     let mut guards = Vec::new();
     for node in &env.nodes {
         let name = env.ctx.name(&format!("guard-{node}"));
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"dontmess": "withme"}},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "example.com/c:1"}]}}))
-        .expect("pod");
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .expect("create the guard pod");
+        env.run_workload(&name, node, json!({"labels": {"dontmess": "withme"}}))
+            .await;
         guards.push(name);
     }
     let sk = env.ctx.name("sk");
-    let mut p = pkg("1.0.0", json!([]));
-    p["interrupt"] = json!({"type": "reboot"});
     env.create(&skyhook(
         &env.ctx,
         &sk,
         json!({"interruptionBudget": {"count": 1},
             "podNonInterruptLabels": {"matchLabels": {"dontmess": "withme"}},
-            "packages": {"kernel": p}}),
+            "packages": {"kernel": reboot_pkg("1.0.0")}}),
     ))
     .await;
     let first = env

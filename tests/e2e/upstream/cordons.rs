@@ -11,13 +11,7 @@ use serde_json::json;
 use skyhook::schema::{self, Status};
 
 use crate::support::interrupts::SlowInterrupts;
-use crate::support::{Env, pkg, setup, skyhook};
-
-fn reboot_package() -> serde_json::Value {
-    let mut p = pkg("1.0.0", json!([]));
-    p["interrupt"] = json!({"type": "reboot"});
-    p
-}
+use crate::support::{Env, reboot_pkg, setup, skyhook};
 
 /// (unschedulable, carries `cordon_<sk>`)
 async fn cordon_of(env: &Env, sk: &str) -> (bool, bool) {
@@ -41,7 +35,7 @@ async fn an_administrators_cordon_is_neither_adopted_nor_lifted() {
     env.create(&skyhook(
         &env.ctx,
         &sk,
-        json!({"packages": {"kernel": reboot_package()}}),
+        json!({"packages": {"kernel": reboot_pkg("1.0.0")}}),
     ))
     .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -49,14 +43,7 @@ async fn an_administrators_cordon_is_neither_adopted_nor_lifted() {
         let (cordoned, ours) = cordon_of(&env, &sk).await;
         assert!(cordoned, "the administrator's cordon was lifted");
         assert!(!ours, "the administrator's cordon was marked ours");
-        let done = env
-            .skyhooks
-            .get(&sk)
-            .await
-            .ok()
-            .and_then(|s| s.status?.status)
-            == Some(Status::Complete);
-        if done {
+        if env.is_complete(&sk).await {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "no rollout");
@@ -74,7 +61,7 @@ async fn upstreams_runtime_required_cordon_is_never_lifted() {
     env.create(&skyhook(
         &env.ctx,
         &sk,
-        json!({"packages": {"kernel": reboot_package()}}),
+        json!({"packages": {"kernel": reboot_pkg("1.0.0")}}),
     ))
     .await;
     env.ctx

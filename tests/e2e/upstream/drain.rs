@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use skyhook::schema::{self, Stage, Status};
 
-use crate::support::{Env, pkg, setup, skyhook};
+use crate::support::{Env, reboot_pkg, setup, skyhook};
 
 /// One sample of what the drain is doing.
 #[derive(Debug, Clone, Copy, Default)]
@@ -45,26 +45,16 @@ async fn the_interrupt_waits_for_evicted_pods_to_be_gone_and_the_cordon_comes_fi
     let pods: Api<Pod> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
     let web = env.ctx.name("web");
     let hold = "e2e.skyhook.test/hold";
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": web, "finalizers": [hold]},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 60,
-            "containers": [{"name": "app", "image": "example.com/app:1"}]}}))
-    .expect("pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create the workload pod");
-    env.ctx
-        .wait_for("the workload Running", Duration::from_secs(30), || async {
-            let p = pods.get(&web).await.ok()?;
-            (p.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(())
-        })
+    env.run_workload(&web, &node, json!({"finalizers": [hold]}))
         .await;
 
     let sk = env.ctx.name("sk");
-    let mut p = pkg("1.0.0", json!([]));
-    p["interrupt"] = json!({"type": "reboot"});
-    env.create(&skyhook(&env.ctx, &sk, json!({"packages": {"kernel": p}})))
-        .await;
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"kernel": reboot_pkg("1.0.0")}}),
+    ))
+    .await;
 
     // D37: the first sample that sees the pod evicted already sees the node cordoned, and a
     // sample before it saw the cordon without the eviction.

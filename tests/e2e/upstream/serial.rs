@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
-use skyhook::schema::{self, State, Status};
+use skyhook::schema::{self, State};
 
 use crate::support::interrupts::finished;
 use crate::support::{label, pkg, setup, skyhook, sleep};
@@ -46,14 +46,7 @@ async fn serial_runs_one_package_per_node_at_a_time() {
                     .any(|(_, e)| e.state == Some(State::InProgress));
             }
         }
-        let done = env
-            .skyhooks
-            .get(&sk)
-            .await
-            .ok()
-            .and_then(|s| s.status?.status)
-            == Some(Status::Complete);
-        if done {
+        if env.is_complete(&sk).await {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "no rollout");
