@@ -53,6 +53,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         go_pods: &Default::default(),
         invalid: &[],
         write_failures: &[],
+        drain_blocks: &[],
         config: &config,
         operator_version: env!("CARGO_PKG_VERSION"),
         now: jiff::Timestamp::now(),

@@ -261,15 +261,16 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let started = Instant::now();
     let sk = ctx.pacing.newest(sk);
     let (action, stored, failures) = match pass(&sk, &ctx).await {
-        Ok(p) => (Ok(p.action), p.stored, Some(p.failures)),
+        Ok(p) => (Ok(p.action), p.stored, Some((p.failures, p.drain_blocks))),
         Err(e) => (Err(e), None, None),
     };
     // A deleted Skyhook's entry goes with it (`forget`); its last passes need no spacing.
     if sk.meta().deletion_timestamp.is_none() {
         ctx.pacing.ended(&name, started, stored);
-        if let Some(failures) = failures {
+        if let Some((failures, blocks)) = failures {
             ctx.metrics.write_failures(&name, failures.len());
             ctx.pacing.failed_writes(&name, failures);
+            ctx.pacing.blocked_drains(&name, blocks);
         }
     }
     action
@@ -281,6 +282,7 @@ struct Passed {
     action: Action,
     stored: Option<(Skyhook, Duration)>,
     failures: Vec<String>,
+    drain_blocks: Vec<plan::inputs::DrainBlock>,
 }
 
 /// How soon a pass follows one whose writes failed for good: soon enough that the status
@@ -294,6 +296,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
             action,
             stored: None,
             failures: Vec::new(),
+            drain_blocks: Vec::new(),
         });
     }
     let started = Instant::now();
@@ -311,6 +314,8 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     inputs.status_hold = ctx.pacing.status_hold(&name);
     let failed_before = ctx.pacing.write_failures(&name);
     inputs.write_failures = &failed_before;
+    let blocked_before = ctx.pacing.drain_blocks(&name);
+    inputs.drain_blocks = &blocked_before;
     let plan = plan::plan(&inputs);
     observe(ctx, &snapshot.skyhook, stored, &plan);
     let requeue = plan.requeue_after;
@@ -339,6 +344,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
         action,
         stored: done.stored,
         failures: done.failures,
+        drain_blocks: done.drain_blocks,
     })
 }
 

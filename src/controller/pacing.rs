@@ -42,6 +42,8 @@ struct Last {
     status: Option<(Instant, Duration)>,
     /// The writes of the last pass that failed for good, one line each.
     write_failures: Vec<String>,
+    /// The evictions of the last pass a PodDisruptionBudget refused.
+    drain_blocks: Vec<crate::plan::inputs::DrainBlock>,
 }
 
 #[derive(Default)]
@@ -108,6 +110,7 @@ impl Pacing {
             stored: None,
             status: None,
             write_failures: Vec::new(),
+            drain_blocks: Vec::new(),
         });
         last.ended = now;
         last.took = now - started;
@@ -140,6 +143,21 @@ impl Pacing {
     pub fn failed_writes(&self, skyhook: &str, failures: Vec<String>) {
         if let Some(last) = self.lock().get_mut(skyhook) {
             last.write_failures = failures;
+        }
+    }
+
+    /// The evictions of `skyhook`'s last pass that a PodDisruptionBudget refused.
+    pub fn drain_blocks(&self, skyhook: &str) -> Vec<crate::plan::inputs::DrainBlock> {
+        self.lock()
+            .get(skyhook)
+            .map(|l| l.drain_blocks.clone())
+            .unwrap_or_default()
+    }
+
+    /// Keeps the evictions refused in the pass that just ended (after [`Pacing::ended`]).
+    pub fn blocked_drains(&self, skyhook: &str, blocks: Vec<crate::plan::inputs::DrainBlock>) {
+        if let Some(last) = self.lock().get_mut(skyhook) {
+            last.drain_blocks = blocks;
         }
     }
 

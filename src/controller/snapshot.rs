@@ -99,6 +99,7 @@ impl Snapshot {
             go_pods: &self.go_pods,
             invalid: &self.invalid,
             write_failures: &[],
+            drain_blocks: &[],
             config,
             operator_version,
             now,

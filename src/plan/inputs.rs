@@ -42,6 +42,8 @@ pub struct Inputs<'a> {
     /// Writes of the last pass that failed for good, one line each (`<kind> <name>: <reason>`):
     /// the status says so while they keep failing.
     pub write_failures: &'a [String],
+    /// Evictions the last pass sent that a PodDisruptionBudget refused.
+    pub drain_blocks: &'a [DrainBlock],
     pub config: &'a Config,
     pub operator_version: &'a str,
     pub now: Timestamp,
@@ -69,4 +71,13 @@ impl Elsewhere {
         }
         self.busy.insert(node.to_string());
     }
+}
+
+/// An eviction a PodDisruptionBudget refused (HTTP 429): the node drained, the pod
+/// (`namespace/name`) and the API server's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainBlock {
+    pub node: String,
+    pub pod: String,
+    pub message: String,
 }

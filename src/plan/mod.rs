@@ -461,6 +461,7 @@ impl<'a> Planner<'a> {
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
             unreadable: std::mem::take(&mut tally.unreadable),
             write_failures: self.inp.write_failures,
+            drain_blocks: self.inp.drain_blocks,
             missing_policy: match self.policy {
                 Policy::Missing(name) => Some(name),
                 _ => None,

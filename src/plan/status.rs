@@ -32,6 +32,8 @@ pub struct SkyhookFacts<'a> {
     pub unreadable: Vec<(String, String)>,
     /// Writes of the last pass that failed for good, one line each.
     pub write_failures: &'a [String],
+    /// Evictions of the last pass a PodDisruptionBudget refused.
+    pub drain_blocks: &'a [super::inputs::DrainBlock],
     /// The `deploymentPolicy` named but absent.
     pub missing_policy: Option<&'a str>,
     /// A Skyhook ordered before this one, with `sequencing: all`, not complete everywhere yet.
@@ -183,6 +185,7 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     unreadable_condition(&mut s.conditions, f, generation);
     malformed_condition(&mut s.conditions, f, generation);
     non_interrupt_condition(&mut s.conditions, f, generation);
+    drain_blocked_condition(&mut s.conditions, f, generation);
     write_failed_condition(&mut s.conditions, f, generation);
     policy_condition(&mut s.conditions, f, generation);
     stopped_condition(&mut s.conditions, f, generation);
@@ -481,6 +484,30 @@ fn non_interrupt_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generati
     );
 }
 
+/// Upstream's `DrainBlocked` (v0.20, delta D41): present while PodDisruptionBudgets refuse the
+/// evictions of some node's drain.
+fn drain_blocked_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let kind = schema::DRAIN_BLOCKED_CONDITION;
+    if f.drain_blocks.is_empty() {
+        list.retain(|c| c.type_ != kind);
+        return;
+    }
+    let blocks: Vec<(&str, &str, &str)> = f
+        .drain_blocks
+        .iter()
+        .map(|b| (b.node.as_str(), b.pod.as_str(), b.message.as_str()))
+        .collect();
+    set_condition(
+        list,
+        kind,
+        true,
+        schema::PDB_REASON,
+        schema::drain_blocked_message(&blocks, f.node_statuses.len()),
+        generation,
+        f.now,
+    );
+}
+
 /// Pods matching `podNonInterruptLabels` began holding a node in this pass: the message.
 pub fn newly_blocked_by_non_interrupt_pods(
     prior: &SkyhookStatus,
@@ -637,6 +664,7 @@ mod tests {
             non_interrupt_nodes: Vec::new(),
             unreadable: Vec::new(),
             write_failures: &[],
+            drain_blocks: &[],
             missing_policy: None,
             waiting_on: None,
             node_priority: BTreeMap::new(),

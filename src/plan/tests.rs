@@ -96,6 +96,7 @@ impl World {
             go_pods: &self.go_pods,
             invalid: &self.invalid,
             write_failures: &self.write_failures,
+            drain_blocks: &[],
             config: &cfg,
             operator_version: "test",
             now: now(),

@@ -79,6 +79,33 @@ pub fn non_interrupt_pods_message(nodes: &[&str]) -> String {
     )
 }
 
+/// Upstream v0.20 (delta D41): PodDisruptionBudgets refuse the evictions of some node's drain.
+pub const DRAIN_BLOCKED_CONDITION: &str = "DrainBlocked";
+pub const PDB_REASON: &str = "PodDisruptionBudget";
+
+/// Upstream's message of `DrainBlocked`: `<n>/<total> nodes blocked draining (<names>)`, then
+/// `; <ns>/<pod> on <node>: <API server message>` for at most 10 pods (sorted), then a note.
+pub fn drain_blocked_message(blocks: &[(&str, &str, &str)], total: usize) -> String {
+    const LISTED: usize = 10;
+    let mut blocks = blocks.to_vec();
+    blocks.sort_unstable();
+    blocks.dedup();
+    let mut nodes: Vec<&str> = blocks.iter().map(|(n, _, _)| *n).collect();
+    nodes.dedup();
+    let mut message = format!(
+        "{}/{total} nodes blocked draining ({})",
+        nodes.len(),
+        nodes.join(", ")
+    );
+    for (node, pod, why) in blocks.iter().take(LISTED) {
+        message.push_str(&format!("; {pod} on {node}: {why}"));
+    }
+    if blocks.len() > LISTED {
+        message.push_str(" (additional detail truncated; see controller logs)");
+    }
+    message
+}
+
 /// Upstream v0.16 (delta D16): some node's `nodeState_<sh>` cannot be parsed.
 pub const NODE_STATE_MALFORMED_CONDITION: &str = "NodeStateMalformed";
 pub const NODE_STATE_MALFORMED_REASON: &str = "ParseError";
@@ -335,6 +362,28 @@ mod tests {
         let many: Vec<String> = (0..12).map(|i| format!("n{i:02}")).collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(non_interrupt_pods_message(&refs).ends_with("n09 and 2 more). Waiting."));
+    }
+
+    #[test]
+    fn drain_blocked_message_as_upstream_words_it() {
+        let blocks = [
+            (
+                "n2",
+                "apps/web-2",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+            (
+                "n1",
+                "apps/web-1",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+        ];
+        assert_eq!(
+            drain_blocked_message(&blocks, 3),
+            "2/3 nodes blocked draining (n1, n2); apps/web-1 on n1: Cannot evict pod as it would \
+             violate the pod's disruption budget.; apps/web-2 on n2: Cannot evict pod as it would \
+             violate the pod's disruption budget."
+        );
     }
 
     #[test]

@@ -1449,6 +1449,31 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
         "dexter ran before the drain finished"
     );
 
+    // Upstream's bare condition for the same wait (delta D41), naming the node and the pod.
+    let drain_blocked = env
+        .ctx
+        .wait_for("DrainBlocked", Duration::from_secs(30), || async {
+            let sk = env.skyhooks.get(&name).await.ok()?;
+            sk.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == schema::DRAIN_BLOCKED_CONDITION)
+        })
+        .await;
+    assert_eq!(
+        (drain_blocked.status.as_str(), drain_blocked.reason.as_str()),
+        ("True", schema::PDB_REASON)
+    );
+    assert!(
+        drain_blocked
+            .message
+            .starts_with(&format!("1/1 nodes blocked draining ({node}); "))
+            && drain_blocked.message.contains(&ordinary)
+            && drain_blocked.message.contains(&pdb_name),
+        "{}",
+        drain_blocked.message
+    );
+
     // Removing the budget lets the eviction through; then the stages run in order.
     pdbs.delete(&pdb_name, &Default::default())
         .await
@@ -1477,6 +1502,14 @@ async fn interrupt_packages_cordon_wait_drain_then_interrupt() {
             },
         )
         .await;
+    let sk = env.skyhooks.get(&name).await.expect("get");
+    assert!(
+        sk.status
+            .iter()
+            .flat_map(|s| s.conditions.iter())
+            .all(|c| c.type_ != schema::DRAIN_BLOCKED_CONDITION),
+        "DrainBlocked stays after the budget is gone"
+    );
     let jobs = env.jobs_of(&name).await;
     let mut dexter_runs: Vec<(jiff::Timestamp, String)> = jobs
         .iter()

@@ -93,6 +93,8 @@ pub struct Executed {
     pub written: Written,
     pub stored: Option<(Skyhook, Duration)>,
     pub failures: Vec<String>,
+    /// Evictions a PodDisruptionBudget refused in this pass.
+    pub drain_blocks: Vec<crate::plan::inputs::DrainBlock>,
 }
 
 pub async fn execute(
@@ -122,6 +124,7 @@ pub async fn execute(
             written: Written::Conflict,
             stored: None,
             failures: Vec::new(),
+            drain_blocks: Vec::new(),
         });
     };
     if plan.delete_owned {
@@ -151,10 +154,12 @@ pub async fn execute(
     }
     w.publish_events(&plan.events);
     let failures = w.met.take_failures();
+    let drain_blocks = w.met.take_drain_blocks();
     Ok(Executed {
         written,
         stored,
         failures,
+        drain_blocks,
     })
 }
 
@@ -394,7 +399,25 @@ impl Writer<'_> {
                 Ok(_) => info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "evicted"),
                 Err(e) if is_status(&e, 404) => {}
                 // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.
-                Err(e) if is_status(&e, 429) => {
+                Err(err) if is_status(&err, 429) => {
+                    // The API server's words, and each cause (the budget's name and what it
+                    // needs: "The disruption budget web needs 1 healthy pods ...").
+                    let message = match &err {
+                        kube::Error::Api(status) => {
+                            let causes = status.details.iter().flat_map(|d| &d.causes);
+                            std::iter::once(status.message.as_str())
+                                .chain(causes.map(|c| c.message.as_str()))
+                                .filter(|m| !m.is_empty())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        }
+                        other => other.to_string(),
+                    };
+                    self.met.blocked_eviction(crate::plan::inputs::DrainBlock {
+                        node: e.node.clone(),
+                        pod: format!("{ns}/{pod}"),
+                        message,
+                    });
                     let ev = Event {
                         type_: EventType::Warning,
                         reason: schema::DRAIN_BLOCKED_REASON.to_string(),

@@ -8,6 +8,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tracing::warn;
 
+use crate::plan::inputs::DrainBlock;
+
 /// The longest reason kept per failure: a condition message is bounded, and the object's name
 /// is what matters most.
 const MAX_REASON: usize = 300;
@@ -20,6 +22,8 @@ pub(super) struct Outcomes {
     failed_nodes: Mutex<BTreeSet<String>>,
     /// Writes that failed for good, one line each (`<kind> <name>: <reason>`).
     failures: Mutex<Vec<String>>,
+    /// Evictions a PodDisruptionBudget refused.
+    drain_blocks: Mutex<Vec<DrainBlock>>,
 }
 
 /// A poisoned lock only means a writer panicked mid-insert; the set is still usable.
@@ -64,6 +68,16 @@ impl Outcomes {
 
     pub(super) fn take_failures(&self) -> Vec<String> {
         std::mem::take(&mut *locked(&self.failures))
+    }
+
+    /// A PodDisruptionBudget refused an eviction: the next pass's status says so (condition
+    /// `DrainBlocked`).
+    pub(super) fn blocked_eviction(&self, block: DrainBlock) {
+        locked(&self.drain_blocks).push(block);
+    }
+
+    pub(super) fn take_drain_blocks(&self) -> Vec<DrainBlock> {
+        std::mem::take(&mut *locked(&self.drain_blocks))
     }
 }
 
