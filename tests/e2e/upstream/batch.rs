@@ -105,3 +105,51 @@ async fn an_ignored_node_mid_batch_does_not_stall_the_rollout() {
     env.wait_status(&sk, Status::Complete, Duration::from_secs(120))
         .await;
 }
+
+/// D6: a node keeps its slot between two chained packages (v0.13 let it go between them, so a
+/// budget of one ran every node at once); sampled, never two nodes at work.
+#[tokio::test]
+async fn a_node_keeps_its_slot_between_chained_packages() {
+    use std::collections::BTreeSet;
+
+    use crate::support::interrupts::finished;
+    use crate::support::{label, pkg, sleep};
+
+    let env = setup("up-sticky", 3, &[]).await;
+    let sk = env.ctx.name("sk");
+    let mut second = pkg("1.0.0", sleep("2"));
+    second["dependsOn"] = json!({"first": "1.0.0"});
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"interruptionBudget": {"count": 1},
+            "packages": {"first": pkg("1.0.0", sleep("2")), "second": second}}),
+    ))
+    .await;
+    let status_key = schema::status_annotation(&sk);
+    let mut most = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    while !env.is_complete(&sk).await {
+        assert!(tokio::time::Instant::now() < deadline, "no rollout");
+        let mut at_work: BTreeSet<String> = env
+            .jobs_of(&sk)
+            .await
+            .iter()
+            .filter(|j| !finished(j))
+            .map(|j| label(j, schema::NODE_LABEL).to_string())
+            .collect();
+        for node in &env.nodes {
+            let n = env.node_api.get(node).await.expect("node");
+            let status = n
+                .metadata
+                .annotations
+                .and_then(|a| a.get(&status_key).cloned());
+            if status.as_deref() == Some(Status::InProgress.as_str()) {
+                at_work.insert(node.clone());
+            }
+        }
+        most = most.max(at_work.len());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(most, 1, "two nodes at work under a budget of one");
+}
