@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{
+    Job, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -13,7 +15,7 @@ use super::pod::{
     privileged, root_mount, root_volume,
 };
 use crate::crd::Package;
-use crate::schema::{self, Stage};
+use crate::schema::{self, InterruptType, Stage};
 use crate::settings::Config;
 
 /// Requests and limits of the interrupt container (§4.3, fixed by the reference). Memory is
@@ -87,7 +89,41 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
         volumes: Some(vec![root_volume()]),
         ..pod_spec(place.skyhook, place.node, cfg)
     };
-    build_job(id, pod, cfg)
+    let mut job = build_job(id, pod, cfg);
+    if req.interrupt.kind == InterruptType::Reboot {
+        survive_own_reboot(&mut job);
+    }
+    job
+}
+
+/// Attempts of a reboot interrupt that its own reboot may kill.
+pub const REBOOT_KILLS_TOLERATED: i32 = 3;
+
+/// A reboot kills the agent that asked for it: SIGTERM or SIGKILL (exit 143 or 137), or, as
+/// containerd reports a task the reboot took away, exit 255 with reason `Unknown` (seen on this
+/// project's real test nodes). That is the interrupt working, not failing: the Job makes a new pod once the node is back, whose
+/// agent finds the reboot done and completes, so the node never reads `erroring` and a batch
+/// never counts a failure (upstream v0.20, delta D40). Up to [`REBOOT_KILLS_TOLERATED`] such
+/// kills; any other non-zero exit still fails the Job at once.
+fn survive_own_reboot(job: &mut Job) {
+    let Some(spec) = job.spec.as_mut() else {
+        return;
+    };
+    spec.backoff_limit = Some(REBOOT_KILLS_TOLERATED);
+    if let Some(policy) = spec.pod_failure_policy.as_mut() {
+        let killed = PodFailurePolicyRule {
+            action: "Count".to_owned(),
+            on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                container_name: Some(schema::INTERRUPT_CONTAINER.to_owned()),
+                operator: "In".to_owned(),
+                values: vec![137, 143, 255],
+            }),
+            on_pod_conditions: None,
+        };
+        // Before the rule that fails the Job on any non-zero exit: the first match decides.
+        let at = policy.rules.len().saturating_sub(1);
+        policy.rules.insert(at, killed);
+    }
 }
 
 #[cfg(test)]
@@ -214,8 +250,43 @@ mod tests {
         let decoded = STANDARD.decode(arg).unwrap();
         assert_eq!(decoded, br#"{"type":"node_restart"}"#);
         let js = job.spec.as_ref().unwrap();
-        assert_eq!(js.backoff_limit, Some(0));
         assert_eq!(js.ttl_seconds_after_finished, Some(86_400));
+        // A reboot survives its own agent being killed (delta D40), up to three times.
+        assert_eq!(js.backoff_limit, Some(REBOOT_KILLS_TOLERATED));
+        let rules = serde_json::to_value(&js.pod_failure_policy.as_ref().unwrap().rules).unwrap();
+        assert_eq!(
+            rules,
+            json!([
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "Count", "onExitCodes": {"containerName": "interrupt", "operator": "In", "values": [137, 143, 255]}},
+                {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+            ])
+        );
+    }
+
+    /// Other interrupts fail at the first non-zero exit, like the stages.
+    #[test]
+    fn only_a_reboot_tolerates_its_agent_being_killed() {
+        let mut p = dexter();
+        p.interrupt = Some(Interrupt::new(InterruptType::Service));
+        let sk = skyhook(&[&p]);
+        let merged = Interrupt::new(InterruptType::Service);
+        let job = interrupt_job(
+            &InterruptJob {
+                place: crate::jobs::JobPlace {
+                    skyhook: &sk,
+                    node: "kind-worker",
+                    attempt: 0,
+                    spec_hash: "",
+                    node_order: 0,
+                },
+                owner: &p,
+                interrupt: &merged,
+            },
+            &cfg(),
+        );
+        let js = job.spec.as_ref().unwrap();
+        assert_eq!(js.backoff_limit, Some(0));
         assert_eq!(js.pod_failure_policy.as_ref().unwrap().rules.len(), 2);
     }
 }

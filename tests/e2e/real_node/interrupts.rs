@@ -19,6 +19,36 @@ async fn boot_id(env: &Env, node: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The node's status annotation for `sk`, each distinct value in order, sampled every 200 ms
+/// until the flag is set.
+fn status_sampler(
+    env: &crate::support::Env,
+    node: &str,
+    sk: &str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<Vec<String>>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let nodes = env.node_api.clone();
+    let (node, key) = (node.to_string(), skyhook::schema::status_annotation(sk));
+    let handle = tokio::spawn(async move {
+        let mut seen: Vec<String> = Vec::new();
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Ok(n) = nodes.get(&node).await
+                && let Some(v) = n.metadata.annotations.and_then(|a| a.get(&key).cloned())
+                && seen.last() != Some(&v)
+            {
+                seen.push(v);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        seen
+    });
+    (stop, handle)
+}
+
 #[tokio::test]
 async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
     let (env, node) = setup("rn-reboot", &[]).await;
@@ -35,7 +65,16 @@ async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
         json!({"interrupt": {"type": "reboot"}}),
     );
     let version = pkg["version"].as_str().expect("version").to_string();
+    // Delta D40: the agent killed by its own reboot is not a failure; sampled, the node never
+    // reads erroring on the way.
+    let statuses = status_sampler(&env, &node, &sk);
     roll_out(&env, &sk, json!({"reboot": pkg})).await;
+    statuses.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = statuses.1.await.expect("sampler");
+    assert!(
+        !seen.contains(&"erroring".to_string()),
+        "the node read erroring during its reboot: {seen:?}"
+    );
 
     let after = boot_id(&env, &node).await;
     assert_ne!(after, before, "the boot id did not change");
