@@ -77,8 +77,12 @@ impl NodeFacts<'_> {
 }
 
 /// Facts of every targeted node, oldest node first.
-pub fn gather<'a>(inp: &Inputs<'a>, tolerations: &[Toleration]) -> Vec<NodeFacts<'a>> {
-    let held_back = select::waiting_on(inp.skyhook, inp.skyhooks, inp.nodes).is_some();
+/// `held_back`: a `sequencing: all` predecessor gates every node ([`select::waiting_on`]).
+pub fn gather<'a>(
+    inp: &Inputs<'a>,
+    tolerations: &[Toleration],
+    held_back: bool,
+) -> Vec<NodeFacts<'a>> {
     select::targeted(inp.skyhook, inp.nodes)
         .into_iter()
         .map(|n| read(inp, n, tolerations, held_back))

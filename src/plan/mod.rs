@@ -28,6 +28,7 @@ pub mod actions;
 pub mod batch;
 pub mod census;
 pub mod compartments;
+pub mod condition;
 pub mod config;
 pub mod delete;
 pub mod drain;
@@ -45,6 +46,7 @@ pub mod stage;
 pub mod status;
 pub mod status_budget;
 pub mod strategy;
+pub mod upstream_conditions;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
@@ -101,8 +103,8 @@ struct Tally {
     blocked_nodes: Vec<String>,
     /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
     non_interrupt_nodes: Vec<String>,
-    /// Every node waits for a `sequencing: all` Skyhook ordered before this one.
-    waiting_on_all: bool,
+    /// Every node waits for this `sequencing: all` Skyhook ordered before this one.
+    waiting_on: Option<String>,
     /// `nodePriority` with this pass's picks, and each listed node's `SKYHOOK_NODE_ORDER`.
     node_priority: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     node_orders: BTreeMap<String, i64>,
@@ -144,8 +146,9 @@ fn plan_live(inp: &Inputs) -> Plan {
     let tolerations = select::job_tolerations(sk, &runtime_taints);
     // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
     // no budget slot; the status and an Event name them.
+    let waiting_on = select::waiting_on(sk, inp.skyhooks, inp.nodes).map(|s| s.name_any());
     let (mut facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) =
-        facts::gather(inp, &tolerations)
+        facts::gather(inp, &tolerations, waiting_on.is_some())
             .into_iter()
             .partition(|f| f.unreadable.is_none());
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
@@ -191,7 +194,10 @@ fn plan_live(inp: &Inputs) -> Plan {
         events: released.notes,
         ..Plan::default()
     };
-    let mut tally = Tally::default();
+    let mut tally = Tally {
+        waiting_on,
+        ..Tally::default()
+    };
     tally.node_priority = node_order::picked(&prior.node_priority, &allowed, inp.now);
     tally.node_orders = node_order::orders(&tally.node_priority, prior.node_order_offset);
     for f in &unreadable {
@@ -435,9 +441,6 @@ impl<'a> Planner<'a> {
         tally: &mut Tally,
         plan: &mut Plan,
     ) {
-        let waiting_on = select::waiting_on(self.inp.skyhook, self.inp.skyhooks, self.inp.nodes)
-            .map(|s| s.name_any());
-        tally.waiting_on_all = waiting_on.is_some();
         let mut base = status::carried(prior);
         plan.boot_ids_before.clone_from(&prior.node_boot_ids);
         base.config_updates = updates;
@@ -466,7 +469,7 @@ impl<'a> Planner<'a> {
                 Policy::Missing(name) => Some(name),
                 _ => None,
             },
-            waiting_on: waiting_on.clone(),
+            waiting_on: tally.waiting_on.clone(),
             node_priority: std::mem::take(&mut tally.node_priority),
             stopped: compartments::stopped(&self.name, &compartments),
             compartment_statuses: None,
@@ -568,7 +571,7 @@ fn requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Duration {
     } else if !inp.write_failures.is_empty() {
         // Retry the failed writes soon, without hammering an API server that refuses them.
         Duration::from_secs(10)
-    } else if tally.waiting_on_all {
+    } else if tally.waiting_on.is_some() {
         // The Skyhook waited on completes on nodes this one does not target, whose changes do
         // not wake this Skyhook: look again soon.
         Duration::from_secs(5)

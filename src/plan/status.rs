@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use super::condition::set_condition;
+use super::upstream_conditions;
 use crate::crd::{CompartmentStatus, Skyhook, SkyhookStatus};
 use crate::schema::{self, NodeState, State, Status};
 
@@ -81,36 +83,6 @@ pub fn aggregate(f: &SkyhookFacts) -> Status {
     }
 }
 
-pub(super) fn set_condition(
-    list: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: i64,
-    now: Timestamp,
-) {
-    let status = if status { "True" } else { "False" }.to_string();
-    if let Some(c) = list.iter_mut().find(|c| c.type_ == type_) {
-        if c.status != status {
-            c.last_transition_time = Time(now);
-        }
-        c.status = status;
-        c.reason = reason.to_string();
-        c.message = message;
-        c.observed_generation = Some(generation);
-    } else {
-        list.push(Condition {
-            type_: type_.to_string(),
-            status,
-            reason: reason.to_string(),
-            message,
-            observed_generation: Some(generation),
-            last_transition_time: Time(now),
-        });
-    }
-}
-
 /// `prior` without the per-node maps every pass rebuilds (`nodeState`, `nodeStatus`). They are
 /// most of a large Skyhook's status (about 1 MiB at a thousand nodes): a pass that copied them
 /// only to replace them held two more copies of every node's state at its peak.
@@ -175,7 +147,8 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
         );
     }
     s.status = Some(status);
-    ready_condition(&mut s.conditions, f, status, generation);
+    let (now, statuses) = (f.now, &f.node_statuses);
+    upstream_conditions::ready(&mut s.conditions, statuses, status, generation, now);
     let erroring = s
         .node_state
         .values()
@@ -183,31 +156,16 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     work_conditions(&mut s.conditions, f, erroring, generation);
     node_conditions(&mut s.conditions, f, generation);
     unreadable_condition(&mut s.conditions, f, generation);
-    malformed_condition(&mut s.conditions, f, generation);
-    non_interrupt_condition(&mut s.conditions, f, generation);
-    drain_blocked_condition(&mut s.conditions, f, generation);
+    let unreadable: Vec<&str> = f.unreadable.iter().map(|(n, _)| n.as_str()).collect();
+    upstream_conditions::malformed(&mut s.conditions, &unreadable, generation, now);
+    let held: Vec<&str> = f.non_interrupt_nodes.iter().map(String::as_str).collect();
+    upstream_conditions::non_interrupt(&mut s.conditions, &held, generation, now);
+    let total = statuses.len();
+    upstream_conditions::drain_blocked(&mut s.conditions, f.drain_blocks, total, generation, now);
     write_failed_condition(&mut s.conditions, f, generation);
     policy_condition(&mut s.conditions, f, generation);
     stopped_condition(&mut s.conditions, f, generation);
     s
-}
-
-/// Upstream's `Ready` (D15), bare and prefixed: `True` once every targeted node is complete.
-/// Its time moves only when its status flips, as every condition's does here.
-fn ready_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, status: Status, generation: i64) {
-    let ready = f.node_statuses.values().all(|s| *s == Status::Complete);
-    let message = schema::ready_message(f.node_statuses.iter().map(|(n, s)| (n.as_str(), *s)));
-    for kind in [schema::READY_CONDITION, schema::LEGACY_READY_CONDITION] {
-        set_condition(
-            list,
-            kind,
-            ready,
-            schema::ready_reason(status),
-            message.clone(),
-            generation,
-            f.now,
-        );
-    }
 }
 
 /// `True` while a compartment is halted; Skyhooks never halted do not carry it.
@@ -442,70 +400,6 @@ fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation:
             f.now,
         );
     }
-}
-
-/// Upstream's `NodeStateMalformed` (v0.16, delta D16), beside our `NodeStateUnreadable`: present
-/// (and `True`) only while some node's state cannot be read, in upstream's words.
-fn malformed_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
-    let kind = schema::NODE_STATE_MALFORMED_CONDITION;
-    if f.unreadable.is_empty() {
-        list.retain(|c| c.type_ != kind);
-        return;
-    }
-    let nodes: Vec<&str> = f.unreadable.iter().map(|(n, _)| n.as_str()).collect();
-    set_condition(
-        list,
-        kind,
-        true,
-        schema::NODE_STATE_MALFORMED_REASON,
-        schema::node_state_malformed_message(&nodes),
-        generation,
-        f.now,
-    );
-}
-
-/// Upstream's `Blocked` with reason `NonInterruptPodsRunning` (v0.20, delta D42): present while
-/// pods matching `podNonInterruptLabels` hold some node's interrupt.
-fn non_interrupt_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
-    let kind = schema::BLOCKED_CONDITION;
-    if f.non_interrupt_nodes.is_empty() {
-        list.retain(|c| c.type_ != kind);
-        return;
-    }
-    let nodes: Vec<&str> = f.non_interrupt_nodes.iter().map(String::as_str).collect();
-    set_condition(
-        list,
-        kind,
-        true,
-        schema::NON_INTERRUPT_PODS_RUNNING_REASON,
-        schema::non_interrupt_pods_message(&nodes),
-        generation,
-        f.now,
-    );
-}
-
-/// Upstream's `DrainBlocked` (v0.20, delta D41): present while PodDisruptionBudgets refuse the
-/// evictions of some node's drain.
-fn drain_blocked_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
-    let kind = schema::DRAIN_BLOCKED_CONDITION;
-    if f.drain_blocks.is_empty() {
-        list.retain(|c| c.type_ != kind);
-        return;
-    }
-    let blocks: Vec<(&str, &str, &str)> = f
-        .drain_blocks
-        .iter()
-        .map(|b| (b.node.as_str(), b.pod.as_str(), b.message.as_str()))
-        .collect();
-    set_condition(
-        list,
-        kind,
-        true,
-        schema::PDB_REASON,
-        schema::drain_blocked_message(&blocks, f.node_statuses.len()),
-        generation,
-        f.now,
-    );
 }
 
 /// Pods matching `podNonInterruptLabels` began holding a node in this pass: the message.

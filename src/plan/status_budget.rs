@@ -23,7 +23,8 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
 
-use super::status::{newly_true, set_condition};
+use super::condition::set_condition;
+use super::status::newly_true;
 use crate::crd::SkyhookStatus;
 use crate::schema::{self, Status};
 

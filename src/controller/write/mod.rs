@@ -73,7 +73,7 @@ use crate::schema;
 use event_queue::EventSink;
 use outcomes::Outcomes;
 use parallel::{each, recorded};
-use requests::{ignore_not_found, is_conflict, is_status, node_patch_body, with_kind};
+use requests::{api_words, ignore_not_found, is_conflict, is_status, node_patch_body, with_kind};
 
 const MANAGER: &str = "skyhook-operator";
 
@@ -400,23 +400,10 @@ impl Writer<'_> {
                 Err(e) if is_status(&e, 404) => {}
                 // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.
                 Err(err) if is_status(&err, 429) => {
-                    // The API server's words, and each cause (the budget's name and what it
-                    // needs: "The disruption budget web needs 1 healthy pods ...").
-                    let message = match &err {
-                        kube::Error::Api(status) => {
-                            let causes = status.details.iter().flat_map(|d| &d.causes);
-                            std::iter::once(status.message.as_str())
-                                .chain(causes.map(|c| c.message.as_str()))
-                                .filter(|m| !m.is_empty())
-                                .collect::<Vec<_>>()
-                                .join(" ")
-                        }
-                        other => other.to_string(),
-                    };
                     self.met.blocked_eviction(crate::plan::inputs::DrainBlock {
                         node: e.node.clone(),
                         pod: format!("{ns}/{pod}"),
-                        message,
+                        message: api_words(&err),
                     });
                     let ev = Event {
                         type_: EventType::Warning,

@@ -12,6 +12,22 @@ pub(super) fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
+/// What the API server said, with each cause (an eviction's names the budget and what it
+/// needs: "The disruption budget web needs 1 healthy pods ...").
+pub(super) fn api_words(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => {
+            let causes = status.details.iter().flat_map(|d| &d.causes);
+            std::iter::once(status.message.as_str())
+                .chain(causes.map(|c| c.message.as_str()))
+                .filter(|m| !m.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// A write guarded by a resourceVersion that the object no longer has.
 pub(super) fn is_conflict(e: &Error) -> bool {
     matches!(e, Error::Kube(k) if is_status(k, 409))
