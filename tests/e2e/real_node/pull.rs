@@ -67,7 +67,7 @@ async fn a_missing_image_tag_is_a_real_pull_error_and_the_stage_errors() {
 
 /// Delta D29: a package image named with its registry's port is pulled as
 /// `host:port/repo:<version>` by the real kubelet and its stages run (the reference cut such an
-/// image to `host`).
+/// image to `host`); the package's script also sees `SKYHOOK_NODE_ORDER` (delta D7).
 #[tokio::test]
 async fn an_image_on_a_registry_with_a_port_is_pulled_and_runs() {
     let (env, node) = setup("rn-port", &[]).await;
@@ -79,7 +79,7 @@ async fn an_image_on_a_registry_with_a_port_is_pulled_and_runs() {
     assert_ne!(image, imgs.shellscript_repo, "no registry name to replace");
     let mut pkg = super::shellscript(
         &env.ctx,
-        json!({"apply.sh": "#!/bin/sh\necho applied-from-a-registry-with-a-port\n"}),
+        json!({"apply.sh": "#!/bin/sh\necho applied-from-a-registry-with-a-port\necho \"$SKYHOOK_NODE_ORDER\" > /var/tmp/skyhook-node-order\n"}),
         json!({}),
     );
     pkg["image"] = json!(image);
@@ -100,6 +100,16 @@ async fn an_image_on_a_registry_with_a_port_is_pulled_and_runs() {
         })
         .filter_map(|c| c.image.clone())
         .collect();
+    // Delta D7: the package's own script sees SKYHOOK_NODE_ORDER (the only node: 0).
+    let order = env
+        .ctx
+        .read_on_node(&node, "/var/tmp/skyhook-node-order")
+        .unwrap_or_default();
+    assert_eq!(
+        order.trim(),
+        "0",
+        "SKYHOOK_NODE_ORDER as the package saw it"
+    );
     let want = format!("{image}:{}", imgs.shellscript_version);
     assert!(
         pulled.contains(&want),
