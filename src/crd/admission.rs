@@ -35,18 +35,23 @@ pub const SEMVER_PATTERN: &str = concat!(
 pub const MAX_GRACEFUL_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// [`MAX_GRACEFUL_SHUTDOWN`] in Go syntax, as CEL's `duration()` reads it.
 pub const MAX_GRACEFUL_SHUTDOWN_TEXT: &str = "24h";
-/// Characters of `gracefulShutdown` (`23h59m59.999999999s` has 19).
-pub const MAX_GRACEFUL_SHUTDOWN_LENGTH: usize = 20;
+/// Longest `stageTimeout` and `drainConfig.timeout`: a week. A longer bound is a mistake, and
+/// stays within [`GO_DURATION_PATTERN`]'s reach.
+pub const MAX_STAGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(168 * 3600);
+/// [`MAX_STAGE_TIMEOUT`] in Go syntax.
+pub const MAX_STAGE_TIMEOUT_TEXT: &str = "168h";
+/// Characters of a Go duration field (`gracefulShutdown` (`23h59m59.999999999s` has 19).
+pub const MAX_GO_DURATION_LENGTH: usize = 20;
 
 /// Go `time.ParseDuration` syntax as [`crate::schema::parse_go_duration`] reads it, with at most
 /// 3 significant integer digits for hours, 5 for minutes, 6 for seconds, 9 for milliseconds, 12
 /// for microseconds and 15 for nanoseconds: one digit more than 24h needs, so a value the
 /// pattern refuses for its digits is over [`MAX_GRACEFUL_SHUTDOWN`] anyway. Each accepted
-/// component is under 1700h, so within [`MAX_GRACEFUL_SHUTDOWN_LENGTH`] the sum stays far below
+/// component is under 1700h, so within [`MAX_GO_DURATION_LENGTH`] the sum stays far below
 /// Go's ceiling: CEL's `duration()`, which fails past it, only ever sees values it can represent.
 /// Written with `[.]`/`[+]` so it needs no escaping in CEL string literals; `µs` is the micro
 /// sign U+00B5, the one `parse_go_duration` knows.
-pub const GRACEFUL_SHUTDOWN_PATTERN: &str = concat!(
+pub const GO_DURATION_PATTERN: &str = concat!(
     "^[+]?(0|(",
     "0*([0-9]{1,3}([.][0-9]*)?|[.][0-9]+)h|",
     "0*([0-9]{1,5}([.][0-9]*)?|[.][0-9]+)m|",
@@ -181,6 +186,7 @@ pub fn skyhook_rules() -> Vec<CelRule> {
     rules.extend(package_map_rules());
     rules.extend(package_rules());
     rules.extend(package_resources_rules());
+    rules.extend(drain_config_rules());
     rules.push(selector_values_rule(
         "spec.nodeSelectors.matchExpressions.[]",
     ));
@@ -273,16 +279,49 @@ fn package_rules() -> Vec<CelRule> {
                 "configMap: {MSG_CONFIG_MAP_TOO_LARGE} ({MAX_CONFIG_MAP_BYTES} bytes); move large files into the package image"
             ),
         ),
-        // The pattern first: `&&` yields false without an error when it does not match, so
-        // `duration()` never sees a value it cannot parse (see GRACEFUL_SHUTDOWN_PATTERN).
-        rule(
+        duration_rule(
             "spec.packages.*.gracefulShutdown",
-            format!(
-                "self.matches('{GRACEFUL_SHUTDOWN_PATTERN}') && duration(self) <= duration('{MAX_GRACEFUL_SHUTDOWN_TEXT}')"
-            ),
+            MAX_GRACEFUL_SHUTDOWN_TEXT,
             format!(
                 "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN} (it becomes the pods' terminationGracePeriodSeconds)"
             ),
+        ),
+        duration_rule(
+            "spec.packages.*.stageTimeout",
+            MAX_STAGE_TIMEOUT_TEXT,
+            format!("stageTimeout: {MSG_STAGE_TIMEOUT}"),
+        ),
+        rule(
+            "spec.packages.*.uninstall",
+            "!self.apply || self.enabled",
+            format!("uninstall: {MSG_UNINSTALL_APPLY}"),
+        ),
+    ]
+}
+
+/// A Go duration of at most `max`. The pattern first: `&&` yields false without an error when
+/// it does not match, so `duration()` never sees a value it cannot parse (see
+/// [`GO_DURATION_PATTERN`]).
+fn duration_rule(path: &'static str, max: &str, message: String) -> CelRule {
+    rule(
+        path,
+        format!("self.matches('{GO_DURATION_PATTERN}') && duration(self) <= duration('{max}')"),
+        message,
+    )
+}
+
+/// Rules on `drainConfig` (upstream v0.18).
+fn drain_config_rules() -> Vec<CelRule> {
+    vec![
+        duration_rule(
+            "spec.drainConfig.timeout",
+            MAX_STAGE_TIMEOUT_TEXT,
+            format!("drainConfig.timeout: {MSG_DRAIN_TIMEOUT}"),
+        ),
+        duration_rule(
+            "spec.drainConfig.gracePeriod",
+            MAX_GRACEFUL_SHUTDOWN_TEXT,
+            format!("drainConfig.gracePeriod: {MSG_DRAIN_GRACE_PERIOD}"),
         ),
     ]
 }
@@ -461,7 +500,22 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
         patch(
             "spec.packages.*.gracefulShutdown",
             "maxLength",
-            json!(MAX_GRACEFUL_SHUTDOWN_LENGTH),
+            json!(MAX_GO_DURATION_LENGTH),
+        ),
+        patch(
+            "spec.packages.*.stageTimeout",
+            "maxLength",
+            json!(MAX_GO_DURATION_LENGTH),
+        ),
+        patch(
+            "spec.drainConfig.timeout",
+            "maxLength",
+            json!(MAX_GO_DURATION_LENGTH),
+        ),
+        patch(
+            "spec.drainConfig.gracePeriod",
+            "maxLength",
+            json!(MAX_GO_DURATION_LENGTH),
         ),
         patch(
             "spec.packages.*.resources.cpuRequest",

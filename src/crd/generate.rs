@@ -374,8 +374,17 @@ fn skyhook_spec_patches() -> Vec<SchemaPatch> {
         patch("spec.pause", "default", json!(false)),
         patch("spec.runtimeRequired", "default", json!(false)),
         patch("spec.autoTaintNewNodes", "default", json!(false)),
-        // Upstream v0.14's default (crate::crd::upstream_fields).
+        // Upstream v0.14's to v0.19's defaults (crate::crd::upstream_fields).
         patch("spec.sequencing", "default", json!("node")),
+        patch("spec.packages.*.uninstall.enabled", "default", json!(false)),
+        patch("spec.packages.*.uninstall.apply", "default", json!(false)),
+        patch(
+            "spec.packages.*.uninstall",
+            "required",
+            json!(["apply", "enabled"]),
+        ),
+        patch("spec.runtimeRequiredCordonAfter", "default", json!(false)),
+        patch("spec.drainConfig", "nullable", json!(true)),
         patch(
             "spec.priority",
             "default",

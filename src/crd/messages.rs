@@ -43,6 +43,17 @@ pub const MSG_RESOURCES_MEMORY: &str = "resources: memoryLimit must be >= memory
 /// not even decode a value that is not a duration or is past Go's 2562047h).
 pub const MSG_GRACEFUL_SHUTDOWN: &str =
     "gracefulShutdown must be a Go duration such as 30s or 1m30s, at most 24h";
+/// stageTimeout not a Go duration within [`MAX_STAGE_TIMEOUT`].
+pub const MSG_STAGE_TIMEOUT: &str =
+    "stageTimeout must be a Go duration such as 30m or 2h, at most 168h (0 for no limit)";
+/// drainConfig.timeout not a Go duration within [`MAX_STAGE_TIMEOUT`].
+pub const MSG_DRAIN_TIMEOUT: &str =
+    "drainConfig.timeout must be a Go duration such as 10m, at most 168h (0 for no limit)";
+/// drainConfig.gracePeriod not a Go duration within [`MAX_GRACEFUL_SHUTDOWN`].
+pub const MSG_DRAIN_GRACE_PERIOD: &str =
+    "drainConfig.gracePeriod must be a Go duration such as 30s, at most 24h";
+/// uninstall.apply without uninstall.enabled (upstream's webhook words).
+pub const MSG_UNINSTALL_APPLY: &str = "uninstall.apply requires uninstall.enabled to be true";
 /// Selector requirement values inconsistent with the operator.
 pub const MSG_SELECTOR_VALUES: &str = "matchExpressions: values must be non-empty for operators In and NotIn and empty for Exists and DoesNotExist";
 /// Selector that does not parse (operator side).

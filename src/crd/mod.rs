@@ -34,8 +34,8 @@ pub use policy::{
     PolicyDefault, StrategyKind, StrategyParams,
 };
 pub use skyhook::{
-    DeploymentPolicyOptions, InterruptionBudget, Package, PackageResources, Sequencing, Skyhook,
-    SkyhookSpec,
+    DeploymentPolicyOptions, DrainConfig, InterruptionBudget, Package, PackageResources,
+    PackageUninstall, Sequencing, Skyhook, SkyhookSpec,
 };
 pub use status::{BatchState, CompartmentStatus, SkyhookStatus};
 

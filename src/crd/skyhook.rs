@@ -125,6 +125,47 @@ pub struct SkyhookSpec {
     /// until this Skyhook is complete on every node it targets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequencing: Option<Sequencing>,
+
+    /// How nodes are drained before an interrupt (upstream v0.18); absent, the v0.13 drain:
+    /// evict, emptyDir data and unmanaged pods included, DaemonSet pods left, no timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_config: Option<DrainConfig>,
+
+    /// With runtimeRequired: when the runtime-required taint leaves a node, cordon it and mark
+    /// it `nodewright.nvidia.com/runtimeRequiredCordon`, so it takes no work until an
+    /// administrator uncordons it (upstream v0.19).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_required_cordon_after: bool,
+}
+
+/// How a node is drained before an interrupt (upstream v0.18 `drainConfig`). Every field is
+/// optional; the defaults are the v0.13 drain.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainConfig {
+    /// Delete pods instead of evicting them, so PodDisruptionBudgets do not apply (default
+    /// false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_eviction: Option<bool>,
+    /// Drain pods that use emptyDir volumes, losing that data (default true); false holds the
+    /// drain while such a pod runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_empty_dir_data: Option<bool>,
+    /// Drain pods no controller owns (default true); false holds the drain while such a pod
+    /// runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    /// Leave DaemonSet pods running (default true); false evicts them too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_daemon_sets: Option<bool>,
+    /// How long a drain may take, as a Go duration; past it the node is `erroring`, stays
+    /// cordoned and no more pods are evicted. Unset or 0: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Grace period given to each drained pod, as a Go duration (rounded up to whole
+    /// seconds); unset: the pod's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<String>,
 }
 
 /// How this Skyhook holds back the Skyhooks ordered after it (upstream v0.14): `node` (a node
@@ -159,6 +200,8 @@ impl Default for SkyhookSpec {
             auto_taint_new_nodes: false,
             priority: DEFAULT_PRIORITY,
             sequencing: None,
+            drain_config: None,
+            runtime_required_cordon_after: false,
         }
     }
 }
@@ -244,6 +287,29 @@ pub struct Package {
     /// Grace period of the package pods, as a Go duration (e.g. 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graceful_shutdown: Option<String>,
+
+    /// How long one attempt of a stage may run, as a Go duration (upstream v0.18); past it the
+    /// attempt fails and is retried. 0: no limit. Unset: the operator's STAGE_DEADLINE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_timeout: Option<String>,
+
+    /// Uninstall on request (upstream v0.16): with `enabled` and `apply`, the package is
+    /// uninstalled from every node that has it and is not installed again until `apply` is
+    /// false. Packages without it keep v0.13's meaning: removal and downgrade uninstall.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uninstall: Option<PackageUninstall>,
+}
+
+/// A package's uninstall switch (upstream v0.16).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageUninstall {
+    /// The package has uninstall scripts.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Uninstall the package now; needs `enabled`.
+    #[serde(default)]
+    pub apply: bool,
 }
 
 /// Resource overrides of a package's containers.
@@ -284,5 +350,12 @@ impl Package {
     /// The unique package key `<name>|<version>` used for node state and the DAG.
     pub fn unique_key(&self) -> String {
         package_key(&self.name, &self.version)
+    }
+
+    /// Uninstall requested through the `uninstall` block (`enabled` and `apply`).
+    pub fn uninstall_requested(&self) -> bool {
+        self.uninstall
+            .as_ref()
+            .is_some_and(|u| u.enabled && u.apply)
     }
 }

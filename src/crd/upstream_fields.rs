@@ -31,5 +31,68 @@ pub fn skyhook_fields() -> Vec<UpstreamField> {
             release: "v0.15.0",
             schema: json!({"type": "integer"}),
         },
+        UpstreamField {
+            path: "spec.packages.*.uninstall",
+            release: "v0.16.0",
+            schema: json!({"type": "object", "required": ["apply", "enabled"]}),
+        },
+        UpstreamField {
+            path: "spec.packages.*.uninstall.enabled",
+            release: "v0.16.0",
+            schema: json!({"type": "boolean", "default": false}),
+        },
+        UpstreamField {
+            path: "spec.packages.*.uninstall.apply",
+            release: "v0.16.0",
+            schema: json!({"type": "boolean", "default": false}),
+        },
+        // The next ones upstream added to its NodeWright API (v0.18 on), with the shapes of
+        // `../shared/reference/nodewright-delta.md` D26, D28 and D38; this project serves them on
+        // the legacy API too, for manifests moving back from NodeWright.
+        UpstreamField {
+            path: "spec.packages.*.stageTimeout",
+            release: "v0.18.0",
+            schema: json!({"type": "string"}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig",
+            release: "v0.18.0",
+            schema: json!({"type": "object", "nullable": true}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig.disableEviction",
+            release: "v0.18.0",
+            schema: json!({"type": "boolean"}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig.deleteEmptyDirData",
+            release: "v0.18.0",
+            schema: json!({"type": "boolean"}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig.force",
+            release: "v0.18.0",
+            schema: json!({"type": "boolean"}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig.ignoreDaemonSets",
+            release: "v0.18.0",
+            schema: json!({"type": "boolean"}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig.timeout",
+            release: "v0.18.0",
+            schema: json!({"type": "string"}),
+        },
+        UpstreamField {
+            path: "spec.drainConfig.gracePeriod",
+            release: "v0.18.0",
+            schema: json!({"type": "string"}),
+        },
+        UpstreamField {
+            path: "spec.runtimeRequiredCordonAfter",
+            release: "v0.19.0",
+            schema: json!({"type": "boolean", "default": false}),
+        },
     ]
 }

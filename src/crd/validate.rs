@@ -13,20 +13,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
 
 use super::admission::{
-    GRACEFUL_SHUTDOWN_PATTERN, MAX_GRACEFUL_SHUTDOWN, MAX_GRACEFUL_SHUTDOWN_LENGTH,
-    MAX_SKYHOOK_NAME, MAX_VERSION_LENGTH, MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH,
+    GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN, MAX_SKYHOOK_NAME,
+    MAX_STAGE_TIMEOUT, MAX_VERSION_LENGTH, MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH,
     MSG_COMPARTMENT_BUDGET_NONE, MSG_COMPARTMENT_IDENTICAL_SELECTOR, MSG_COMPARTMENT_NOT_UNIQUE,
     MSG_COMPARTMENT_RESERVED, MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB,
     MSG_CONFIG_INTERRUPT_KEY, MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE,
     MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE, MSG_DEPENDENCY_EMPTY_VERSION,
-    MSG_DEPENDENCY_MISSING, MSG_GRACEFUL_SHUTDOWN, MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE,
-    MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET,
-    MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY, MSG_RESOURCES_POSITIVE,
-    MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG,
-    PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
+    MSG_DEPENDENCY_MISSING, MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN,
+    MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY,
+    MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY,
+    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_STAGE_TIMEOUT,
+    MSG_UNINSTALL_APPLY, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN,
+    SELECTOR_OPERATORS,
 };
 use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
-use super::skyhook::{Package, PackageResources};
+use super::skyhook::{DrainConfig, Package, PackageResources};
 use super::{DeploymentPolicy, Skyhook, quantity};
 use crate::schema::{
     glob_match, is_qualified_name, is_valid_label_value, is_valid_semver, parse_go_duration,
@@ -143,6 +144,7 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
         &spec.pod_non_interrupt_labels,
     );
 
+    check_drain_config(&mut errs, spec.drain_config.as_ref());
     for (key, package) in &spec.packages {
         check_package(&mut errs, key, package, &spec.packages);
         if let Some(why) = super::config_size::too_large(package) {
@@ -199,7 +201,7 @@ fn check_package(errs: &mut Errors, key: &str, package: &Package, all: &BTreeMap
         );
     }
     check_config_interrupts(errs, &field, package);
-    check_graceful_shutdown(errs, &field, package);
+    check_package_settings(errs, &field, package);
     for (dep, version) in &package.depends_on {
         if version.is_empty() {
             errs.push(
@@ -262,32 +264,87 @@ fn check_config_interrupts(errs: &mut Errors, field: &str, package: &Package) {
     }
 }
 
-static GRACEFUL_SHUTDOWN_RE: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(GRACEFUL_SHUTDOWN_PATTERN).ok());
+static GO_DURATION_RE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(GO_DURATION_PATTERN).ok());
 
-/// The admission rule on `gracefulShutdown`, re-checked for objects stored before it existed.
-fn check_graceful_shutdown(errs: &mut Errors, field: &str, package: &Package) {
-    let Some(grace) = package.graceful_shutdown.as_deref() else {
-        return;
-    };
-    if !graceful_shutdown_allowed(grace) {
+/// The admission rules on a package's durations and uninstall switch, re-checked for objects
+/// stored before they existed.
+fn check_package_settings(errs: &mut Errors, field: &str, package: &Package) {
+    let durations = [
+        (
+            "gracefulShutdown",
+            &package.graceful_shutdown,
+            MAX_GRACEFUL_SHUTDOWN,
+            MSG_GRACEFUL_SHUTDOWN,
+        ),
+        (
+            "stageTimeout",
+            &package.stage_timeout,
+            MAX_STAGE_TIMEOUT,
+            MSG_STAGE_TIMEOUT,
+        ),
+    ];
+    for (name, value, max, msg) in durations {
+        check_duration(errs, &format!("{field}.{name}"), value.as_deref(), max, msg);
+    }
+    if package
+        .uninstall
+        .as_ref()
+        .is_some_and(|u| u.apply && !u.enabled)
+    {
         errs.push(
-            format!("{field}.gracefulShutdown"),
-            format!(
-                "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN} (at most {MAX_GRACEFUL_SHUTDOWN_LENGTH} characters), got {grace:?}"
-            ),
+            format!("{field}.uninstall"),
+            format!("uninstall: {MSG_UNINSTALL_APPLY}; set enabled: true (the package has uninstall scripts) or apply: false"),
         );
     }
 }
 
-/// What admission accepts as `gracefulShutdown`: at most [`MAX_GRACEFUL_SHUTDOWN_LENGTH`]
-/// characters matching [`GRACEFUL_SHUTDOWN_PATTERN`], at most [`MAX_GRACEFUL_SHUTDOWN`].
-fn graceful_shutdown_allowed(value: &str) -> bool {
-    value.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH
-        && GRACEFUL_SHUTDOWN_RE
-            .as_ref()
-            .is_some_and(|re| re.is_match(value))
-        && parse_go_duration(value).is_ok_and(|d| d <= MAX_GRACEFUL_SHUTDOWN)
+/// `drainConfig`'s durations.
+fn check_drain_config(errs: &mut Errors, config: Option<&DrainConfig>) {
+    let Some(c) = config else { return };
+    let durations = [
+        ("timeout", &c.timeout, MAX_STAGE_TIMEOUT, MSG_DRAIN_TIMEOUT),
+        (
+            "gracePeriod",
+            &c.grace_period,
+            MAX_GRACEFUL_SHUTDOWN,
+            MSG_DRAIN_GRACE_PERIOD,
+        ),
+    ];
+    for (name, value, max, msg) in durations {
+        let field = format!("spec.drainConfig.{name}");
+        check_duration(errs, &field, value.as_deref(), max, msg);
+    }
+}
+
+/// A Go duration field: what admission accepts (at most [`MAX_GO_DURATION_LENGTH`] characters
+/// matching [`GO_DURATION_PATTERN`], at most `max`).
+fn check_duration(
+    errs: &mut Errors,
+    field: &str,
+    value: Option<&str>,
+    max: std::time::Duration,
+    msg: &str,
+) {
+    let Some(value) = value else { return };
+    if !go_duration_allowed(value, max) {
+        let name = field.rsplit('.').next().unwrap_or(field);
+        let name = if field.starts_with("spec.drainConfig") {
+            format!("drainConfig.{name}")
+        } else {
+            name.to_owned()
+        };
+        errs.push(
+            field,
+            format!("{name}: {msg} (at most {MAX_GO_DURATION_LENGTH} characters), got {value:?}"),
+        );
+    }
+}
+
+fn go_duration_allowed(value: &str, max: std::time::Duration) -> bool {
+    value.chars().count() <= MAX_GO_DURATION_LENGTH
+        && GO_DURATION_RE.as_ref().is_some_and(|re| re.is_match(value))
+        && parse_go_duration(value).is_ok_and(|d| d <= max)
 }
 
 fn check_resources(errs: &mut Errors, field: &str, r: &PackageResources) {

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::Resource;
 
 use crate::crd::{Package, Skyhook};
-use crate::schema::{self, PackageAnnotation, RuntimeTaints, Stage};
+use crate::schema::{self, PackageAnnotation, RuntimeTaints, Stage, parse_go_duration};
 use crate::settings::Config;
 
 /// `imagePullPolicy` of every container (the reference always pulls).
@@ -89,6 +89,8 @@ pub(super) struct JobIdentity<'a> {
     pub(super) labels: BTreeMap<String, String>,
     pub(super) annotation: PackageAnnotation,
     pub(super) agent_id: String,
+    /// The package's `stageTimeout`, when it sets one.
+    pub(super) stage_timeout: Option<String>,
 }
 
 impl<'a> JobIdentity<'a> {
@@ -107,6 +109,7 @@ impl<'a> JobIdentity<'a> {
             labels: job_labels(ids, package, stage, place.node, &agent_id),
             annotation: package_annotation(ids, package, stage),
             agent_id,
+            stage_timeout: package.stage_timeout.clone(),
         }
     }
 }
@@ -152,9 +155,28 @@ pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
             owner_references: Some(vec![owner_reference(id.place.skyhook)]),
             ..Default::default()
         },
-        spec: Some(job_spec(template, cfg)),
+        spec: Some(job_spec(
+            template,
+            cfg,
+            deadline_seconds(id.stage_timeout.as_deref(), cfg),
+        )),
         status: None,
     }
+}
+
+/// `activeDeadlineSeconds` of a Job: the package's `stageTimeout` (upstream v0.18, delta D26),
+/// else the operator's stage deadline; zero means none. Whole seconds, rounded up, so a
+/// sub-second timeout still bounds the attempt. A value admission would refuse (only in
+/// objects stored before the rule) falls back to the operator's deadline.
+pub(super) fn deadline_seconds(stage_timeout: Option<&str>, cfg: &Config) -> Option<i64> {
+    let d = stage_timeout
+        .and_then(|t| parse_go_duration(t).ok())
+        .unwrap_or(cfg.stage_deadline);
+    if d.is_zero() {
+        return None;
+    }
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Some(i64::try_from(secs).unwrap_or(i64::MAX))
 }
 
 /// One pod, no retries in place, failed on the first non-zero exit, bounded by the stage
@@ -162,10 +184,7 @@ pub(super) fn build_job(id: JobIdentity, pod: PodSpec, cfg: &Config) -> Job {
 /// has folded, so a Job needs no write once it is done. The operator removes it from a failed
 /// Job when it counts the failure, so failed Jobs are kept for inspection (and pruned by the
 /// planner).
-fn job_spec(template: PodTemplateSpec, cfg: &Config) -> JobSpec {
-    let deadline = i64::try_from(cfg.stage_deadline.as_secs())
-        .unwrap_or(i64::MAX)
-        .max(1);
+fn job_spec(template: PodTemplateSpec, cfg: &Config, deadline: Option<i64>) -> JobSpec {
     JobSpec {
         ttl_seconds_after_finished: Some(
             i32::try_from(cfg.completed_job_ttl.as_secs()).unwrap_or(i32::MAX),
@@ -173,7 +192,7 @@ fn job_spec(template: PodTemplateSpec, cfg: &Config) -> JobSpec {
         parallelism: Some(1),
         completions: Some(1),
         backoff_limit: Some(0),
-        active_deadline_seconds: Some(deadline),
+        active_deadline_seconds: deadline,
         // Required with a pod failure policy: no replacement pod while the old one terminates.
         pod_replacement_policy: Some("Failed".to_owned()),
         pod_failure_policy: Some(PodFailurePolicy {

@@ -558,4 +558,27 @@ mod tests {
             schema::stage_container_name("dexter", Stage::Apply)
         );
     }
+
+    #[test]
+    fn stage_timeout_bounds_each_attempt_and_zero_lifts_the_bound() {
+        let mut p = dexter();
+        let sk = skyhook(&[&p]);
+        let deadline = |p: &Package| {
+            let job = build(&sk, p, Stage::Apply, "kind-worker", 0);
+            job.spec.unwrap().active_deadline_seconds
+        };
+        assert_eq!(deadline(&p), Some(3600), "STAGE_DEADLINE when unset");
+        for (timeout, want) in [
+            ("30s", Some(30)),
+            ("1.2s", Some(2)),
+            ("0", None),
+            ("0s", None),
+        ] {
+            p.stage_timeout = Some(timeout.into());
+            assert_eq!(deadline(&p), want, "{timeout}");
+        }
+        // A value admission refuses (stored before the rule) falls back to the deadline.
+        p.stage_timeout = Some("soon".into());
+        assert_eq!(deadline(&p), Some(3600));
+    }
 }

@@ -58,6 +58,7 @@ pub(crate) fn runtime_taint() -> RuntimeTaints {
 pub(crate) const RETRY: RetryPolicy = RetryPolicy {
     base: Duration::from_secs(10),
     max: Duration::from_secs(300),
+    limit: None,
 };
 
 /// One node's input to [`step`]: a [`NodeInput`] with the decision to start work, which a pass

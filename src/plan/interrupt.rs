@@ -232,6 +232,7 @@ mod tests {
         let retry = RetryPolicy {
             base: std::time::Duration::from_secs(1),
             max: std::time::Duration::from_secs(2),
+            limit: None,
         };
         let cases = [
             (

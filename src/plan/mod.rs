@@ -264,6 +264,7 @@ impl<'a> Planner<'a> {
             retry: RetryPolicy {
                 base: cfg.retry_base,
                 max: cfg.retry_max,
+                limit: cfg.job_backoff_limit,
             },
             failed_jobs_kept: cfg.failed_jobs_kept,
             now: self.inp.now,

@@ -64,9 +64,17 @@ pub struct Settings {
     /// The metrics and probe servers: addresses, limits, authentication.
     #[command(flatten)]
     pub serving: ServingSettings,
-    /// Deadline of one stage Job (activeDeadlineSeconds); a hung stage ends `erroring`.
+    /// Deadline of one stage Job (activeDeadlineSeconds) for packages without `stageTimeout`;
+    /// a hung attempt fails and is retried. 0: no deadline.
     #[arg(long, env = "STAGE_DEADLINE", default_value = "1h")]
     pub stage_deadline: String,
+    /// Upstream v0.18's name for STAGE_DEADLINE; when set, it wins.
+    #[arg(long, env = "JOB_STAGE_TIMEOUT")]
+    pub job_stage_timeout: Option<String>,
+    /// Failed attempts retried before a stage gives up and stays `erroring` until `package
+    /// rerun`, a reset or a spec change (upstream v0.18). Unset: retried without end (v0.13).
+    #[arg(long, env = "JOB_BACKOFF_LIMIT")]
+    pub job_backoff_limit: Option<u32>,
     /// How long a successful Job is kept (ttlSecondsAfterFinished). Failed Jobs are kept.
     #[arg(long, env = "COMPLETED_JOB_TTL", default_value = "24h")]
     pub completed_job_ttl: String,
@@ -139,7 +147,10 @@ pub struct Config {
     pub agent_image: String,
     /// Where and how /metrics and the probes are served.
     pub serving: Serving,
+    /// Zero: no deadline.
     pub stage_deadline: Duration,
+    /// Failed attempts retried before a stage gives up; `None`: no end.
+    pub job_backoff_limit: Option<u32>,
     pub completed_job_ttl: Duration,
     pub failed_jobs_kept: usize,
     /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
@@ -247,7 +258,10 @@ impl Settings {
             lease_duration, renew_deadline, retry_period,
         ] = [
             ("DEFAULT_INTERVAL", &self.default_interval, secs(60)),
-            ("STAGE_DEADLINE", &self.stage_deadline, secs(1)),
+            match &self.job_stage_timeout {
+                Some(t) => ("JOB_STAGE_TIMEOUT", t, Duration::ZERO),
+                None => ("STAGE_DEADLINE", &self.stage_deadline, Duration::ZERO),
+            },
             ("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::ZERO),
             ("RETRY_BASE", &self.retry_base, millis(100)),
             ("RETRY_MAX", &self.retry_max, millis(100)),
@@ -348,6 +362,7 @@ impl Settings {
             agent_image: self.agent_image.clone(),
             serving,
             stage_deadline: d.stage_deadline,
+            job_backoff_limit: self.job_backoff_limit,
             completed_job_ttl: d.completed_job_ttl,
             failed_jobs_kept: self.failed_jobs_kept.max(1),
             status_node_budget,

@@ -205,12 +205,12 @@ fn graceful_shutdown_is_a_go_duration_of_at_most_a_day() {
 #[test]
 fn cel_graceful_shutdown_rule_agrees_with_the_operator() {
     use crate::crd::admission::{
-        GRACEFUL_SHUTDOWN_PATTERN, MAX_GRACEFUL_SHUTDOWN, MAX_GRACEFUL_SHUTDOWN_LENGTH,
+        GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN,
     };
     use crate::schema::{MAX_GO_DURATION, parse_go_duration};
-    let re = regex::Regex::new(GRACEFUL_SHUTDOWN_PATTERN).unwrap();
+    let re = regex::Regex::new(GO_DURATION_PATTERN).unwrap();
     let cel = |v: &str| {
-        v.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH
+        v.chars().count() <= MAX_GO_DURATION_LENGTH
             && re.is_match(v)
             && parse_go_duration(v).is_ok_and(|d| d <= MAX_GRACEFUL_SHUTDOWN)
     };
@@ -255,7 +255,7 @@ fn cel_graceful_shutdown_rule_agrees_with_the_operator() {
         samples.extend([most, over]);
     }
     for v in &samples {
-        if v.chars().count() <= MAX_GRACEFUL_SHUTDOWN_LENGTH && re.is_match(v) {
+        if v.chars().count() <= MAX_GO_DURATION_LENGTH && re.is_match(v) {
             let d = parse_go_duration(v).unwrap_or_else(|e| panic!("{v}: {e}"));
             assert!(d < MAX_GO_DURATION / 100, "{v}");
         }

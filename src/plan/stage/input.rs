@@ -15,6 +15,8 @@ use crate::schema::{Folded, NodeState};
 pub struct RetryPolicy {
     pub base: Duration,
     pub max: Duration,
+    /// Failed attempts retried before a stage gives up (JOB_BACKOFF_LIMIT); `None`: no end.
+    pub limit: Option<u32>,
 }
 
 impl RetryPolicy {

@@ -53,6 +53,15 @@ pub(super) fn start(
                 return;
             }
             Latest::Hold => return,
+            Latest::GaveUp(limit) => {
+                out.blocked = Some(format!(
+                    "{} {stage} failed {} times, more than JOB_BACKOFF_LIMIT={limit} allows: it is not retried until `kubectl skyhook package rerun {}` or a spec change",
+                    p.name,
+                    restarts.max(0),
+                    p.name
+                ));
+                return;
+            }
             Latest::Wait(due) => {
                 out.retry_at = Some(out.retry_at.map_or(due, |r: Timestamp| r.min(due)));
                 return;
@@ -99,6 +108,9 @@ enum Latest {
     Adopt,
     /// Complete, or being failed this pass because its pod cannot start.
     Hold,
+    /// Failed more often than JOB_BACKOFF_LIMIT allows (upstream v0.18, delta D26): parked
+    /// `erroring` until a rerun, a reset or a spec change.
+    GaveUp(u32),
     /// Failed: the next attempt is due then.
     Wait(Timestamp),
     /// Failed and due (or built from an older spec): start the next attempt.
@@ -112,6 +124,9 @@ fn judge(m: &Machine, stage: Stage, latest: &JobView, hash: &str, failed: u32) -
         Outcome::Running if latest.stuck.is_some() => Latest::Hold,
         Outcome::Running => Latest::Adopt,
         Outcome::Complete { .. } => Latest::Hold,
+        Outcome::Failed { .. } if !stale && m.retry.limit.is_some_and(|l| failed > l) => {
+            Latest::GaveUp(m.retry.limit.unwrap_or_default())
+        }
         Outcome::Failed { at, .. } => {
             let due = *at + m.retry.delay(failed);
             if !stale && m.now < due {

@@ -1366,3 +1366,59 @@ fn serial_runs_one_stage_at_a_time() {
     let o = run(o.state, &[&done], 3);
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Config, 0)]);
 }
+
+#[test]
+fn a_stage_gives_up_after_job_backoff_limit_until_rerun() {
+    let a = package("alpha").build();
+    let pk = packages([&a]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let limited = RetryPolicy {
+        limit: Some(1),
+        ..RETRY
+    };
+    let go = |state: NodeState, jobs: &[&JobView], now, retry| {
+        step(
+            &sv,
+            state,
+            BTreeMap::new(),
+            Host::default(),
+            jobs,
+            true,
+            retry,
+            3,
+            now,
+        )
+    };
+    // One failure is within JOB_BACKOFF_LIMIT=1: retried after the backoff.
+    let f0 = failed_apply(&a, 0, t(0));
+    let st = node_state([entry_of(&a, Stage::Apply, State::InProgress)]);
+    let o = go(st, &[&f0], t(1), limited);
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Erroring), 1));
+    let o = go(o.state, &[&f0], t(10), limited);
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 1)]);
+    // The second failure exceeds it: erroring, no further attempt however long one waits.
+    let f1 = failed_apply(&a, 1, t(20));
+    let o = go(o.state, &[&f0, &f1], t(21), limited);
+    assert_eq!(state_of(&o, &a), (Stage::Apply, Some(State::Erroring), 2));
+    let parked = go(o.state.clone(), &[&f0, &f1], t(100_000), limited);
+    assert!(runs(&parked).is_empty(), "retried past JOB_BACKOFF_LIMIT");
+    assert_eq!(parked.retry_at, None);
+    let why = parked.blocked.clone().unwrap_or_default();
+    assert!(
+        why.contains("JOB_BACKOFF_LIMIT=1") && why.contains("package rerun alpha"),
+        "{why}"
+    );
+    // Without a limit (v0.13) the same state is retried.
+    let o = go(o.state, &[&f0, &f1], t(100_000), RETRY);
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 2)]);
+    // A rerun (the entry reset, the failed Jobs recorded) starts again.
+    let rerun = node_state([entry_of(&a, Stage::Apply, State::InProgress)]);
+    let recorded = |j: &JobView| JobView {
+        recorded: true,
+        ..j.clone()
+    };
+    let (r0, r1) = (recorded(&f0), recorded(&f1));
+    let o = go(rerun, &[&r0, &r1], t(100_001), limited);
+    assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 2)]);
+}

@@ -11,6 +11,7 @@ mod node_order;
 mod ready;
 mod sequencing;
 mod serial;
+mod stage_timeout;
 mod startup;
 mod taints;
 mod uninstall_interrupt;
