@@ -1,7 +1,7 @@
 //! The Kubernetes client: built from the kubectl-style global flags, with every call's failure
 //! mapped to a one-line `CliError`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
@@ -41,9 +41,9 @@ pub struct NodeMeta {
     /// what `node status` kept of a thousand nodes.
     #[serde(default, deserialize_with = "skyhook_labels")]
     pub labels: BTreeMap<String, String>,
-    /// The node-state annotations (`nodeState_<sh>`) only: nothing else of a node's annotations
-    /// is read, and at a thousand nodes the others (our own bookkeeping among them) would be
-    /// most of what a list keeps.
+    /// The node-state annotations (`nodeState_<sh>`) and upstream's `runtimeRequiredCordon`
+    /// mark only: nothing else of a node's annotations is read, and at a thousand nodes the
+    /// others (our own bookkeeping among them) would be most of what a list keeps.
     #[serde(default, deserialize_with = "node_states")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -88,6 +88,7 @@ fn node_states<'de, D: serde::Deserializer<'de>>(
 ) -> Result<BTreeMap<String, String>, D::Error> {
     d.deserialize_any(Kept(|k| {
         schema::skyhook_of_node_state_annotation(k).is_some()
+            || k == schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
     }))
 }
 
@@ -120,7 +121,9 @@ impl<'de> serde::de::Visitor<'de> for Kept {
 /// JSON values once parsed) are skipped, not kept.
 #[derive(Deserialize)]
 struct NodePage<M> {
-    items: Vec<NodeItem<M>>,
+    /// `null` in an empty metadata-only list.
+    #[serde(default = "Option::default")]
+    items: Option<Vec<NodeItem<M>>>,
     metadata: PageMeta,
 }
 
@@ -217,20 +220,36 @@ impl Kube {
         }
     }
 
+    /// The names of the cordoned nodes (`spec.unschedulable`), read with a field selector so
+    /// that node lists stay metadata-only.
+    pub async fn cordoned_nodes(&self) -> Result<BTreeSet<String>, CliError> {
+        let params = ListParams::default().fields("spec.unschedulable=true");
+        let nodes = self.node_pages_with::<NodeMeta>(params).await?;
+        Ok(nodes.into_iter().map(|n| n.name).collect())
+    }
+
     async fn node_pages<M>(&self) -> Result<Vec<NodeMeta>, CliError>
+    where
+        M: serde::de::DeserializeOwned + Into<NodeMeta> + Send + 'static,
+    {
+        self.node_pages_with::<M>(ListParams::default()).await
+    }
+
+    async fn node_pages_with<M>(&self, params: ListParams) -> Result<Vec<NodeMeta>, CliError>
     where
         M: serde::de::DeserializeOwned + Into<NodeMeta> + Send + 'static,
     {
         let request = kube::core::Request::new("/api/v1/nodes");
         let mut nodes = Vec::new();
-        let mut params = ListParams::default().limit(PAGE_SIZE);
+        let mut params = params.limit(PAGE_SIZE);
         loop {
             let page: NodePage<M> = match request.list_metadata(&params) {
                 Ok(req) => streamed::request(&self.client, req).await,
                 Err(e) => Err(kube::Error::BuildRequest(e)),
             }
             .map_err(|e| self.fail(e, "listing nodes"))?;
-            nodes.extend(page.items.into_iter().map(|n| n.metadata.into()));
+            let items = page.items.unwrap_or_default();
+            nodes.extend(items.into_iter().map(|n| n.metadata.into()));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
@@ -559,9 +578,18 @@ mod tests {
                 {"metadata": {"name": "n2", "annotations": null, "labels": null}},
             ],
         });
+        // A metadata-only list with nothing in it says `"items": null`.
+        let empty: NodePage<NodeMeta> =
+            serde_json::from_value(json!({"items": null, "metadata": {}})).unwrap();
+        assert!(empty.items.is_none());
         let page: NodePage<NodeMeta> = serde_json::from_value(raw.clone()).unwrap();
         assert_eq!(page.metadata.continue_.as_deref(), Some("abc"));
-        let nodes: Vec<NodeMeta> = page.items.into_iter().map(|i| i.metadata).collect();
+        let nodes: Vec<NodeMeta> = page
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| i.metadata)
+            .collect();
         assert_eq!(nodes[0].name, "n1");
         let status = (
             "skyhook.nvidia.com/status_sh".to_string(),
@@ -579,7 +607,12 @@ mod tests {
         assert_eq!(nodes[1], bare);
 
         let page: NodePage<AllLabelsMeta> = serde_json::from_value(raw).unwrap();
-        let all: Vec<NodeMeta> = page.items.into_iter().map(|i| i.metadata.into()).collect();
+        let all: Vec<NodeMeta> = page
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| i.metadata.into())
+            .collect();
         assert_eq!(all[0].labels.len(), 3, "{:?}", all[0].labels);
         assert_eq!(all[0].labels.get("a").map(String::as_str), Some("1"));
         assert_eq!(all[0].annotations, nodes[0].annotations);

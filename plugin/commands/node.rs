@@ -218,6 +218,11 @@ pub struct NodeSkyhookSummary {
     /// The node's DeploymentPolicy compartment for this Skyhook (`-o wide` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compartment: Option<String>,
+    /// The node is cordoned (`spec.unschedulable`), by whomever (upstream CLI v0.4).
+    pub cordoned: bool,
+    /// The node carries `nodewright.nvidia.com/runtimeRequiredCordon`: its cordon stays until
+    /// an administrator lifts it and the mark together (upstream CLI v0.4).
+    pub runtime_required_cordon: bool,
 }
 
 impl NodeSkyhookSummary {
@@ -231,6 +236,8 @@ impl NodeSkyhookSummary {
             "packagesComplete",
             "packagesTotal",
             "compartment",
+            "cordoned",
+            "runtimeRequiredCordon",
         ],
         name_field: "nodeName",
     };
@@ -266,6 +273,7 @@ impl From<&PackageStatus> for NodePackage {
 pub fn status_summaries(
     ctx: &Ctx,
     nodes: &[NodeMeta],
+    cordoned: &BTreeSet<String>,
     selected: Option<&BTreeSet<String>>,
     skyhook: Option<&str>,
     packages: bool,
@@ -296,6 +304,10 @@ pub fn status_summaries(
                 packages_total: s.total,
                 packages,
                 compartment: None,
+                cordoned: cordoned.contains(&node.name),
+                runtime_required_cordon: node
+                    .annotations
+                    .contains_key(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
             });
         }
     }
@@ -326,6 +338,8 @@ pub fn render_status(
             "STATE",
             "RESTARTS",
             "IMAGE",
+            "CORDONED",
+            "RUNTIME-REQUIRED-CORDON",
         ];
         let rows: Vec<Vec<Field>> = summaries
             .iter()
@@ -345,6 +359,8 @@ pub fn render_status(
                         state,
                         Field::from(p.restarts.to_string()),
                         Field::from(p.image.as_str()),
+                        yes_no(s.cordoned),
+                        yes_no(s.runtime_required_cordon),
                     ]
                 })
             })
@@ -359,10 +375,24 @@ pub fn render_status(
                 Field::from(s.skyhook_name.as_str()),
                 Field::toned(s.status.as_str(), tone(s.status)),
                 Field::from(format!("{}/{}", s.packages_complete, s.packages_total)),
+                yes_no(s.cordoned),
+                yes_no(s.runtime_required_cordon),
             ]
         })
         .collect();
-    Ok(painter.table(&["NODE", "SKYHOOK", "STATUS", "PACKAGES"], &rows))
+    let headers = [
+        "NODE",
+        "SKYHOOK",
+        "STATUS",
+        "PACKAGES",
+        "CORDONED",
+        "RUNTIME-REQUIRED-CORDON",
+    ];
+    Ok(painter.table(&headers, &rows))
+}
+
+fn yes_no(b: bool) -> Field {
+    Field::from(if b { "true" } else { "false" })
 }
 
 pub async fn status(
@@ -396,7 +426,9 @@ pub async fn status(
     };
     // The plain table shows no package; a sort key may name one.
     let packages = ctx.global.output != OutputFormat::Table || ctx.global.sort_key.is_some();
-    let mut summaries = status_summaries(ctx, &nodes, selected.as_ref(), skyhook, packages);
+    let cordoned = kube.cordoned_nodes().await?;
+    let mut summaries =
+        status_summaries(ctx, &nodes, &cordoned, selected.as_ref(), skyhook, packages);
     if compartments && !summaries.is_empty() {
         add_compartments(ctx, &kube, &nodes, &mut summaries).await;
     }
@@ -611,7 +643,13 @@ mod tests {
             ),
             node(
                 "worker-2",
-                &[(schema::node_state_annotation("sh"), b.to_annotation())],
+                &[
+                    (schema::node_state_annotation("sh"), b.to_annotation()),
+                    (
+                        schema::RUNTIME_REQUIRED_CORDON_ANNOTATION.into(),
+                        "true".into(),
+                    ),
+                ],
             ),
             node(
                 "worker-3",
@@ -674,9 +712,14 @@ mod tests {
         );
     }
 
+    /// worker-1 is cordoned by someone; worker-2 carries the runtimeRequiredCordon mark.
+    fn cordoned() -> BTreeSet<String> {
+        BTreeSet::from(["worker-1".to_string()])
+    }
+
     #[test]
     fn status_names_each_node_once() {
-        let all = status_summaries(&ctx(), &fixture(), None, None, true);
+        let all = status_summaries(&ctx(), &fixture(), &cordoned(), None, None, true);
         let p = Painter::new(false);
         assert_eq!(
             render_status(&p, OutputFormat::Name, &all).unwrap(),
@@ -690,7 +733,7 @@ mod tests {
     #[test]
     fn status_table_wide_and_json() {
         let nodes = fixture();
-        let all = status_summaries(&ctx(), &nodes, None, None, true);
+        let all = status_summaries(&ctx(), &nodes, &cordoned(), None, None, true);
         assert_eq!(
             all.iter()
                 .map(|s| (s.node_name.as_str(), s.skyhook_name.as_str()))
@@ -701,7 +744,7 @@ mod tests {
                 ("worker-2", "sh")
             ]
         );
-        let only_sh = status_summaries(&ctx(), &nodes, None, Some("sh"), true);
+        let only_sh = status_summaries(&ctx(), &nodes, &cordoned(), None, Some("sh"), true);
         assert_eq!(only_sh.len(), 2);
         let p = Painter::new(false);
         insta::with_settings!({snapshot_path => "../../tests/snapshots", prepend_module_to_snapshot => false}, {
@@ -711,7 +754,7 @@ mod tests {
             insta::assert_snapshot!("node_status_yaml", render_status(&p, OutputFormat::Yaml, &only_sh).unwrap());
         });
         // The plain table is the same without the packages (they are not read for it).
-        let bare = status_summaries(&ctx(), &nodes, None, None, false);
+        let bare = status_summaries(&ctx(), &nodes, &cordoned(), None, None, false);
         assert!(bare.iter().all(|s| s.packages.is_empty()));
         assert_eq!(
             render_status(&p, OutputFormat::Table, &bare).unwrap(),
@@ -737,7 +780,8 @@ mod tests {
             format!("node/{}\n", json[sortable.name_field].as_str().unwrap())
         );
 
-        let mut summary = status_summaries(&ctx(), &fixture(), None, Some("sh"), true).remove(0);
+        let mut summary =
+            status_summaries(&ctx(), &fixture(), &cordoned(), None, Some("sh"), true).remove(0);
         // Only read for -o wide or a sort by it, so the fixture has none.
         summary.compartment = Some("rack-1".into());
         let sortable = NodeSkyhookSummary::SORTABLE;

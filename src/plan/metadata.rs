@@ -179,6 +179,16 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
     if tainted && settled {
         lift_runtime_taint(m, node, patch);
     }
+    // Uncordoned by someone who left the mark behind (upstream removes it too): the mark would
+    // otherwise keep every later interrupt's cordon on the node for good.
+    let marked = node
+        .annotations
+        .contains_key(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION);
+    if marked && !node.unschedulable && patch.unschedulable != Some(true) {
+        patch
+            .annotations
+            .insert(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION.to_string(), None);
+    }
 }
 
 /// Removes the runtime-required taints (each one recognised) once no other runtime-required
@@ -199,6 +209,25 @@ pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch)
     if others_done {
         let kept = node.taints.iter().filter(|t| !taints.matches(t)).cloned();
         patch.taints = Some(kept.collect());
+        cordon_after(m, node, patch);
+    }
+}
+
+/// Upstream v0.19's `runtimeRequiredCordonAfter` (delta D38): when the taint leaves a node and
+/// a runtime-required Skyhook selecting it asks for it, the node is cordoned in the same write
+/// and marked `nodewright.nvidia.com/runtimeRequiredCordon`. The mark keeps the cordon through
+/// every later interrupt and reset ([`NodeView::cordon_kept_by_others`]) until an administrator
+/// lifts both.
+fn cordon_after(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
+    let wanted = m.skyhooks.iter().any(|o| {
+        o.spec.runtime_required && o.spec.runtime_required_cordon_after && selects(o, &node.labels)
+    }) || m.skyhook.spec.runtime_required_cordon_after;
+    if wanted {
+        patch.unschedulable = Some(true);
+        patch.annotations.insert(
+            schema::RUNTIME_REQUIRED_CORDON_ANNOTATION.to_string(),
+            Some(schema::TRUE_VALUE.to_string()),
+        );
     }
 }
 
@@ -890,6 +919,108 @@ mod tests {
         let p = node_patch(&m, &f, &NodeOutcome::default(), Status::Complete, true);
         assert_eq!(p.unschedulable, None, "lifted under runtimeRequiredCordon");
         assert_eq!(p.annotations.get(&ours), Some(&None), "our share stays");
+    }
+
+    /// Delta D38: `runtimeRequiredCordonAfter` cordons and marks the node in the write that
+    /// lifts the taint; a mark whose cordon someone lifted is removed.
+    #[test]
+    fn runtime_required_cordon_after_cordons_when_the_taint_leaves() {
+        let rt = runtime_taint();
+        let runtime = json!({"key": "skyhook.nvidia.com", "value": "runtime-required", "effect": "NoSchedule"});
+        let touched = json!({schema::status_annotation("sh"): "complete"});
+        let mark = schema::RUNTIME_REQUIRED_CORDON_ANNOTATION;
+        for (case, after, taints, want) in [
+            (
+                "asked: cordoned and marked",
+                true,
+                json!([runtime]),
+                Some(true),
+            ),
+            ("not asked: left schedulable", false, json!([runtime]), None),
+            ("no taint to lift: nothing", true, json!([]), None),
+        ] {
+            let sk = skyhook("sh")
+                .spec(json!({"runtimeRequired": true, "runtimeRequiredCordonAfter": after}))
+                .build();
+            let all = [Arc::new(sk.clone())];
+            let m = MetaInput {
+                skyhook: &sk,
+                skyhooks: &all,
+                runtime_taints: &rt,
+                operator_version: OP,
+            };
+            let n = node("n")
+                .taints(taints.clone())
+                .annotations(touched.clone())
+                .build();
+            let p = node_patch(
+                &m,
+                &facts(&n),
+                &NodeOutcome::default(),
+                Status::Complete,
+                true,
+            );
+            assert_eq!(p.unschedulable, want, "{case}");
+            assert_eq!(
+                p.annotations.get(mark).cloned().flatten().is_some(),
+                want.is_some(),
+                "{case}"
+            );
+        }
+        // Another runtime-required Skyhook selecting the node asks for it: the last one to
+        // finish cordons.
+        let sk = skyhook("sh").spec(json!({"runtimeRequired": true})).build();
+        let asker = skyhook("other")
+            .spec(json!({"runtimeRequired": true, "runtimeRequiredCordonAfter": true}))
+            .build();
+        let all = [Arc::new(sk.clone()), Arc::new(asker)];
+        let m = MetaInput {
+            skyhook: &sk,
+            skyhooks: &all,
+            runtime_taints: &rt,
+            operator_version: OP,
+        };
+        let done = json!({
+            schema::status_annotation("sh"): "complete",
+            schema::status_annotation("other"): "complete",
+        });
+        let n = node("n").taints(json!([runtime])).annotations(done).build();
+        let p = node_patch(
+            &m,
+            &facts(&n),
+            &NodeOutcome::default(),
+            Status::Complete,
+            true,
+        );
+        assert_eq!(p.unschedulable, Some(true));
+        // Uncordoned with the mark left behind: the mark goes, the node stays schedulable.
+        let sk = skyhook("sh").spec(json!({"runtimeRequired": true})).build();
+        let m = meta_of(&sk, &rt);
+        let n = node("n")
+            .annotations(json!({mark: "true", schema::status_annotation("sh"): "complete"}))
+            .build();
+        let p = node_patch(
+            &m,
+            &facts(&n),
+            &NodeOutcome::default(),
+            Status::Complete,
+            true,
+        );
+        assert_eq!(p.annotations.get(mark), Some(&None));
+        assert_eq!(p.unschedulable, None);
+        // Still cordoned: the mark stays.
+        let n = node("n")
+            .annotations(json!({mark: "true"}))
+            .cordoned(true)
+            .build();
+        let p = node_patch(
+            &m,
+            &facts(&n),
+            &NodeOutcome::default(),
+            Status::Complete,
+            true,
+        );
+        assert!(!p.annotations.contains_key(mark));
     }
 
     #[test]

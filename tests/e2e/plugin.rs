@@ -138,7 +138,9 @@ async fn plugin_inspects_and_controls_a_rollout() {
             "STAGE",
             "STATE",
             "RESTARTS",
-            "IMAGE"
+            "IMAGE",
+            "CORDONED",
+            "RUNTIME-REQUIRED-CORDON"
         ],
         "{wide}"
     );
@@ -155,6 +157,8 @@ async fn plugin_inspects_and_controls_a_rollout() {
                 e.state.expect("state").as_str().to_string(),
                 e.restarts.to_string(),
                 e.image.to_string(),
+                "false".to_string(),
+                "false".to_string(),
             ]);
         }
     }

@@ -390,8 +390,16 @@ async fn node() {
         assert_eq!(
             rows,
             [
-                vec!["NODE", "SKYHOOK", "STATUS", "PACKAGES"],
-                vec![first, name.as_str(), "complete", "1/1"]
+                // Upstream CLI v0.4's columns (delta D38), after the reference's four.
+                vec![
+                    "NODE",
+                    "SKYHOOK",
+                    "STATUS",
+                    "PACKAGES",
+                    "CORDONED",
+                    "RUNTIME-REQUIRED-CORDON"
+                ],
+                vec![first, name.as_str(), "complete", "1/1", "false", "false"]
             ],
             "test-node-status {args:?}:\n{}",
             ran.stdout
@@ -409,7 +417,8 @@ async fn node() {
         json!([{"nodeName": first, "skyhookName": name, "status": "complete",
                 "packagesComplete": 1, "packagesTotal": 1,
                 "packages": [{"name": "hello-world", "version": "3.2.3", "stage": "config",
-                              "state": "complete", "restarts": 0, "image": entry.image}]}]),
+                              "state": "complete", "restarts": 0, "image": entry.image}],
+                "cordoned": false, "runtimeRequiredCordon": false}]),
         "test-node-status -o json"
     );
 
