@@ -166,6 +166,10 @@ pub struct Eviction {
     pub node: String,
     pub namespace: String,
     pub pod: String,
+    /// Delete the pod instead of evicting it (`drainConfig.disableEviction`).
+    pub delete: bool,
+    /// `drainConfig.gracePeriod` in seconds; `None`: the pod's own.
+    pub grace_seconds: Option<i64>,
 }
 
 /// One compartment as this pass sees it.
@@ -363,6 +367,8 @@ mod tests {
                     node: n.into(),
                     namespace: "ns".into(),
                     pod: format!("p-{n}"),
+                    delete: false,
+                    grace_seconds: None,
                 })
                 .to_vec(),
             node_conditions: vec![

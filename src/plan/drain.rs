@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
 use super::select::{targeted, tolerates_cordon};
-use crate::crd::Skyhook;
+use crate::crd::{DrainConfig, Skyhook};
 use crate::node::NodeView;
 use crate::schema;
 
@@ -26,6 +26,59 @@ pub struct PodInfo {
     /// Would be evicted, but is already being deleted (evicted earlier): the interrupt waits
     /// until the pod object is gone, as `kubectl drain` does (upstream v0.19, delta D36).
     pub terminating: bool,
+    /// Would be evicted, but `drainConfig` forbids it (why): the drain holds while it runs.
+    pub unmovable: Option<&'static str>,
+}
+
+/// `drainConfig` as the drain applies it (upstream v0.18, delta D28); the defaults are the
+/// v0.13 drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainRules {
+    /// Delete pods instead of evicting them (`disableEviction`).
+    pub delete: bool,
+    pub delete_empty_dir_data: bool,
+    /// Drain pods no controller owns.
+    pub force: bool,
+    pub ignore_daemon_sets: bool,
+    pub timeout: Option<std::time::Duration>,
+    /// Grace period given to each drained pod, in whole seconds.
+    pub grace_seconds: Option<i64>,
+}
+
+impl Default for DrainRules {
+    fn default() -> Self {
+        DrainRules {
+            delete: false,
+            delete_empty_dir_data: true,
+            force: true,
+            ignore_daemon_sets: true,
+            timeout: None,
+            grace_seconds: None,
+        }
+    }
+}
+
+impl DrainRules {
+    /// The rules of a Skyhook's `drainConfig`. Durations admission would refuse (only in
+    /// objects stored before the rules) read as unset.
+    pub fn of(config: Option<&DrainConfig>) -> DrainRules {
+        let d = DrainRules::default();
+        let Some(c) = config else { return d };
+        let duration =
+            |v: &Option<String>| v.as_deref().and_then(|t| schema::parse_go_duration(t).ok());
+        DrainRules {
+            delete: c.disable_eviction.unwrap_or(d.delete),
+            delete_empty_dir_data: c.delete_empty_dir_data.unwrap_or(d.delete_empty_dir_data),
+            force: c.force.unwrap_or(d.force),
+            ignore_daemon_sets: c.ignore_daemon_sets.unwrap_or(d.ignore_daemon_sets),
+            timeout: duration(&c.timeout).filter(|t| !t.is_zero()),
+            // Rounded up, as upstream does: a sub-second grace is not cut to none.
+            grace_seconds: duration(&c.grace_period).map(|g| {
+                let secs = g.as_secs() + u64::from(g.subsec_nanos() > 0);
+                i64::try_from(secs).unwrap_or(i64::MAX)
+            }),
+        }
+    }
 }
 
 /// What a pass needs listed for the drain: the pods on the Skyhook's cordoned nodes, read as
@@ -36,6 +89,7 @@ pub struct Listing {
     /// caches every pod in the cluster).
     pub nodes: Vec<String>,
     protected: Option<Selector>,
+    rules: DrainRules,
 }
 
 impl Listing {
@@ -47,12 +101,13 @@ impl Listing {
                 .map(|n| n.name.clone())
                 .collect(),
             protected: protection(&sk.spec.pod_non_interrupt_labels),
+            rules: DrainRules::of(sk.spec.drain_config.as_ref()),
         }
     }
 
     /// The pods listed on one node, as the drain reads them.
     pub fn read<'p>(&self, pods: impl IntoIterator<Item = &'p Pod>) -> Vec<PodInfo> {
-        classify(pods, self.protected.as_ref())
+        classify(pods, self.protected.as_ref(), &self.rules)
     }
 }
 
@@ -74,21 +129,25 @@ fn protection(selector: &LabelSelector) -> Option<Selector> {
 fn classify<'p>(
     pods: impl IntoIterator<Item = &'p Pod>,
     protected: Option<&Selector>,
+    rules: &DrainRules,
 ) -> Vec<PodInfo> {
     pods.into_iter()
         .filter(|p| {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             matches!(phase.unwrap_or("Pending"), "Running" | "Pending")
         })
-        .map(|p| classify_one(p, protected))
+        .map(|p| classify_one(p, protected, rules))
         .collect()
 }
 
-/// Never evicted, as `kubectl drain` decides: DaemonSet and mirror pods, our own Jobs' pods,
-/// pods that tolerate the cordon and kube-system. Any other pod already terminating is not
-/// evicted again but still holds the node until it is gone.
-fn classify_one(p: &Pod, protected: Option<&Selector>) -> PodInfo {
-    let owned_by_ds = p.owner_references().iter().any(|o| o.kind == "DaemonSet");
+/// Never evicted, as `kubectl drain` decides: DaemonSet (unless `ignoreDaemonSets` is false)
+/// and mirror pods, our own Jobs' pods, pods that tolerate the cordon and kube-system. Any other
+/// pod already terminating is not evicted again but still holds the node until it is gone; one
+/// `drainConfig` forbids draining (unmanaged without `force`, emptyDir without
+/// `deleteEmptyDirData`) holds it while it runs.
+fn classify_one(p: &Pod, protected: Option<&Selector>, rules: &DrainRules) -> PodInfo {
+    let owned_by_ds =
+        rules.ignore_daemon_sets && p.owner_references().iter().any(|o| o.kind == "DaemonSet");
     let mirror = p.annotations().contains_key("kubernetes.io/config.mirror");
     let ours = p.labels().contains_key(schema::NAME_LABEL);
     let tolerates = p
@@ -99,10 +158,29 @@ fn classify_one(p: &Pod, protected: Option<&Selector>) -> PodInfo {
     let namespace = p.namespace().unwrap_or_default();
     let kept = owned_by_ds || mirror || ours || tolerates || namespace == "kube-system";
     let terminating = !kept && p.metadata.deletion_timestamp.is_some();
+    let unmanaged = !p
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true));
+    let empty_dir = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some()));
+    let unmovable = if kept || terminating {
+        None
+    } else if unmanaged && !rules.force {
+        Some("no controller owns it and drainConfig.force is false")
+    } else if empty_dir && !rules.delete_empty_dir_data {
+        Some("it uses emptyDir and drainConfig.deleteEmptyDirData is false")
+    } else {
+        None
+    };
     PodInfo {
         protected: protected.is_some_and(|s| s.matches(p.labels())),
-        evictable: !kept && !terminating,
+        evictable: !kept && !terminating && unmovable.is_none(),
         terminating,
+        unmovable,
         namespace,
         name: p.name_any(),
     }
@@ -119,6 +197,9 @@ pub enum Readiness {
     Listing,
     /// Protected pods still run: wait, never evict them.
     Protected(Vec<String>),
+    /// Pods `drainConfig` forbids draining still run (`ns/name: why`): wait, evict nothing
+    /// (as `kubectl drain` refuses the whole node).
+    Unmovable(Vec<String>),
     /// Evict these (namespace, name) and wait.
     Evict(Vec<(String, String)>),
     /// Evicted pods are still terminating (`ns/name`): wait until they are gone.
@@ -140,6 +221,13 @@ pub fn readiness(cordoned: bool, pods: Option<&[PodInfo]>) -> Readiness {
         .collect();
     if !protected.is_empty() {
         return Readiness::Protected(protected);
+    }
+    let unmovable: Vec<String> = pods
+        .iter()
+        .filter_map(|p| Some(format!("{}/{}: {}", p.namespace, p.name, p.unmovable?)))
+        .collect();
+    if !unmovable.is_empty() {
+        return Readiness::Unmovable(unmovable);
     }
     let evict: Vec<(String, String)> = pods
         .iter()
@@ -370,7 +458,7 @@ mod tests {
             } else {
                 None
             };
-            let got = classify([&p], sel);
+            let got = classify([&p], sel, &DrainRules::default());
             match want {
                 None => assert!(got.is_empty(), "case: {name}: {got:?}"),
                 Some((protected, evictable)) => {
@@ -402,6 +490,7 @@ mod tests {
             protected,
             evictable,
             terminating: false,
+            unmovable: None,
         };
         let gone_soon = |name: &str| PodInfo {
             terminating: true,
@@ -526,6 +615,90 @@ mod tests {
             let labels: std::collections::BTreeMap<String, String> =
                 serde_json::from_value(labels).expect("labels");
             assert_eq!(got.map(|s| s.matches(&labels)), want, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn drain_config_changes_what_is_drained() {
+        let controlled = |kind: &str| json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u", "controller": true}]});
+        let mut with_empty_dir = pod(controlled("ReplicaSet"), json!([]), Some("Running"));
+        if let Some(spec) = with_empty_dir.spec.as_mut() {
+            spec.volumes = Some(vec![
+                serde_json::from_value(json!({"name": "scratch", "emptyDir": {}})).unwrap(),
+            ]);
+        }
+        let bare = pod(json!({}), json!([]), Some("Running"));
+        let ds = pod(controlled("DaemonSet"), json!([]), Some("Running"));
+        let config = |v: Value| DrainRules::of(Some(&serde_json::from_value(v).unwrap()));
+        let read = |p: &Pod, rules: &DrainRules| {
+            let i = classify([p], None, rules).remove(0);
+            (i.evictable, i.unmovable.is_some())
+        };
+        let v13 = DrainRules::default();
+        assert_eq!(DrainRules::of(None), v13);
+        assert_eq!(
+            config(json!({})),
+            v13,
+            "every field absent is the v0.13 drain"
+        );
+        // (case, pod, rules, (evictable, unmovable))
+        let cases = [
+            (
+                "v0.13: an unmanaged pod is evicted",
+                &bare,
+                v13,
+                (true, false),
+            ),
+            (
+                "force: false holds an unmanaged pod",
+                &bare,
+                config(json!({"force": false})),
+                (false, true),
+            ),
+            (
+                "v0.13: emptyDir data is drained",
+                &with_empty_dir,
+                v13,
+                (true, false),
+            ),
+            (
+                "deleteEmptyDirData: false holds it",
+                &with_empty_dir,
+                config(json!({"deleteEmptyDirData": false})),
+                (false, true),
+            ),
+            ("v0.13: a DaemonSet pod stays", &ds, v13, (false, false)),
+            (
+                "ignoreDaemonSets: false evicts it",
+                &ds,
+                config(json!({"ignoreDaemonSets": false})),
+                (true, false),
+            ),
+        ];
+        for (case, p, rules, want) in cases {
+            assert_eq!(read(p, &rules), want, "{case}");
+        }
+        let r = config(json!({"disableEviction": true, "timeout": "2m", "gracePeriod": "1.5s"}));
+        assert!(r.delete);
+        assert_eq!(r.timeout, Some(std::time::Duration::from_secs(120)));
+        assert_eq!(r.grace_seconds, Some(2), "rounded up");
+        assert_eq!(
+            config(json!({"timeout": "0s"})).timeout,
+            None,
+            "0: no limit"
+        );
+        // Unmovable pods hold the drain before anything is evicted, naming why.
+        let pods = classify(
+            [&bare, &with_empty_dir],
+            None,
+            &config(json!({"force": false})),
+        );
+        match readiness(true, Some(&pods)) {
+            Readiness::Unmovable(why) => {
+                assert_eq!(why.len(), 1);
+                assert!(why[0].contains("drainConfig.force"), "{why:?}");
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -127,6 +127,10 @@ fn read<'a>(
             other_interrupting: inp.interrupting_nodes.contains(&name),
             go_pods: inp.go_pods.get(&name).map_or(&[], Vec::as_slice),
             node_version: node.version_number(),
+            drain_started: node
+                .annotation(&schema::drain_start_annotation(&skyhook))
+                .and_then(|t| t.parse().ok()),
+            drain_timeout: super::drain::DrainRules::of(sk.spec.drain_config.as_ref()).timeout,
         },
         holds_cordon: node
             .annotations

@@ -34,6 +34,8 @@ pub fn node_status(sw: Switches, f: &NodeFacts, settled: bool, o: &NodeOutcome) 
         Status::Complete
     } else if f.block.is_some() {
         Status::Blocked
+    } else if o.drain_timed_out {
+        Status::Erroring
     } else if o.held || o.any_state(State::InProgress) {
         Status::InProgress
     } else if o.any_state(State::Erroring) || o.any_state(State::Unknown) {
@@ -85,6 +87,7 @@ pub fn node_patch(
         );
     }
     runtime_required(m, f.node, settled, &mut patch);
+    drain_clock(&name, f, o, settled, &mut patch);
     bookkeeping(
         &mut patch,
         schema::applied_annotation(&name),
@@ -98,6 +101,23 @@ pub fn node_patch(
         &o.folded,
     );
     patch
+}
+
+/// `drainStart_<sh>` as the machine left it: started, kept, or gone with the drain (or the
+/// node's work).
+fn drain_clock(name: &str, f: &NodeFacts, o: &NodeOutcome, settled: bool, patch: &mut NodePatch) {
+    let key = schema::drain_start_annotation(name);
+    let stored = f.node.annotation(&key);
+    let want = if settled { Some(None) } else { o.drain_start };
+    match want {
+        Some(Some(t)) if stored.is_none() => {
+            patch.annotations.insert(key, Some(t.to_string()));
+        }
+        Some(None) if stored.is_some() => {
+            patch.annotations.insert(key, None);
+        }
+        _ => {}
+    }
 }
 
 /// One of our JSON map annotations, written when it changed and removed once empty.

@@ -415,14 +415,28 @@ impl<'a> Planner<'a> {
     }
 
     fn drain(&self, f: &NodeFacts, o: &NodeOutcome, plan: &mut Plan) {
+        if o.drain_timed_out {
+            let msg = o.blocked.clone().unwrap_or_default();
+            let msg = format!("node {}: {msg}", f.name);
+            plan.events
+                .push(Note::node(&f.name, schema::DRAIN_TIMEOUT_REASON, msg.clone()).warning());
+            plan.events.push(
+                Note::skyhook(schema::DRAIN_TIMEOUT_REASON, msg)
+                    .warning()
+                    .about(&f.name),
+            );
+        }
         if o.evict.is_empty() {
             return;
         }
+        let rules = drain::DrainRules::of(self.inp.skyhook.spec.drain_config.as_ref());
         plan.evictions
             .extend(o.evict.iter().map(|(namespace, pod)| Eviction {
                 node: f.name.clone(),
                 namespace: namespace.clone(),
                 pod: pod.clone(),
+                delete: rules.delete,
+                grace_seconds: rules.grace_seconds,
             }));
         let packages = self.inp.skyhook.spec.packages.values();
         if let Some(pkg) = packages.into_iter().find(|p| self.spec.has_interrupt(p)) {

@@ -557,6 +557,7 @@ fn drain_cordons_then_evicts_then_runs() {
         protected,
         evictable: !protected,
         terminating: false,
+        unmovable: None,
     };
     // (case, cordoned, pods, cordon written, evictions, Jobs)
     let cases: &[(&str, bool, Option<Vec<PodInfo>>, bool, usize, usize)] = &[

@@ -11,6 +11,8 @@ pub const STATE_REASON: &str = "State";
 pub const REBOOT_REASON: &str = "Reboot";
 /// A node this Skyhook no longer selects (or that is gone) is let go.
 pub const RELEASED_REASON: &str = "Released";
+/// Warning: a drain took longer than `drainConfig.timeout` (upstream v0.18's reason).
+pub const DRAIN_TIMEOUT_REASON: &str = "DrainTimeout";
 
 /// On the Node and the Skyhook when a node that left the selector is let go.
 pub fn node_released_message(skyhook: &str, node: &str) -> String {

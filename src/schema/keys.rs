@@ -71,6 +71,13 @@ pub fn applied_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/applied_{skyhook}")
 }
 
+/// Annotation `drainStart_<skyhook>`: when this Skyhook's drain of the node began (RFC 3339),
+/// the clock of `drainConfig.timeout`; removed once the drain is over. Upstream's main carried
+/// the same key before its rename (delta D28).
+pub fn drain_start_annotation(skyhook: &str) -> String {
+    format!("{PREFIX}/drainStart_{skyhook}")
+}
+
 /// Annotation `folded_<skyhook>`: per package version and stage, the newest Job attempt whose
 /// outcome the node state holds (`{"<pkg>|<ver>|<stage>":<attempt>}`, see [`super::folded`]). New
 /// in this implementation; the reference operator ignores it.

@@ -395,7 +395,21 @@ impl Writer<'_> {
         let (ns, pod) = (&e.namespace, &e.pod);
         {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            match pods.evict(pod, &kube::api::EvictParams::default()).await {
+            let delete = DeleteParams {
+                grace_period_seconds: e.grace_seconds.and_then(|g| u32::try_from(g).ok()),
+                ..DeleteParams::default()
+            };
+            // `drainConfig.disableEviction`: deleted, so no PodDisruptionBudget applies.
+            if e.delete {
+                ignore_not_found(pods.delete(pod, &delete).await)?;
+                info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "deleted (disableEviction)");
+                return Ok(());
+            }
+            let params = kube::api::EvictParams {
+                delete_options: Some(delete),
+                ..Default::default()
+            };
+            match pods.evict(pod, &params).await {
                 Ok(_) => info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "evicted"),
                 Err(e) if is_status(&e, 404) => {}
                 // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.

@@ -42,6 +42,10 @@ pub struct Host<'a> {
     pub go_pods: &'a [GoPod],
     /// The `resourceVersion` of the node copy the pass read, when it is a number.
     pub node_version: Option<u64>,
+    /// When this Skyhook's drain of the node began (`drainStart_<sh>`), if it did.
+    pub drain_started: Option<jiff::Timestamp>,
+    /// `drainConfig.timeout`.
+    pub drain_timeout: Option<Duration>,
 }
 
 /// One node's input to the fold. The decision to start work is not part of it: the pass makes

@@ -251,7 +251,7 @@ fn run_work(
                 // The drain before apply is not enough: the interrupt alone may be re-run, an
                 // engineer may uncordon a node whose interrupt waits to retry, or another
                 // Skyhook may lift the cordon. Every start and retry checks it again.
-                Turn::Run(_) if !ready(host, out) => {}
+                Turn::Run(_) if !ready(m.now, host, out) => {}
                 Turn::Run(i) => {
                     start::start(m, state, &pkg, stage, Some(&i), out);
                     interrupting = started(out);
@@ -278,7 +278,7 @@ fn run_work(
         // keys match a configInterrupt included: §3.9.1 step 5).
         let needs_drain = matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Config)
             && m.spec.has_interrupt(&pkg);
-        if needs_drain && !adopting && !ready(host, out) {
+        if needs_drain && !adopting && !ready(m.now, host, out) {
             continue;
         }
         start::start(m, state, &pkg, stage, None, out);
@@ -286,10 +286,34 @@ fn run_work(
 }
 
 /// Applies the drain decision to the outcome; true when the node is ready for the interrupt.
-fn ready(host: Host, out: &mut NodeOutcome) -> bool {
+fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
     out.relies_on_cordon |= host.cordoned;
-    match drain::readiness(host.cordoned, host.pods) {
-        Readiness::Ready => true,
+    let readiness = drain::readiness(host.cordoned, host.pods);
+    let draining = matches!(
+        readiness,
+        Readiness::Evict(_) | Readiness::Unmovable(_) | Readiness::Terminating(_)
+    );
+    if draining {
+        // The clock starts at the first pass that drains; `podNonInterruptLabels` waits
+        // before it, as upstream's timeout does not cover them.
+        let start = host.drain_started.unwrap_or(now);
+        out.drain_start = Some(Some(start));
+        if let Some(limit) = host.drain_timeout
+            && now.duration_since(start).unsigned_abs() >= limit
+        {
+            out.held = true;
+            out.drain_timed_out = true;
+            out.blocked = Some(format!(
+                "drain timed out after {limit:?} (drainConfig.timeout): nothing more is evicted; the node stays cordoned until its pods are gone"
+            ));
+            return false;
+        }
+    }
+    match readiness {
+        Readiness::Ready => {
+            out.drain_start = Some(None);
+            true
+        }
         Readiness::Cordon => {
             out.cordon = true;
             false
@@ -305,6 +329,11 @@ fn ready(host: Host, out: &mut NodeOutcome) -> bool {
                 "waiting for protected pod(s) {} (podNonInterruptLabels) to finish",
                 pods.join(", ")
             ));
+            false
+        }
+        Readiness::Unmovable(pods) => {
+            out.held = true;
+            out.blocked = Some(format!("draining: cannot drain {}", pods.join("; ")));
             false
         }
         Readiness::Terminating(pods) => {

@@ -84,6 +84,12 @@ pub struct NodeOutcome {
     pub held: bool,
     /// Pods matching `podNonInterruptLabels` that hold the interrupt (`ns/name`).
     pub protected_pods: Vec<String>,
+    /// The drain clock (`drainStart_<sh>`): `None` leaves it as stored, `Some(None)` removes it
+    /// (the drain is over), `Some(Some(t))` keeps or starts it at `t`.
+    pub drain_start: Option<Option<Timestamp>>,
+    /// The drain took longer than `drainConfig.timeout`: nothing more is evicted and the node
+    /// reads `erroring` until the node empties or the clock is reset.
+    pub drain_timed_out: bool,
 }
 
 impl NodeOutcome {

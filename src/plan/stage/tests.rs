@@ -1206,6 +1206,7 @@ fn the_interrupt_starts_only_on_a_cordoned_drained_node() {
         protected: false,
         evictable: true,
         terminating: false,
+        unmovable: None,
     }];
     let host = |cordoned: bool, pods: Option<&'static [PodInfo]>| Host {
         cordoned,
@@ -1421,4 +1422,68 @@ fn a_stage_gives_up_after_job_backoff_limit_until_rerun() {
     let (r0, r1) = (recorded(&f0), recorded(&f1));
     let o = go(rerun, &[&r0, &r1], t(100_001), limited);
     assert_eq!(runs(&o), vec![("alpha".into(), Stage::Apply, 2)]);
+}
+
+/// `drainConfig.timeout` (delta D28): the clock starts with the first eviction pass, and once
+/// it runs out nothing more is evicted and the node is held; a drained node clears the clock.
+#[test]
+fn a_drain_past_its_timeout_evicts_nothing_more() {
+    use crate::plan::drain::PodInfo;
+    let p = package("pkg").reboot().build();
+    let pk = packages([&p]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let config_done = || node_state([entry_of(&p, Stage::Config, State::Complete)]);
+    let listed: &'static [PodInfo] = Box::leak(Box::new([PodInfo {
+        namespace: "apps".into(),
+        name: "web".into(),
+        protected: false,
+        evictable: true,
+        terminating: false,
+        unmovable: None,
+    }]));
+    let go = |pods: &'static [PodInfo], started: Option<Timestamp>| {
+        let host = Host {
+            cordoned: true,
+            pods: Some(pods),
+            drain_started: started,
+            drain_timeout: Some(Duration::from_secs(60)),
+            ..Host::default()
+        };
+        step(
+            &sv,
+            config_done(),
+            BTreeMap::new(),
+            host,
+            &[],
+            true,
+            RETRY,
+            3,
+            t(100),
+        )
+    };
+    let first = go(listed, None);
+    assert_eq!(first.evict.len(), 1);
+    assert_eq!(first.drain_start, Some(Some(t(100))), "the clock starts");
+    assert!(!first.drain_timed_out);
+    let within = go(listed, Some(t(50)));
+    assert_eq!(within.evict.len(), 1);
+    assert_eq!(within.drain_start, Some(Some(t(50))), "the clock is kept");
+    let past = go(listed, Some(t(40)));
+    assert!(past.drain_timed_out && past.held);
+    assert!(past.evict.is_empty(), "evicted past the timeout");
+    assert!(runs(&past).is_empty());
+    assert!(
+        past.blocked
+            .as_deref()
+            .unwrap_or_default()
+            .contains("drainConfig.timeout"),
+        "{:?}",
+        past.blocked
+    );
+    // The pods went anyway (an administrator moved them): the interrupt starts, the clock goes.
+    let drained = go(&[], Some(t(40)));
+    assert!(!drained.drain_timed_out);
+    assert_eq!(drained.drain_start, Some(None));
+    assert_eq!(runs(&drained), vec![("pkg".into(), Stage::Interrupt, 0)]);
 }

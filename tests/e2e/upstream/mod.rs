@@ -6,6 +6,7 @@
 mod batch;
 mod cordons;
 mod drain;
+mod drain_config;
 mod images;
 mod node_order;
 mod ready;
