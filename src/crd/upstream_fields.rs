@@ -18,6 +18,15 @@ pub struct UpstreamField {
     pub schema: Value,
 }
 
+/// Values later releases added to an enum of the v0.13 CRD: (schema path, release, values).
+pub fn skyhook_enum_additions() -> Vec<(&'static str, &'static str, Vec<Value>)> {
+    vec![(
+        "status.nodeState.*.*.stage",
+        "v0.16.0",
+        vec![json!("uninstall-interrupt")],
+    )]
+}
+
 /// The Skyhook CRD's fields from later releases.
 pub fn skyhook_fields() -> Vec<UpstreamField> {
     vec![

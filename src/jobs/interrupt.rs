@@ -33,6 +33,8 @@ pub struct InterruptJob<'a> {
     pub owner: &'a Package,
     /// The merged interrupt ([`schema::merge_interrupts`]).
     pub interrupt: &'a schema::Interrupt,
+    /// `interrupt`, or `uninstall-interrupt` after a requested uninstall (upstream v0.16).
+    pub stage: Stage,
 }
 
 /// Builds the Job that runs a (merged) interrupt on a node for its owner package (§4.3 as a
@@ -48,6 +50,7 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
     let copy_dir = ids.copy_dir(owner, cfg);
     let name = schema::interrupt_job_name(
         ids.name,
+        req.stage,
         req.interrupt.kind,
         (&owner.name, &owner.version),
         place.node,
@@ -55,7 +58,7 @@ pub fn interrupt_job(req: &InterruptJob, cfg: &Config) -> Job {
     )
     .ok();
 
-    let mut id = JobIdentity::of(place, &ids, owner, Stage::Interrupt, name);
+    let mut id = JobIdentity::of(place, &ids, owner, req.stage, name);
     id.labels.insert(
         schema::INTERRUPT_LABEL.to_owned(),
         schema::INTERRUPT_LABEL_VALUE.to_owned(),
@@ -154,6 +157,7 @@ mod tests {
                 },
                 owner: &p,
                 interrupt: &merged,
+                stage: Stage::Interrupt,
             },
             &cfg(),
         );
@@ -162,6 +166,7 @@ mod tests {
             Some(
                 schema::interrupt_job_name(
                     "simple-skyhook",
+                    Stage::Interrupt,
                     InterruptType::Reboot,
                     ("dexter", "1.2.3"),
                     "kind-worker",
@@ -282,6 +287,7 @@ mod tests {
                 },
                 owner: &p,
                 interrupt: &merged,
+                stage: Stage::Interrupt,
             },
             &cfg(),
         );

@@ -153,6 +153,7 @@ fn job_view_reads_back_identity() {
             },
             owner: &p,
             interrupt: &reboot,
+            stage: Stage::Interrupt,
         },
         &cfg(),
     );

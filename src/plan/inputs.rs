@@ -66,7 +66,7 @@ pub struct Elsewhere {
 impl Elsewhere {
     /// Another Skyhook's `stage` runs on `node`.
     pub fn add(&mut self, node: &str, stage: Stage) {
-        if stage == Stage::Interrupt {
+        if stage.is_interrupt() {
             self.interrupting.insert(node.to_string());
         }
         self.busy.insert(node.to_string());

@@ -132,7 +132,7 @@ fn run_job(
         spec_hash: run.spec_hash,
         node_order,
     };
-    if run.stage != Stage::Interrupt {
+    if !run.stage.is_interrupt() {
         let req = jobs::StageJob {
             place,
             package,
@@ -150,6 +150,7 @@ fn run_job(
         place,
         owner: package,
         interrupt: merged,
+        stage: run.stage,
     };
     Some(jobs::interrupt_job(&req, cfg))
 }

@@ -120,13 +120,19 @@ impl<'a> SpecView<'a> {
         })
     }
 
-    /// §3.2 nodeComplete: every spec package complete at its version, nothing left to uninstall.
+    /// §3.2 nodeComplete: every spec package complete at its version (or, when its uninstall is
+    /// requested, gone: upstream v0.16), nothing left to uninstall.
     pub fn node_complete(&self, state: &NodeState) -> bool {
-        let all_complete = self
-            .packages
-            .values()
-            .all(|p| self.package_complete(state, p));
-        let no_uninstall = state.iter().all(|(_, e)| e.stage != Stage::Uninstall);
+        let all_complete = self.packages.values().all(|p| {
+            if p.uninstall_requested() {
+                state.get(&p.name, &p.version).is_none()
+            } else {
+                self.package_complete(state, p)
+            }
+        });
+        let no_uninstall = state
+            .iter()
+            .all(|(_, e)| !matches!(e.stage, Stage::Uninstall | Stage::UninstallInterrupt));
         let no_strays = state.iter().all(|(_, e)| {
             self.packages
                 .get(e.name.as_str())

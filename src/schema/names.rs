@@ -66,6 +66,7 @@ pub fn job_name(
 /// version of the same one, can never be taken for this one.
 pub fn interrupt_job_name(
     skyhook: &str,
+    stage: Stage,
     kind: InterruptType,
     owner: (&str, &str),
     node: &str,
@@ -73,7 +74,14 @@ pub fn interrupt_job_name(
 ) -> Result<String, SchemaError> {
     let (package, version) = owner;
     attempt_name(
-        &[skyhook, "interrupt", kind.as_str(), package, version, node],
+        &[
+            skyhook,
+            stage.as_str(),
+            kind.as_str(),
+            package,
+            version,
+            node,
+        ],
         attempt,
     )
 }
@@ -274,6 +282,7 @@ mod tests {
         let owner = ("drv", "1.2.0");
         let int = interrupt_job_name(
             "sh",
+            Stage::Interrupt,
             InterruptType::RestartAllServices,
             owner,
             long_node,
@@ -286,8 +295,17 @@ mod tests {
         );
         assert!(int.len() <= 63 && is_dns1123_label(&int));
         // Another version or another package never shares an interrupt Job's name.
-        let reboot =
-            |owner| interrupt_job_name("sh", InterruptType::Reboot, owner, "n1", 0).unwrap();
+        let reboot = |owner| {
+            interrupt_job_name(
+                "sh",
+                Stage::Interrupt,
+                InterruptType::Reboot,
+                owner,
+                "n1",
+                0,
+            )
+            .unwrap()
+        };
         let names = [
             reboot(("drv", "1.2.0")),
             reboot(("drv", "1.1.0")),

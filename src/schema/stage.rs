@@ -12,12 +12,10 @@ wire_enum! {
         Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
     )]
     pub serde enum Stage {
-        // Upstream v0.16 added the stage `uninstall-interrupt` (an interrupt after an
-        // uninstall, delta D12). Nodes and statuses written by upstream v0.16 and later may
-        // carry it; it reads as `uninstall`, the stage this project runs for it, so one such
-        // entry never makes a node's state, or a whole Skyhook, unreadable.
-        #[serde(alias = "uninstall-interrupt")]
         Uninstall = "uninstall",
+        // Upstream v0.16 (delta D12): the interrupt after a requested uninstall (`uninstall`
+        // block) of a package that has one. In upstream's order.
+        UninstallInterrupt = "uninstall-interrupt",
         Upgrade = "upgrade",
         Apply = "apply",
         Interrupt = "interrupt",
@@ -32,7 +30,7 @@ impl Stage {
     /// interrupt < post-interrupt.
     pub const fn run_order(self) -> u8 {
         match self {
-            Stage::Uninstall => 0,
+            Stage::Uninstall | Stage::UninstallInterrupt => 0,
             Stage::Apply | Stage::Upgrade => 1,
             Stage::Config => 2,
             Stage::Interrupt => 3,
@@ -45,11 +43,23 @@ impl Stage {
     pub const fn next(self, has_interrupt: bool) -> Option<Stage> {
         match (self, has_interrupt) {
             (Stage::Uninstall, _) => Some(Stage::Apply),
+            // The entry is removed when it completes: nothing follows.
+            (Stage::UninstallInterrupt, _) => None,
             (Stage::Upgrade | Stage::Apply, _) => Some(Stage::Config),
             (Stage::Config, true) => Some(Stage::Interrupt),
             (Stage::Interrupt, true) => Some(Stage::PostInterrupt),
             (Stage::Config | Stage::Interrupt | Stage::PostInterrupt, _) => None,
         }
+    }
+
+    /// A stage whose Job runs an interrupt (reboot, service restart): it runs alone on the node.
+    pub const fn is_interrupt(self) -> bool {
+        matches!(self, Stage::Interrupt | Stage::UninstallInterrupt)
+    }
+
+    /// A stage of an uninstall: no spec hash, never stale, always run to the end.
+    pub const fn is_uninstall(self) -> bool {
+        matches!(self, Stage::Uninstall | Stage::UninstallInterrupt)
     }
 
     /// The stage a package is complete at: `post-interrupt` with an interrupt, else `config`.
@@ -67,10 +77,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn upstreams_uninstall_interrupt_reads_as_uninstall() {
+    fn upstreams_uninstall_interrupt_round_trips() {
         let s: Stage = serde_json::from_str("\"uninstall-interrupt\"").unwrap();
-        assert_eq!(s, Stage::Uninstall);
-        assert_eq!(serde_json::to_string(&s).unwrap(), "\"uninstall\"");
+        assert_eq!(s, Stage::UninstallInterrupt);
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            "\"uninstall-interrupt\""
+        );
     }
 
     #[test]
@@ -80,6 +93,7 @@ mod tests {
             wire,
             [
                 "uninstall",
+                "uninstall-interrupt",
                 "upgrade",
                 "apply",
                 "interrupt",

@@ -183,6 +183,16 @@ fn exact_mismatches(
         }
         return;
     };
+    // Values a later release added to an enum of the v0.13 CRD.
+    let mut widened = up.clone();
+    for (at, _, values) in upstream_fields::skyhook_enum_additions() {
+        if at == path
+            && let Some(Value::Array(e)) = widened.get_mut("enum")
+        {
+            e.extend(values);
+        }
+    }
+    let up = &widened;
     for kw in KEYWORDS {
         if !same(up.get(*kw), ours.get(*kw), kw)
             && !allowed.contains(&(path.to_owned(), (*kw).to_owned()))

@@ -12,15 +12,23 @@ use crate::schema::{NodeState, PackageStatus, Stage, State};
 pub(crate) fn wanted(spec: &SpecView, state: &NodeState) -> Vec<(Package, Stage)> {
     let mut out = Vec::new();
     for (_, e) in state.iter() {
-        if e.stage == Stage::Uninstall
-            && matches!(e.state, Some(State::InProgress) | Some(State::Erroring))
-        {
-            out.push((uninstall_package(spec, e), Stage::Uninstall));
+        if !matches!(e.state, Some(State::InProgress) | Some(State::Erroring)) {
+            continue;
+        }
+        match e.stage {
+            Stage::Uninstall => out.push((uninstall_package(spec, e), Stage::Uninstall)),
+            Stage::UninstallInterrupt => {
+                if let Some(p) = requested(spec, e) {
+                    out.push((p.clone(), Stage::UninstallInterrupt));
+                }
+            }
+            _ => {}
         }
     }
     let complete = complete(spec, state);
     for p in spec.packages.values() {
-        if complete.contains(p.name.as_str()) {
+        // Being uninstalled on request: nothing installs it (its dependents wait).
+        if complete.contains(p.name.as_str()) || p.uninstall_requested() {
             continue;
         }
         let deps_done = p.depends_on.keys().all(|d| complete.contains(d.as_str()));
@@ -76,8 +84,19 @@ pub(crate) fn next_stage(spec: &SpecView, state: &NodeState, p: &Package) -> Opt
     }
 }
 
-/// Uninstalls run with the old version's identity only (§3.6): no env, configMap or resources.
+/// The spec package of this entry's version when it has the `uninstall` block (upstream v0.16).
+fn requested<'a>(spec: &'a SpecView, e: &PackageStatus) -> Option<&'a Package> {
+    spec.packages
+        .get(e.name.as_str())
+        .filter(|p| p.version == e.version && p.uninstall.as_ref().is_some_and(|u| u.enabled))
+}
+
+/// Uninstalls run with the old version's identity only (§3.6): no env, configMap or resources;
+/// an uninstall the `uninstall` block asks for runs with the whole package, as upstream's does.
 pub(crate) fn uninstall_package(spec: &SpecView, e: &PackageStatus) -> Package {
+    if let Some(p) = requested(spec, e) {
+        return p.clone();
+    }
     let mut p = spec
         .packages
         .get(e.name.as_str())

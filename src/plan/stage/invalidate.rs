@@ -8,7 +8,7 @@
 
 use super::outcome::NodeAction;
 use crate::jobs::JobView;
-use crate::schema::{self, Folded, NodeState, Stage};
+use crate::schema::{self, Folded, NodeState};
 
 /// The Jobs the stored state no longer asks for, judged against the state as stored (before
 /// anything is folded into it), as the rest of the step must see them once the node may work:
@@ -66,7 +66,7 @@ fn unwanted<'s, 'j>(
     jobs.iter().copied().filter(move |j| {
         node_version.is_some_and(|seen| {
             !j.deleting
-                && j.stage != Stage::Uninstall
+                && !j.stage.is_uninstall()
                 && j.node_version.is_some_and(|v| v <= seen)
                 && state
                     .get(&j.package, &j.version)

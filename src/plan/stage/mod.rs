@@ -132,6 +132,7 @@ impl FoldedNode<'_> {
         let marked = overlay(&known, &marks);
         let mut state = std::mem::take(&mut out.state);
         versions::version_changes(self.spec, &mut state);
+        versions::uninstall_requests(self.spec, &mut state, &marked);
         versions::interrupt_gone(self.spec, &mut state);
         versions::drift(self.spec, &mut state, &out.applied);
         let m = Machine {
@@ -226,7 +227,7 @@ fn run_work(
     let mut interrupting = held.interrupt
         || m.jobs
             .iter()
-            .any(|j| j.stage == Stage::Interrupt && !j.finished());
+            .any(|j| j.stage.is_interrupt() && !j.finished());
     let merged = interrupt::merged(m.spec, state);
     for (pkg, stage) in frontier::wanted(m.spec, state) {
         // The Go operator's pod of this package runs, or must go, first.
@@ -266,6 +267,19 @@ fn run_work(
             }
             continue;
         }
+        if stage == Stage::UninstallInterrupt && !adopting {
+            let busy = out.active || host.other_busy || started(out) || held.any;
+            if interrupting || busy {
+                out.blocked = Some(
+                    "waiting for other stages on the node to finish before the uninstall interrupt"
+                        .into(),
+                );
+            } else if ready(m.now, host, out) {
+                start::start(m, state, &pkg, stage, pkg.interrupt.as_ref(), out);
+                interrupting = started(out);
+            }
+            continue;
+        }
         if interrupting && !adopting {
             continue;
         }
@@ -276,8 +290,11 @@ fn run_work(
         }
         // Cordon and drain before the stages that lead to an interrupt (a config re-run whose
         // keys match a configInterrupt included: §3.9.1 step 5).
-        let needs_drain = matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Config)
-            && m.spec.has_interrupt(&pkg);
+        // A requested uninstall of a package with an interrupt is drained before too (upstream
+        // v0.16): its interrupt follows it.
+        let needs_drain = (matches!(stage, Stage::Apply | Stage::Upgrade | Stage::Config)
+            && m.spec.has_interrupt(&pkg))
+            || (stage == Stage::Uninstall && pkg.uninstall_requested() && pkg.interrupt.is_some());
         if needs_drain && !adopting && !ready(m.now, host, out) {
             continue;
         }
@@ -360,3 +377,5 @@ fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod uninstall_tests;

@@ -167,7 +167,7 @@ pub(super) fn record(
     job_hash: &str,
 ) {
     match stage {
-        Stage::Uninstall => {
+        Stage::Uninstall | Stage::UninstallInterrupt => {
             applied.remove(&key);
         }
         Stage::Apply | Stage::Upgrade => {
@@ -221,7 +221,18 @@ pub(super) fn succeed(spec: &SpecView, state: &mut NodeState, e: &PackageStatus,
             }
             set(state, e, Stage::Upgrade, State::Complete, restarts);
         }
+        Stage::UninstallInterrupt => {
+            state.remove(&e.name, &e.version);
+        }
         Stage::Uninstall => {
+            let requested = spec
+                .packages
+                .get(e.name.as_str())
+                .filter(|p| p.version == e.version && p.uninstall_requested());
+            if requested.is_some_and(|p| p.interrupt.is_some()) {
+                set(state, e, Stage::UninstallInterrupt, State::InProgress, 0);
+                return;
+            }
             if let Some(p) = spec
                 .packages
                 .get(e.name.as_str())

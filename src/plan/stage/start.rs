@@ -20,7 +20,7 @@ pub(super) fn start(
     interrupt: Option<&Interrupt>,
     out: &mut NodeOutcome,
 ) {
-    let hash = if stage == Stage::Uninstall {
+    let hash = if stage.is_uninstall() {
         String::new()
     } else {
         m.spec.hash_of(&p.name).to_string()
@@ -118,7 +118,7 @@ enum Latest {
 }
 
 fn judge(m: &Machine, stage: Stage, latest: &JobView, hash: &str, failed: u32) -> Latest {
-    let stale = stage != Stage::Uninstall && latest.spec_hash != hash;
+    let stale = !stage.is_uninstall() && latest.spec_hash != hash;
     match &latest.outcome {
         Outcome::Running if stale => Latest::Replace,
         Outcome::Running if latest.stuck.is_some() => Latest::Hold,

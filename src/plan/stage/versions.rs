@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::observe::set;
 use super::outcome::fresh_entry;
+use crate::jobs::JobView;
 use crate::plan::spec::{SpecView, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};
 
@@ -13,6 +14,11 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
     let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
     for e in entries {
         match spec.packages.get(e.name.as_str()) {
+            // A requested uninstall ran; its interrupt went from the spec with the package, so
+            // it cannot run: the package is gone.
+            None if e.stage == Stage::UninstallInterrupt => {
+                state.remove(&e.name, &e.version);
+            }
             None if e.stage != Stage::Uninstall => {
                 let mut n = e.clone();
                 n.stage = Stage::Uninstall;
@@ -47,6 +53,35 @@ pub(super) fn version_changes(spec: &SpecView, state: &mut NodeState) {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// Upstream v0.16's `uninstall` block (delta D12): with `enabled` and `apply`, the package's entry
+/// goes to `uninstall` (a stage already running finishes first); an entry of this version that
+/// was never installed (a downgrade's placeholder) is dropped. `apply` back to false cancels an
+/// uninstall that has not started (or failed): the package is installed again from `apply`.
+/// `uninstall-interrupt` is never cancelled. Packages without the block keep v0.13's meaning.
+pub(super) fn uninstall_requests(spec: &SpecView, state: &mut NodeState, jobs: &[&JobView]) {
+    for p in spec.packages.values() {
+        let Some(e) = state.get(&p.name, &p.version).cloned() else {
+            continue;
+        };
+        let running = jobs
+            .iter()
+            .any(|j| j.package == p.name && j.version == p.version && !j.finished());
+        let started = matches!(e.state, Some(State::InProgress) | Some(State::Erroring));
+        if p.uninstall_requested() {
+            match e.stage {
+                Stage::Uninstall if !started => {
+                    state.remove(&p.name, &p.version);
+                }
+                Stage::Uninstall | Stage::UninstallInterrupt => {}
+                _ if running => {}
+                _ => set(state, &e, Stage::Uninstall, State::InProgress, 0),
+            }
+        } else if p.uninstall.is_some() && e.stage == Stage::Uninstall && started && !running {
+            set(state, &e, Stage::Apply, State::InProgress, 0);
         }
     }
 }

@@ -15,4 +15,5 @@ mod serial;
 mod stage_timeout;
 mod startup;
 mod taints;
+mod uninstall;
 mod uninstall_interrupt;

@@ -1,7 +1,7 @@
 //! D12 (tolerance): upstream v0.16+ writes the stage `uninstall-interrupt` into a node's state.
-//! A node arriving with such an entry is neither unreadable nor stuck: the entry reads as an
-//! uninstall (v0.13 semantics: the package is no longer in the spec, so it is uninstalled and
-//! its entry removed) and the rollout completes.
+//! A node arriving with such an entry for a package no longer in the spec is neither unreadable
+//! nor stuck: the uninstall ran, its interrupt went with the spec, so the entry is removed and
+//! the rollout completes.
 
 use std::time::Duration;
 
