@@ -491,9 +491,19 @@ pub fn news(prior: &SkyhookStatus, desired: &SkyhookStatus) -> bool {
         m.sort_unstable();
         m
     }
+    // A batch's evaluation is the rollout's accounting, not a display: the next pass counts
+    // the nodes finished since the stored one. Held back while the next batch starts, two
+    // batches would be counted as one (seen under load: `currentBatch` 4 after five batches).
+    fn batches(s: &SkyhookStatus) -> Vec<(&String, Option<&crate::crd::BatchState>)> {
+        s.compartment_statuses
+            .iter()
+            .map(|(k, c)| (k, c.batch_state.as_ref()))
+            .collect()
+    }
     prior.status != desired.status
         || prior.observed_generation != desired.observed_generation
         || marks(prior) != marks(desired)
+        || batches(prior) != batches(desired)
 }
 
 /// A node is newly held back (or held for a new reason): worth a Warning Event.
@@ -1090,9 +1100,11 @@ mod tests {
             let mut s = status_with(Some(InProgress), vec![condition("A", "True", "1/10 nodes")]);
             s.complete_nodes = "1/10".into();
             s.observed_generation = 2;
+            let rack = s.compartment_statuses.entry("rack".into()).or_default();
+            rack.batch_state = Some(crate::crd::BatchState::fresh());
             s
         };
-        let cases: [(&str, fn(&mut SkyhookStatus), bool); 8] = [
+        let cases: [(&str, fn(&mut SkyhookStatus), bool); 10] = [
             ("nothing changed", |_| {}, false),
             (
                 "more nodes complete",
@@ -1129,6 +1141,25 @@ mod tests {
             (
                 "a new generation observed",
                 |s| s.observed_generation = 3,
+                true,
+            ),
+            (
+                "a compartment's node counts moved",
+                |s| {
+                    let c = s.compartment_statuses.entry("rack".into()).or_default();
+                    c.completed = 3;
+                },
+                false,
+            ),
+            (
+                "a batch was evaluated (the next pass counts from it)",
+                |s| {
+                    let c = s.compartment_statuses.entry("rack".into()).or_default();
+                    c.batch_state = Some(crate::crd::BatchState {
+                        current_batch: 2,
+                        ..crate::crd::BatchState::fresh()
+                    });
+                },
                 true,
             ),
         ];
