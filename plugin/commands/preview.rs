@@ -54,6 +54,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         invalid: &[],
         write_failures: &[],
         drain_blocks: &[],
+        refused_auto_taints: &plan::inputs::NO_NODES,
         config: &config,
         operator_version: env!("CARGO_PKG_VERSION"),
         now: jiff::Timestamp::now(),

@@ -316,6 +316,8 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     inputs.write_failures = &failed_before;
     let blocked_before = ctx.pacing.drain_blocks(&name);
     inputs.drain_blocks = &blocked_before;
+    let refused_taints = ctx.pacing.refused_auto_taints();
+    inputs.refused_auto_taints = &refused_taints;
     let plan = plan::plan(&inputs);
     observe(ctx, &snapshot.skyhook, stored, &plan);
     let requeue = plan.requeue_after;
@@ -331,6 +333,8 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
         node_patches = patches, plan_ms = plan_s.as_millis() as u64,
         write_ms = write_s.as_millis() as u64, "pass");
     let done = written?;
+    ctx.pacing
+        .auto_taints(&done.auto_taints.0, &done.auto_taints.1);
     let soon = match done.written {
         write::Written::All if done.failures.is_empty() => None,
         write::Written::All => Some(WRITE_FAILED_RETRY),

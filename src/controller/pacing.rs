@@ -49,6 +49,10 @@ struct Last {
 #[derive(Default)]
 pub struct Pacing {
     last: Mutex<HashMap<String, Last>>,
+    /// Nodes whose auto-taint was refused for good (upstream's D47): left out of every
+    /// Skyhook until a retry of the taint succeeds. Kept in memory only: after a restart the
+    /// first refusal leaves them out again.
+    refused_auto_taints: Mutex<std::collections::BTreeSet<String>>,
     /// When each Skyhook's next pass was first asked for (since its last pass started).
     asked: Mutex<HashMap<String, Instant>>,
 }
@@ -76,6 +80,27 @@ impl Pacing {
         let asked = *self.asked().entry(skyhook.to_string()).or_insert(now);
         let last = self.lock().get(skyhook).map(|l| (l.ended, l.took));
         wait_left(now, asked, last)
+    }
+
+    /// The nodes left out of every Skyhook because their auto-taint was refused.
+    pub fn refused_auto_taints(&self) -> std::collections::BTreeSet<String> {
+        self.refused_auto_taints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// What a pass's auto-taint patches met: `refused` nodes are left out, `tainted` ones
+    /// come back.
+    pub fn auto_taints(&self, refused: &[String], tainted: &[String]) {
+        let mut set = self
+            .refused_auto_taints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        set.extend(refused.iter().cloned());
+        for n in tainted {
+            set.remove(n);
+        }
     }
 
     /// A pass of `skyhook` starts: what is asked from now on is asked of the next one.

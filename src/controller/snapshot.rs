@@ -100,6 +100,7 @@ impl Snapshot {
             invalid: &self.invalid,
             write_failures: &[],
             drain_blocks: &[],
+            refused_auto_taints: &crate::plan::inputs::NO_NODES,
             config,
             operator_version,
             now,

@@ -26,6 +26,10 @@ pub struct NodePatch {
     /// others, so a node leaving the batch is stored as done before the next one is stored as
     /// working: the stored state never shows more nodes at work than the budget allows.
     pub starts: bool,
+    /// The patch gives a new node the runtime-required taint (`autoTaintNewNodes`): when it is
+    /// refused for good, the node is left out of every Skyhook until a retry succeeds
+    /// (upstream's auto-taint failure isolation, delta D47).
+    pub auto_taint: bool,
     /// The `resourceVersion` of the node this patch was computed from. The patch carries it as
     /// a precondition: the node-state annotation is one JSON value and the taints one list, so
     /// a patch computed from an older copy would write back whatever changed since (a

@@ -44,6 +44,9 @@ pub struct Inputs<'a> {
     pub write_failures: &'a [String],
     /// Evictions the last pass sent that a PodDisruptionBudget refused.
     pub drain_blocks: &'a [DrainBlock],
+    /// Nodes whose auto-taint was refused for good: left out (upstream's D47), their taint
+    /// retried.
+    pub refused_auto_taints: &'a BTreeSet<String>,
     pub config: &'a Config,
     pub operator_version: &'a str,
     pub now: Timestamp,
@@ -54,6 +57,9 @@ pub struct Inputs<'a> {
     /// created from earlier passes.
     pub create_room: usize,
 }
+
+/// No node: the default of [`Inputs::refused_auto_taints`].
+pub static NO_NODES: BTreeSet<String> = BTreeSet::new();
 
 /// Where other Skyhooks are at work, for [`Inputs::busy_nodes`] and
 /// [`Inputs::interrupting_nodes`]: their running Jobs (and the Go operator's pods for them).

@@ -186,14 +186,7 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
     let tainted = taints.iter().any(|t| m.runtime_taints.matches(t));
     let touched = node.annotations.keys().any(schema::is_skyhook_key);
     if !tainted && sk.spec.auto_taint_new_nodes && !touched {
-        let taint = m.runtime_taints.applied();
-        let mut next = taints;
-        next.push(taint.to_taint());
-        patch.taints = Some(next);
-        patch.annotations.insert(
-            schema::auto_taint_annotation(&taint.key),
-            Some(schema::TRUE_VALUE.to_string()),
-        );
+        auto_taint(m, node, patch);
         return;
     }
     if tainted && settled {
@@ -209,6 +202,32 @@ fn runtime_required(m: &MetaInput, node: &NodeView, settled: bool, patch: &mut N
             .annotations
             .insert(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION.to_string(), None);
     }
+}
+
+/// Gives a new node the runtime-required taint, marked as ours.
+fn auto_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
+    let taint = m.runtime_taints.applied();
+    let mut next = node.taints.clone();
+    next.push(taint.to_taint());
+    patch.taints = Some(next);
+    patch.annotations.insert(
+        schema::auto_taint_annotation(&taint.key),
+        Some(schema::TRUE_VALUE.to_string()),
+    );
+    patch.auto_taint = true;
+}
+
+/// A node whose auto-taint was refused is left out of every Skyhook; a runtime-required Skyhook
+/// with `autoTaintNewNodes` selecting it retries the taint alone each pass (delta D47).
+pub fn auto_taint_retry(m: &MetaInput, node: &NodeView) -> Option<NodePatch> {
+    let sk = &m.skyhook.spec;
+    let tainted = node.taints.iter().any(|t| m.runtime_taints.matches(t));
+    if !sk.runtime_required || !sk.auto_taint_new_nodes || tainted {
+        return None;
+    }
+    let mut patch = NodePatch::of(node);
+    auto_taint(m, node, &mut patch);
+    Some(patch)
 }
 
 /// Removes the runtime-required taints (each one recognised) once no other runtime-required

@@ -147,10 +147,15 @@ fn plan_live(inp: &Inputs) -> Plan {
     // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
     // no budget slot; the status and an Event name them.
     let waiting_on = select::waiting_on(sk, inp.skyhooks, inp.nodes).map(|s| s.name_any());
-    let (mut facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) =
+    let (facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) =
         facts::gather(inp, &tolerations, waiting_on.is_some())
             .into_iter()
             .partition(|f| f.unreadable.is_none());
+    // Nodes whose auto-taint was refused are left out of every Skyhook: not counted, no work,
+    // only the taint retried (upstream's D47).
+    let (refused, mut facts): (Vec<NodeFacts>, Vec<NodeFacts>) = facts
+        .into_iter()
+        .partition(|f| inp.refused_auto_taints.contains(&f.name));
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates)
         .serial(sk.spec.serial);
@@ -171,6 +176,7 @@ fn plan_live(inp: &Inputs) -> Plan {
     let targeted: BTreeSet<&str> = facts
         .iter()
         .chain(&unreadable)
+        .chain(&refused)
         .map(|f| f.name.as_str())
         .collect();
     let released = release::release(&planner.meta, inp.nodes, &targeted, &planner.by_node);
@@ -186,10 +192,16 @@ fn plan_live(inp: &Inputs) -> Plan {
         reset,
         released.holds_budget,
     );
+    let mut node_patches = released.patches;
+    node_patches.extend(
+        refused
+            .iter()
+            .filter_map(|f| metadata::auto_taint_retry(&planner.meta, f.node)),
+    );
     let mut plan = Plan {
         add_finalizer: !sk.finalizers().iter().any(|f| f == schema::FINALIZER),
         version_annotation: version_annotation(sk, inp.operator_version),
-        node_patches: released.patches,
+        node_patches,
         job_ops: released.job_ops,
         events: released.notes,
         ..Plan::default()

@@ -54,6 +54,8 @@ struct World {
     policies: Vec<Arc<crate::crd::DeploymentPolicy>>,
     /// STATUS_NODE_BUDGET of this world's operator.
     status_budget: usize,
+    /// Nodes whose auto-taint was refused.
+    refused_taints: BTreeSet<String>,
 }
 
 impl World {
@@ -71,6 +73,7 @@ impl World {
             invalid: Vec::new(),
             policies: Vec::new(),
             status_budget: crate::settings::DEFAULT_STATUS_NODE_BUDGET,
+            refused_taints: BTreeSet::new(),
         }
     }
 
@@ -97,6 +100,7 @@ impl World {
             invalid: &self.invalid,
             write_failures: &self.write_failures,
             drain_blocks: &[],
+            refused_auto_taints: &self.refused_taints,
             config: &cfg,
             operator_version: "test",
             now: now(),
@@ -1633,4 +1637,42 @@ fn a_status_over_its_budget_lists_the_nodes_at_work_and_says_so() {
         again.status, None,
         "an unchanged trimmed status is written again"
     );
+}
+
+/// Upstream's D47: a node whose auto-taint was refused is left out (no work, not counted, the
+/// Skyhook completes without it) and only its taint is retried.
+#[test]
+fn a_node_whose_auto_taint_was_refused_is_left_out_and_its_taint_retried() {
+    let sk = one_package(false)
+        .spec(json!({"runtimeRequired": true, "autoTaintNewNodes": true}))
+        .package(tuned())
+        .build();
+    let done = node("n2")
+        .created(1)
+        .annotations(json!({
+            schema::node_state_annotation("sh"): r#"{"tuned|1.0.0":{"name":"tuned","version":"1.0.0","image":"ghcr.io/x/tuned","stage":"config","state":"complete"}}"#,
+            schema::status_annotation("sh"): "complete",
+        }))
+        .arc();
+    let fresh = node("n1").arc();
+    let mut w = World::new(sk, vec![fresh, done]);
+    w.refused_taints.insert("n1".into());
+    let plan = w.plan();
+    let n1: Vec<&NodePatch> = plan
+        .node_patches
+        .iter()
+        .filter(|p| p.node == "n1")
+        .collect();
+    assert_eq!(n1.len(), 1, "{:?}", plan.node_patches);
+    assert!(n1[0].auto_taint && n1[0].taints.as_ref().is_some_and(|t| t.len() == 1));
+    assert!(
+        n1[0].annotations.keys().all(|k| k.contains("autoTaint_")),
+        "more than the taint retried: {:?}",
+        n1[0].annotations
+    );
+    assert!(created(&plan).iter().all(|(n, _)| n != "n1"));
+    let status = plan.status.as_ref().expect("status");
+    assert_eq!(status.status, Some(Status::Complete), "{status:?}");
+    assert_eq!(status.complete_nodes, "1/1");
+    assert!(node_status(&plan, "n1").is_none());
 }

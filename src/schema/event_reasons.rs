@@ -11,6 +11,8 @@ pub const STATE_REASON: &str = "State";
 pub const REBOOT_REASON: &str = "Reboot";
 /// A node this Skyhook no longer selects (or that is gone) is let go.
 pub const RELEASED_REASON: &str = "Released";
+/// Warning on a node whose auto-taint was refused (upstream's reason, delta D47).
+pub const AUTO_TAINT_REASON: &str = "AutoTaint";
 /// Warning: a drain took longer than `drainConfig.timeout` (upstream v0.18's reason).
 pub const DRAIN_TIMEOUT_REASON: &str = "DrainTimeout";
 

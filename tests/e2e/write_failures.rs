@@ -7,98 +7,34 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use skyhook::schema::{self, Stage, State};
 
-use crate::support::interrupts::admission_api;
 use crate::support::metrics::{metrics, samples};
-use crate::support::{TestCtx, cluster, pkg, setup, skyhook, sleep};
+use crate::support::refusal::Refusal;
+use crate::support::{TestCtx, pkg, setup, skyhook, sleep};
 
-/// A ValidatingAdmissionPolicy (and binding) refusing ConfigMaps of the test's namespace that
-/// carry the key `blocked.conf`. Removed on drop.
-struct RefuseConfigMaps {
-    name: String,
-}
-
-impl RefuseConfigMaps {
-    async fn install(ctx: &TestCtx) -> RefuseConfigMaps {
-        let name = ctx.name("refuse-cm");
-        let policy: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ctx.ns}},
-                    "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}],
-                },
-                "validations": [{
-                    "expression": "!has(object.data) || !('blocked.conf' in object.data)",
-                    "message": "e2e policy refuses blocked.conf",
-                }],
-            },
-        }))
-        .expect("policy");
-        let binding: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {"policyName": name, "validationActions": ["Deny"]},
-        }))
-        .expect("binding");
-        let pp = PostParams::default();
-        admission_api(
-            &ctx.client,
-            "ValidatingAdmissionPolicy",
-            "validatingadmissionpolicies",
-        )
-        .create(&pp, &policy)
-        .await
-        .expect("create policy");
-        admission_api(
-            &ctx.client,
-            "ValidatingAdmissionPolicyBinding",
-            "validatingadmissionpolicybindings",
-        )
-        .create(&pp, &binding)
-        .await
-        .expect("create binding");
-        // The policy is served from an informer: wait until a dry run is refused.
-        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
-            Api::namespaced(ctx.client.clone(), &ctx.ns);
-        let probe: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-            "metadata": {"name": "probe"}, "data": {"blocked.conf": "x"}}))
-        .expect("probe");
-        let dry = PostParams {
-            dry_run: true,
-            ..Default::default()
-        };
-        ctx.wait_for("the policy to refuse", Duration::from_secs(30), || async {
-            cms.create(&dry, &probe).await.is_err().then_some(())
-        })
-        .await;
-        RefuseConfigMaps { name }
-    }
-
-    fn remove(&self) {
-        let _ = cluster()
-            .kubectl()
-            .args([
-                "delete",
-                &format!("validatingadmissionpolicybinding/{}", self.name),
-                &format!("validatingadmissionpolicy/{}", self.name),
-                "--ignore-not-found",
-            ])
-            .output();
-    }
-}
-
-impl Drop for RefuseConfigMaps {
-    fn drop(&mut self) {
-        self.remove();
-    }
+/// Refuses ConfigMaps of the test's namespace that carry the key `blocked.conf`.
+async fn refuse_config_maps(ctx: &TestCtx) -> Refusal {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let probe: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "probe"}, "data": {"blocked.conf": "x"}}))
+    .expect("probe");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    Refusal::install(
+        ctx,
+        "configmaps",
+        true,
+        "!has(object.data) || !('blocked.conf' in object.data)",
+        "e2e policy refuses blocked.conf",
+        || async { cms.create(&dry, &probe).await.is_err() },
+    )
+    .await
 }
 
 fn write_failed(sk: &skyhook::crd::Skyhook) -> Option<(String, String)> {
@@ -142,7 +78,7 @@ async fn a_refused_configmap_is_reported_and_the_rest_goes_on() {
         .await;
 
     // The conf package's ConfigMap gains a key the cluster refuses.
-    let refuse = RefuseConfigMaps::install(&env.ctx).await;
+    let refuse = refuse_config_maps(&env.ctx).await;
     env.skyhooks
         .patch(
             &sk,

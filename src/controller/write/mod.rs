@@ -95,6 +95,8 @@ pub struct Executed {
     pub failures: Vec<String>,
     /// Evictions a PodDisruptionBudget refused in this pass.
     pub drain_blocks: Vec<crate::plan::inputs::DrainBlock>,
+    /// Nodes whose auto-taint patch was refused for good, and nodes it tainted.
+    pub auto_taints: (Vec<String>, Vec<String>),
 }
 
 pub async fn execute(
@@ -125,6 +127,7 @@ pub async fn execute(
             stored: None,
             failures: Vec::new(),
             drain_blocks: Vec::new(),
+            auto_taints: Default::default(),
         });
     };
     if plan.delete_owned {
@@ -160,6 +163,7 @@ pub async fn execute(
         stored,
         failures,
         drain_blocks,
+        auto_taints: w.met.take_auto_taints(),
     })
 }
 
@@ -465,6 +469,9 @@ impl Writer<'_> {
             .await
         {
             Ok(node) => {
+                if p.auto_taint {
+                    self.met.auto_taint(&p.node, false);
+                }
                 if let Some(rv) = node.resource_version() {
                     self.patched
                         .lock()
@@ -482,6 +489,19 @@ impl Writer<'_> {
             // node's work waits, the other nodes' goes on.
             Err(e) if !is_status(&e, 404) && !retry::is_transient(&e) => {
                 self.met.node_failed(&self.name, &p.node, &e);
+                if p.auto_taint {
+                    self.met.auto_taint(&p.node, true);
+                    let note = Note::node(
+                        &p.node,
+                        schema::AUTO_TAINT_REASON,
+                        format!(
+                            "Node [{}]: the runtime-required taint could not be added ({}); the node is left out of every Skyhook until it can",
+                            p.node,
+                            api_words(&e)
+                        ),
+                    );
+                    self.publish(&note.warning());
+                }
                 Ok(())
             }
             res => ignore_not_found(res),

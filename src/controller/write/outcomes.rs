@@ -24,6 +24,8 @@ pub(super) struct Outcomes {
     failures: Mutex<Vec<String>>,
     /// Evictions a PodDisruptionBudget refused.
     drain_blocks: Mutex<Vec<DrainBlock>>,
+    /// Nodes whose auto-taint patch was refused for good, and nodes it tainted.
+    auto_taints: Mutex<(Vec<String>, Vec<String>)>,
 }
 
 /// A poisoned lock only means a writer panicked mid-insert; the set is still usable.
@@ -74,6 +76,18 @@ impl Outcomes {
     /// `DrainBlocked`).
     pub(super) fn blocked_eviction(&self, block: DrainBlock) {
         locked(&self.drain_blocks).push(block);
+    }
+
+    /// An auto-taint patch of `node` was refused for good (`refused`) or went through.
+    pub(super) fn auto_taint(&self, node: &str, refused: bool) {
+        let mut a = locked(&self.auto_taints);
+        let list = if refused { &mut a.0 } else { &mut a.1 };
+        list.push(node.to_string());
+    }
+
+    /// (refused, tainted) nodes of this pass's auto-taint patches.
+    pub(super) fn take_auto_taints(&self) -> (Vec<String>, Vec<String>) {
+        std::mem::take(&mut *locked(&self.auto_taints))
     }
 
     pub(super) fn take_drain_blocks(&self) -> Vec<DrainBlock> {

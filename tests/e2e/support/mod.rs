@@ -27,6 +27,7 @@
 //!   [`metrics::metrics`] and [`metrics::samples`].
 //! - Identities: [`service_account_token`] (a ServiceAccount without permissions, and a token).
 //! - Interrupts: [`interrupts::SlowInterrupts`] keeps interrupt pods running (or fails them).
+//! - Refused writes: [`refusal::Refusal`] (a ValidatingAdmissionPolicy of the test).
 //! - Elsewhere: [`deploy`] (the `deploy/` manifests), [`plugin`] (the kubectl plugin),
 //!   [`private`] (a cluster of one's own), [`proxy`] (a faulty API server in between).
 
@@ -43,6 +44,7 @@ pub mod plugin;
 pub mod private;
 pub mod proxy;
 pub mod real;
+pub mod refusal;
 pub mod wait;
 
 pub use env::{Env, label, setup};

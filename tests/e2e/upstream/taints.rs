@@ -4,6 +4,8 @@
 //! * D35: stage and interrupt pods tolerate `not-ready` and `unreachable` for good (a node
 //!   rebooted by its interrupt goes NotReady; an evicted interrupt pod would be replaced, and
 //!   reboot again), and the interrupt container gets 256Mi.
+//! * D47: a node whose auto-taint a policy refuses is left out of the Skyhook until the taint
+//!   can be added.
 
 use std::time::Duration;
 
@@ -113,4 +115,75 @@ async fn an_interrupt_pod_tolerates_its_node_going_unreachable_for_good() {
             "{key} is tolerated for a limited time only: {tolerations:?}"
         );
     }
+}
+
+/// D47: a policy refuses the runtime-required taint on one node. That node gets a Warning
+/// `AutoTaint` Event and is left out (the Skyhook completes on the other node, `1/1`); once the
+/// policy goes, the retried taint lands and the node is rolled out too.
+#[tokio::test]
+async fn a_node_whose_auto_taint_is_refused_is_left_out_until_it_can_be_tainted() {
+    let env = setup("up-autotaint", 2, &[]).await;
+    let (refused_node, other) = (env.nodes[0].clone(), env.nodes[1].clone());
+    let expression = format!(
+        "object.metadata.name != '{refused_node}' || !has(object.spec.taints) || !object.spec.taints.exists(t, t.key == 'skyhook.nvidia.com')"
+    );
+    let probe = || async {
+        let patch = json!({"spec": {"taints": [
+            {"key": "skyhook.nvidia.com", "value": "probe", "effect": "NoSchedule"}]}});
+        let dry = PatchParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        env.node_api
+            .patch(&refused_node, &dry, &Patch::Merge(&patch))
+            .await
+            .is_err()
+    };
+    let refusal = crate::support::refusal::Refusal::install(
+        &env.ctx,
+        "nodes",
+        false,
+        &expression,
+        "e2e policy refuses the runtime-required taint",
+        probe,
+    )
+    .await;
+    let name = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"runtimeRequired": true, "autoTaintNewNodes": true,
+               "packages": {"tool": pkg("1.0.0", json!([]))}}),
+    ))
+    .await;
+    env.wait_event("an AutoTaint Warning", &refused_node, |e| {
+        e.reason.as_deref() == Some(schema::AUTO_TAINT_REASON)
+            && e.type_.as_deref() == Some("Warning")
+    })
+    .await;
+    let sk = env
+        .wait_status(&name, Status::Complete, Duration::from_secs(120))
+        .await;
+    let status = sk.status.expect("status");
+    assert_eq!(status.complete_nodes, "1/1");
+    assert!(!status.node_status.contains_key(&refused_node));
+    assert!(env.node_state(&refused_node, &name).await.is_none());
+    assert!(env.node_state(&other, &name).await.is_some());
+
+    refusal.remove();
+    env.ctx
+        .wait_for(
+            "the left-out node rolled out",
+            Duration::from_secs(120),
+            || async {
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                let s = sk.status?;
+                (s.complete_nodes == "2/2" && s.status == Some(Status::Complete)).then_some(())
+            },
+        )
+        .await;
+    assert!(
+        taints(&env, &refused_node).await.is_empty(),
+        "the taint stayed after the node completed"
+    );
 }
