@@ -202,6 +202,8 @@ pub struct Plan {
     pub version_annotation: Option<String>,
     pub remove_finalizer: bool,
     pub configmaps: Vec<ConfigMap>,
+    /// Package ConfigMaps of versions no longer in the spec (names), deleted after the Jobs.
+    pub stale_configmaps: Vec<String>,
     pub create_jobs: Vec<PlannedJob>,
     /// Jobs due this pass but left to the next one ([`super::launch::MAX_JOB_CREATES_PER_PASS`]).
     pub deferred_jobs: usize,

@@ -91,6 +91,36 @@ pub fn package_configmaps(
         .collect()
 }
 
+/// Package ConfigMaps the spec no longer asks for (a version bumped or a package removed, or
+/// its `configMap` emptied), that no unfinished Job of that version may still mount: the
+/// reference deletes them in the pass that writes the new ones; kept, they would pile up until
+/// the Skyhook is deleted.
+pub fn stale_package_configmaps(
+    sk: &Skyhook,
+    current: &[Arc<ConfigMap>],
+    jobs: &[Arc<crate::jobs::JobView>],
+) -> Vec<String> {
+    let wanted = |name: &str, version: &str| {
+        sk.spec
+            .packages
+            .get(name)
+            .is_some_and(|p| p.version == version && !p.config_map.is_empty())
+    };
+    current
+        .iter()
+        .filter_map(|cm| {
+            let a = cm.metadata.annotations.as_ref()?;
+            let name = a.get(schema::PACKAGE_NAME_ANNOTATION)?;
+            let version = a.get(schema::PACKAGE_VERSION_ANNOTATION)?;
+            let mounted = jobs
+                .iter()
+                .any(|j| j.package == *name && j.version == *version && !j.finished());
+            (!wanted(name, version) && !mounted && cm.metadata.deletion_timestamp.is_none())
+                .then(|| cm.name_any())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,5 +453,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn configmaps_of_versions_no_longer_wanted_are_deleted_unless_mounted() {
+        use crate::jobs::{JobView, Outcome};
+        use crate::plan::fixtures::job;
+        let cfg = config();
+        let sk = with_packages(&[("p", "2.0.0", json!({"a": "1"})), ("q", "1.0.0", json!({}))]);
+        let old = with_packages(&[
+            ("p", "1.0.0", json!({"a": "0"})),
+            ("q", "1.0.0", json!({"b": "1"})),
+            ("gone", "1.0.0", json!({"c": "1"})),
+        ]);
+        let cms: Vec<Arc<ConfigMap>> = old
+            .spec
+            .packages
+            .values()
+            .chain(sk.spec.packages.values().filter(|p| p.name == "p"))
+            .map(|p| Arc::new(jobs::package_configmap(&sk, p, &cfg)))
+            .collect();
+        let names = |jobs: &[Arc<JobView>]| {
+            let mut v = stale_package_configmaps(&sk, &cms, jobs);
+            v.sort();
+            v
+        };
+        // p 1.0.0 (bumped), q 1.0.0 (its configMap emptied) and gone 1.0.0 (removed) go; p
+        // 2.0.0 stays.
+        assert_eq!(names(&[]), ["sh-gone-1.0.0", "sh-p-1.0.0", "sh-q-1.0.0"]);
+        // A running Job of p 1.0.0 may mount it: kept until it ends.
+        let p1 = old.spec.packages["p"].clone();
+        let running = Arc::new(job(&p1, Stage::Config).build());
+        assert_eq!(names(&[running]), ["sh-gone-1.0.0", "sh-q-1.0.0"]);
+        let done = Arc::new(
+            job(&p1, Stage::Config)
+                .outcome(Outcome::Complete {
+                    at: jiff::Timestamp::UNIX_EPOCH,
+                })
+                .build(),
+        );
+        assert_eq!(names(&[done]).len(), 3);
     }
 }

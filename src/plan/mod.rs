@@ -259,6 +259,7 @@ fn plan_live(inp: &Inputs) -> Plan {
     }
     plan.configmaps
         .extend(config::package_configmaps(sk, inp.configmaps, cfg));
+    plan.stale_configmaps = config::stale_package_configmaps(sk, inp.configmaps, inp.jobs);
     plan.requeue_after = Some(requeue(&tally, &plan, inp, cfg));
     plan
 }

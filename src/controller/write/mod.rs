@@ -146,6 +146,14 @@ pub async fn execute(
     }
     create(creations);
     each(&plan.evictions, |e| w.evict(e).boxed()).await?;
+    each(&plan.stale_configmaps, |name| {
+        async move {
+            let res = w.cms.delete(name, &DeleteParams::default()).await;
+            ignore_not_found(res)
+        }
+        .boxed()
+    })
+    .await?;
     let status_started = Instant::now();
     let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
     let stored = stored.map(|sk| (sk, status_started.elapsed()));

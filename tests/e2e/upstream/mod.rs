@@ -4,6 +4,7 @@
 //! runs them all.
 
 mod batch;
+mod configmaps;
 mod cordons;
 mod drain;
 mod drain_config;
