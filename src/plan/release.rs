@@ -55,6 +55,10 @@ pub fn release(
             continue;
         }
         let mut patch = NodePatch::of(n);
+        let drain_clock = schema::drain_start_annotation(&name);
+        if n.annotations.contains_key(&drain_clock) {
+            patch.annotations.insert(drain_clock, None);
+        }
         if n.annotations.contains_key(&cordon) {
             patch.annotations.insert(cordon.clone(), None);
             if !n.cordon_kept_by_others(&name) {
