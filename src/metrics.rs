@@ -88,6 +88,7 @@ pub struct Metrics {
     current_batch: Family<RolloutLabels, Gauge>,
     consecutive_failures: Family<RolloutLabels, Gauge>,
     should_stop: Family<RolloutLabels, Gauge>,
+    window_open: Family<RolloutLabels, Gauge>,
     in_progress: Family<RolloutLabels, Gauge>,
     completed: Family<RolloutLabels, Gauge>,
     progress: Family<RolloutLabels, Gauge>,
@@ -117,6 +118,7 @@ impl Default for Metrics {
             current_batch: Family::default(),
             consecutive_failures: Family::default(),
             should_stop: Family::default(),
+            window_open: Family::default(),
             in_progress: Family::default(),
             completed: Family::default(),
             progress: Family::default(),
@@ -171,6 +173,7 @@ impl Metrics {
             ("skyhook_operator_pass_seconds", "Time a reconcile pass spends reading the caches and planning (phase=plan), then writing (phase=write)", self.pass_seconds),
             ("skyhook_api_requests", "Requests this operator sent to the API server, by verb, resource and response class", API_REQUESTS),
             ("skyhook_write_failures", "Objects whose write failed for good in the Skyhook's last pass (the WriteFailed condition names them)", self.write_failures),
+            ("skyhook_rollout_window_open", "1 while the compartment may start nodes by its maintenance windows (always, without windows), 0 outside them", self.window_open),
         );
     }
 
@@ -272,6 +275,8 @@ impl Metrics {
             self.should_stop
                 .get_or_create(&rl)
                 .set(i64::from(batch.should_stop));
+            let closed = cp.window.as_deref().is_some_and(|w| w != "open");
+            self.window_open.get_or_create(&rl).set(i64::from(!closed));
             now_emitted.push(rl);
         }
         let mut emitted = self
@@ -293,6 +298,7 @@ impl Metrics {
             &self.current_batch,
             &self.consecutive_failures,
             &self.should_stop,
+            &self.window_open,
             &self.in_progress,
             &self.completed,
             &self.progress,
@@ -416,6 +422,7 @@ mod tests {
         let st = sk.status.clone().unwrap();
         let m = Metrics::default();
         let compartments = [CompartmentPlan {
+            window: None,
             name: "__default__".into(),
             strategy: "fixed".into(),
             budget: Default::default(),
@@ -466,6 +473,7 @@ mod tests {
                 "skyhook_rollout_completed",
                 "skyhook_rollout_progress_percent",
                 "skyhook_operator_leader",
+                "skyhook_rollout_window_open",
             ]
         );
 

@@ -197,6 +197,7 @@ fn table(ctx: &Ctx, p: &Preview) -> String {
         "NODES",
         "BATCH #",
         "STOPPED",
+        "WINDOW",
         "BATCH (AT WORK OR NEXT)",
     ];
     if wide {
@@ -219,6 +220,7 @@ fn table(ctx: &Ctx, p: &Preview) -> String {
                     "no"
                 }
                 .into(),
+                c.window.as_deref().unwrap_or("-").into(),
                 nodes(&c.batch).into(),
             ];
             if wide {

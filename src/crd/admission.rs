@@ -362,8 +362,53 @@ fn strategy_count(expr: &str) -> String {
     )
 }
 
+/// A time of day, HH:MM (24-hour).
+pub const WINDOW_TIME_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
+/// Most maintenance windows of a policy or compartment (bounds the rules' CEL cost).
+pub const MAX_WINDOWS: i64 = 16;
+/// Longest IANA time zone name accepted (the longest in the database has 32 characters).
+pub const MAX_TIME_ZONE_LENGTH: i64 = 64;
+
+/// Rules on maintenance windows (this project's extension), under both roots. An unknown time
+/// zone makes CEL's `getHours` fail: the API server refuses the object naming the field.
+fn window_rules() -> Vec<CelRule> {
+    let mut rules = Vec::new();
+    for (start, end, zone) in [
+        (
+            "spec.windows.[].start",
+            "spec.windows.[].end",
+            "spec.windows.[].timeZone",
+        ),
+        (
+            "spec.compartments.[].windows.[].start",
+            "spec.compartments.[].windows.[].end",
+            "spec.compartments.[].windows.[].timeZone",
+        ),
+    ] {
+        let time = format!("self.matches('{WINDOW_TIME_PATTERN}')");
+        rules.push(rule(
+            start,
+            time.clone(),
+            format!("start: {MSG_WINDOW_TIME}"),
+        ));
+        rules.push(rule(end, time, format!("end: {MSG_WINDOW_TIME}")));
+        rules.push(rule(
+            zone,
+            "timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",
+            format!("timeZone: {MSG_WINDOW_TIME_ZONE}"),
+        ));
+    }
+    rules
+}
+
 /// Every CEL rule of the DeploymentPolicy CRD.
 pub fn deployment_policy_rules() -> Vec<CelRule> {
+    let mut rules = policy_rules();
+    rules.extend(window_rules());
+    rules
+}
+
+fn policy_rules() -> Vec<CelRule> {
     vec![
         rule(
             "spec.default",
@@ -580,6 +625,18 @@ pub fn deployment_policy_tightenings() -> Vec<SchemaPatch> {
             json!(SELECTOR_OPERATORS),
         ),
     ];
+    for root in ["spec.windows", "spec.compartments.[].windows"] {
+        patches.push(patch(root, "maxItems", json!(MAX_WINDOWS)));
+        patches.push(patch(format!("{root}.[].days"), "maxItems", json!(7)));
+        for time in ["start", "end"] {
+            patches.push(patch(format!("{root}.[].{time}"), "maxLength", json!(5)));
+        }
+        patches.push(patch(
+            format!("{root}.[].timeZone"),
+            "maxLength",
+            json!(MAX_TIME_ZONE_LENGTH),
+        ));
+    }
     // The Go mutating webhook defaulted these; with no webhook the API server does it (on write
     // and when reading objects stored without them).
     for strategy in ["spec.default.strategy", "spec.compartments.[].strategy"] {

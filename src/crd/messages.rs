@@ -54,6 +54,11 @@ pub const MSG_DRAIN_GRACE_PERIOD: &str =
     "drainConfig.gracePeriod must be a Go duration such as 30s, at most 24h";
 /// uninstall.apply without uninstall.enabled (upstream's webhook words).
 pub const MSG_UNINSTALL_APPLY: &str = "uninstall.apply requires uninstall.enabled to be true";
+/// A maintenance window's time zone unknown (this project's extension).
+pub const MSG_WINDOW_TIME_ZONE: &str =
+    "must be a time zone of the IANA database, such as Europe/Berlin or UTC";
+/// A maintenance window's start or end not HH:MM.
+pub const MSG_WINDOW_TIME: &str = "must be a time of day HH:MM (24-hour), such as 22:00";
 /// Selector requirement values inconsistent with the operator.
 pub const MSG_SELECTOR_VALUES: &str = "matchExpressions: values must be non-empty for operators In and NotIn and empty for Exists and DoesNotExist";
 /// Selector that does not parse (operator side).

@@ -19,6 +19,7 @@ pub mod skyhook;
 pub mod status;
 pub mod upstream_fields;
 pub mod validate;
+pub mod window;
 
 #[cfg(test)]
 mod tests;
@@ -31,7 +32,7 @@ pub use normalize::{normalize, normalize_image};
 pub use policy::{
     Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentPolicySpec,
     DeploymentStrategy, EffectiveStrategy, ExponentialStrategy, FixedStrategy, LinearStrategy,
-    PolicyDefault, StrategyKind, StrategyParams,
+    MaintenanceWindow, PolicyDefault, StrategyKind, StrategyParams, WindowDay,
 };
 pub use skyhook::{
     DeploymentPolicyOptions, DrainConfig, InterruptionBudget, Package, PackageResources,

@@ -50,6 +50,39 @@ pub struct DeploymentPolicySpec {
     /// Reset the batch state when a rollout completes or the spec changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_batch_state_on_completion: Option<bool>,
+
+    /// Maintenance windows of the default compartment and of every compartment without its own
+    /// (an extension of this project): new nodes start only inside one. None: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MaintenanceWindow>,
+}
+
+/// A recurring maintenance window (an extension of this project; the reference ignores it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// Days the window opens on, in its time zone; none: every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<WindowDay>,
+    /// Opening time of day, HH:MM (24-hour).
+    pub start: String,
+    /// Closing time of day, HH:MM (24-hour); not after `start`: on the next day.
+    pub end: String,
+    /// IANA time zone of `days`, `start` and `end`, such as Europe/Berlin; default UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+}
+
+/// A day of the week.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WindowDay {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
 }
 
 /// Budget and strategy of the default compartment.
@@ -82,6 +115,11 @@ pub struct Compartment {
     /// Strategy override; without one the ceiling is the batch size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<DeploymentStrategy>,
+
+    /// Maintenance windows of this compartment (an extension of this project), instead of the
+    /// policy's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MaintenanceWindow>,
 }
 
 /// Declares a struct of optional Go ints, each with its schema bounds (`range(..)`); unset

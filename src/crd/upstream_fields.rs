@@ -18,6 +18,21 @@ pub struct UpstreamField {
     pub schema: Value,
 }
 
+/// Fields of this project's own (no upstream release has them), by schema root: the reference
+/// operator prunes them if it takes over; docs/compatibility.md lists them as extensions.
+pub fn extensions() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (
+            "spec.windows",
+            "maintenance windows of a DeploymentPolicy (issue 38)",
+        ),
+        (
+            "spec.compartments.[].windows",
+            "maintenance windows of a compartment (issue 38)",
+        ),
+    ]
+}
+
 /// Values later releases added to an enum of the v0.13 CRD: (schema path, release, values).
 pub fn skyhook_enum_additions() -> Vec<(&'static str, &'static str, Vec<Value>)> {
     vec![(

@@ -521,6 +521,7 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
         errs.push("spec.default.strategy", MSG_DEFAULT_STRATEGY);
     }
 
+    check_windows(&mut errs, "spec.windows", &spec.windows);
     let mut seen_names = BTreeSet::new();
     for (i, c) in spec.compartments.iter().enumerate() {
         let field = format!("spec.compartments[{i}]");
@@ -565,6 +566,7 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
             ),
             _ => {}
         }
+        check_windows(&mut errs, &format!("{field}.windows"), &c.windows);
         if let Some(strategy) = &c.strategy {
             check_strategy_bounds(&mut errs, &format!("{field}.strategy"), strategy);
             if strategy.types_set() > 1 {
@@ -634,5 +636,14 @@ fn check_strategy_bounds(errs: &mut Errors, field: &str, s: &DeploymentStrategy)
             2,
             None,
         );
+    }
+}
+
+/// Maintenance windows (this project's extension): time zone and times readable.
+fn check_windows(errs: &mut Errors, field: &str, windows: &[super::MaintenanceWindow]) {
+    for (i, w) in windows.iter().enumerate() {
+        if let Err((at, why)) = super::window::Window::parse(w, &format!("{field}[{i}]")) {
+            errs.push(at, why);
+        }
     }
 }

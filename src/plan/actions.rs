@@ -187,6 +187,9 @@ pub struct CompartmentPlan {
     pub ceiling: i64,
     /// Its nodes, oldest first.
     pub nodes: Vec<String>,
+    /// Its maintenance windows now (issue 38): `open`, `closed until <time>`; none without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
     /// After this pass's evaluation of a finished batch.
     pub batch_state: BatchState,
     /// The nodes of the batch: at work, or starting in this pass.

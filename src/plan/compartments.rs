@@ -14,11 +14,14 @@ use crate::node::{LabelMatch, Labels};
 use kube::ResourceExt;
 
 use super::CompartmentPlan;
+use crate::crd::MaintenanceWindow;
+use crate::crd::window::{self, Gate, Window};
 use crate::crd::{
     BatchState, CompartmentStatus, DeploymentBudget, DeploymentPolicy, EffectiveStrategy, Skyhook,
     SkyhookStatus, StrategyKind, StrategyParams,
 };
 use crate::schema::{self, Status};
+use jiff::Timestamp;
 
 /// The policy a Skyhook's rollout follows.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +74,10 @@ pub struct Compartment {
     pub nodes: Vec<String>,
     /// The stored status had nodes of it in progress (a batch was at work at the last pass).
     pub was_running: bool,
+    /// Its maintenance windows (issue 38) at this pass: outside them no node starts.
+    pub gate: Gate,
+    /// It has maintenance windows at all.
+    pub windowed: bool,
 }
 
 impl Compartment {
@@ -97,6 +104,7 @@ pub fn build(
     policy: Policy,
     members: &[Member],
     prior: &SkyhookStatus,
+    now: Timestamp,
 ) -> Vec<Compartment> {
     // Batch state and "a batch was at work" come back from the stored status.
     let fresh = |name: &str, budget: DeploymentBudget, strategy: Option<EffectiveStrategy>| {
@@ -110,6 +118,8 @@ pub fn build(
                 .unwrap_or_else(BatchState::fresh),
             nodes: Vec::new(),
             was_running: stored.is_some_and(|c| c.in_progress > 0),
+            gate: Gate::Open,
+            windowed: false,
         }
     };
     let p = match policy {
@@ -128,7 +138,12 @@ pub fn build(
         .iter()
         .map(|c| {
             let strategy = c.strategy.as_ref().and_then(|s| s.effective());
-            fresh(&c.name, c.budget.clone(), strategy)
+            let own = if c.windows.is_empty() {
+                &p.spec.windows
+            } else {
+                &c.windows
+            };
+            gated(fresh(&c.name, c.budget.clone(), strategy), own, now)
         })
         .collect();
     let default_nodes = assign(p, members, &mut out);
@@ -138,8 +153,45 @@ pub fn build(
         p.spec.default.strategy.effective(),
     );
     default.nodes = default_nodes;
-    out.push(default);
+    out.push(gated(default, &p.spec.windows, now));
     out
+}
+
+/// The compartment with the gate of its maintenance windows at `now`. A window that cannot be
+/// read (only in a policy stored before the admission rules; validation names it) keeps the
+/// compartment closed: nothing starts outside a window its author meant to have.
+fn gated(mut c: Compartment, windows: &[MaintenanceWindow], now: Timestamp) -> Compartment {
+    c.windowed = !windows.is_empty();
+    let parsed: Result<Vec<Window>, _> = windows
+        .iter()
+        .map(|w| Window::parse(w, "windows"))
+        .collect();
+    c.gate = match parsed {
+        Ok(ws) => window::gate(&ws, now),
+        Err(_) => Gate::Closed { next: None },
+    };
+    c
+}
+
+/// Compartments outside their maintenance windows with nodes still to do, and when each opens
+/// next (`statuses`: every targeted node's status).
+pub fn window_holds(
+    compartments: &[Compartment],
+    statuses: &BTreeMap<String, Status>,
+) -> Vec<(String, Option<Timestamp>)> {
+    compartments
+        .iter()
+        .filter_map(|c| match c.gate {
+            Gate::Closed { next } => {
+                let pending = c
+                    .nodes
+                    .iter()
+                    .any(|n| statuses.get(n).is_some_and(|s| *s != Status::Complete));
+                pending.then(|| (c.name.clone(), next))
+            }
+            Gate::Open => None,
+        })
+        .collect()
 }
 
 /// Puts each member into the policy compartment the tie-break names (`out` follows the
@@ -194,13 +246,19 @@ pub fn membership<'a>(
         })
         .collect();
     let prior = SkyhookStatus::default();
-    build(sk, Policy::of(sk, policies), &members, &prior)
-        .into_iter()
-        .flat_map(|c| {
-            let name = c.name;
-            c.nodes.into_iter().map(move |n| (n, name.clone()))
-        })
-        .collect()
+    build(
+        sk,
+        Policy::of(sk, policies),
+        &members,
+        &prior,
+        Timestamp::UNIX_EPOCH,
+    )
+    .into_iter()
+    .flat_map(|c| {
+        let name = c.name;
+        c.nodes.into_iter().map(move |n| (n, name.clone()))
+    })
+    .collect()
 }
 
 /// Strategy safety for overlapping compartments: fixed, linear, exponential, then none.
@@ -283,6 +341,11 @@ pub fn plan_of(c: &Compartment, allowed: &std::collections::BTreeSet<String>) ->
         budget: c.budget.clone(),
         ceiling: c.ceiling(),
         nodes: c.nodes.clone(),
+        window: c.windowed.then(|| match c.gate {
+            Gate::Open => "open".to_string(),
+            Gate::Closed { next: Some(t) } => format!("closed until {t}"),
+            Gate::Closed { next: None } => "closed".to_string(),
+        }),
         batch_state: c.batch.clone(),
         batch: c
             .nodes
@@ -390,6 +453,7 @@ mod tests {
                 Policy::Legacy,
                 &members(&nodes),
                 &SkyhookStatus::default(),
+                Timestamp::UNIX_EPOCH,
             );
             assert_eq!(got.len(), 1, "case: {case}");
             let c = &got[0];
@@ -472,6 +536,7 @@ mod tests {
                 Policy::Named(&p),
                 &members(&nodes),
                 &SkyhookStatus::default(),
+                Timestamp::UNIX_EPOCH,
             );
             assert_eq!(
                 got.last().map(|c| c.name.as_str()),
@@ -508,7 +573,8 @@ mod tests {
                 &sk,
                 Policy::Missing("gone"),
                 &members(&nodes),
-                &SkyhookStatus::default()
+                &SkyhookStatus::default(),
+                Timestamp::UNIX_EPOCH
             )
             .is_empty()
         );
@@ -528,7 +594,13 @@ mod tests {
                 ..CompartmentStatus::default()
             },
         );
-        let got = build(&sk, Policy::Legacy, &members(&nodes), &prior);
+        let got = build(
+            &sk,
+            Policy::Legacy,
+            &members(&nodes),
+            &prior,
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(got[0].batch, stored);
     }
 
@@ -544,6 +616,8 @@ mod tests {
             batch: BatchState::fresh(),
             nodes: vec!["a".into(), "b".into(), "c".into(), "d".into()],
             was_running: false,
+            gate: Gate::Open,
+            windowed: false,
         };
         let statuses: BTreeMap<String, Status> = [
             ("a", Status::Complete),

@@ -113,6 +113,8 @@ struct Tally {
     unreadable: Vec<(String, String)>,
     any_active: bool,
     retry_at: Option<Timestamp>,
+    /// The earliest opening of a maintenance window that holds a compartment.
+    next_window: Option<Timestamp>,
 }
 
 /// The planner's entry point for a live (not deleting) Skyhook.
@@ -208,6 +210,13 @@ fn plan_live(inp: &Inputs) -> Plan {
     };
     let mut tally = Tally {
         waiting_on,
+        next_window: compartments
+            .iter()
+            .filter_map(|c| match c.gate {
+                crate::crd::window::Gate::Closed { next } => next,
+                crate::crd::window::Gate::Open => None,
+            })
+            .min(),
         ..Tally::default()
     };
     tally.node_priority = node_order::picked(&prior.node_priority, &allowed, inp.now);
@@ -336,7 +345,8 @@ impl<'a> Planner<'a> {
                 labels: &f.node.labels,
             })
             .collect();
-        let mut compartments = compartments::build(self.inp.skyhook, self.policy, &members, prior);
+        let mut compartments =
+            compartments::build(self.inp.skyhook, self.policy, &members, prior, self.inp.now);
         if reset {
             compartments::reset(&mut compartments);
         }
@@ -356,7 +366,9 @@ impl<'a> Planner<'a> {
                 .iter()
                 .filter_map(|n| by_name.get(n.as_str()).copied())
                 .collect();
-            allowed.extend(batch::select(c, &members, can_run, evaluate));
+            // Outside its maintenance windows a compartment finishes what runs, starts nothing.
+            let open = c.gate == crate::crd::window::Gate::Open;
+            allowed.extend(batch::select(c, &members, can_run && open, evaluate));
         }
         (allowed, compartments, advanced)
     }
@@ -510,6 +522,7 @@ impl<'a> Planner<'a> {
         if completed && self.policy.resets_on_completion(self.inp.skyhook) {
             compartments::reset(&mut compartments);
         }
+        let window_holds = compartments::window_holds(&compartments, &facts.node_statuses);
         // A missing policy keeps the stored batch state for when it comes back.
         if !matches!(self.policy, Policy::Missing(_)) {
             let statuses = &facts.node_statuses;
@@ -524,6 +537,23 @@ impl<'a> Planner<'a> {
         let generation = self.inp.skyhook.metadata.generation.unwrap_or(0);
         let (list, now) = (&mut desired.conditions, self.inp.now);
         status_budget::condition(list, trim, &self.name, budget, generation, now);
+        let present = (!window_holds.is_empty()).then(|| {
+            let holds: Vec<(String, Option<String>)> = window_holds
+                .iter()
+                .map(|(c, t)| (c.clone(), t.map(|t| t.to_string())))
+                .collect();
+            let message = schema::maintenance_window_message(&holds);
+            (schema::OUTSIDE_MAINTENANCE_WINDOW_REASON, message)
+        });
+        let was_held = prior
+            .conditions
+            .iter()
+            .any(|c| c.type_ == schema::MAINTENANCE_WINDOW_CONDITION);
+        if let (Some((reason, message)), false) = (&present, was_held) {
+            plan.events.push(Note::skyhook(reason, message.clone()));
+        }
+        let kind = schema::MAINTENANCE_WINDOW_CONDITION;
+        condition::present_while(list, kind, present, generation, now);
         let changes = events::status_changes(prior, &desired, self.inp.invalid);
         plan.events.extend(changes.into_iter().map(Note::of_status));
         if desired != *prior {
@@ -590,6 +620,18 @@ fn freeze(plan: &mut Plan, cfg: &Config) {
 
 /// When to look again without a watch event.
 fn requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Duration {
+    let usual = usual_requeue(tally, plan, inp, cfg);
+    // A maintenance window opening wakes the Skyhook: nothing else may happen then.
+    match tally.next_window {
+        Some(t) => {
+            let wait = t.duration_since(inp.now).as_millis().max(200) as u64;
+            usual.min(Duration::from_millis(wait))
+        }
+        None => usual,
+    }
+}
+
+fn usual_requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Duration {
     if plan.deferred_jobs > 0 {
         // More Jobs are due than one pass creates: the next pass goes on with them.
         Duration::from_secs(1)

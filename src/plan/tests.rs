@@ -1676,3 +1676,67 @@ fn a_node_whose_auto_taint_was_refused_is_left_out_and_its_taint_retried() {
     assert_eq!(status.complete_nodes, "1/1");
     assert!(node_status(&plan, "n1").is_none());
 }
+
+/// Issue 38: outside its maintenance window a compartment starts nothing, the condition says
+/// when it opens and the next pass is due then; inside, nodes start.
+#[test]
+fn a_compartment_outside_its_window_starts_nothing_and_says_when_it_opens() {
+    let nodes = vec![node("n0").arc(), node("n1").created(1).arc()];
+    let at = now().to_zoned(jiff::tz::TimeZone::UTC);
+    let hhmm = |t: jiff::Zoned| format!("{:02}:{:02}", t.hour(), t.minute());
+    let world = |start: String, end: String| {
+        let mut w = World::new(one_package(false).policy("p").build(), nodes.clone());
+        let mut p = policy(
+            json!([]),
+            json!({"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}}),
+        );
+        p.spec.windows = vec![crate::crd::MaintenanceWindow {
+            start,
+            end,
+            ..Default::default()
+        }];
+        w.policies = vec![Arc::new(p)];
+        w
+    };
+    // Opens in two hours, for an hour.
+    let later = |h: i64| at.checked_add(jiff::SignedDuration::from_hours(h)).unwrap();
+    let plan = world(hhmm(later(2)), hhmm(later(3))).plan();
+    assert!(created(&plan).is_empty(), "started outside the window");
+    let status = plan.status.as_ref().expect("status");
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::MAINTENANCE_WINDOW_CONDITION)
+        .expect("condition");
+    assert_eq!(c.reason, schema::OUTSIDE_MAINTENANCE_WINDOW_REASON);
+    assert!(
+        c.message.contains("compartment __default__"),
+        "{}",
+        c.message
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == schema::OUTSIDE_MAINTENANCE_WINDOW_REASON)
+    );
+    let due = plan.requeue_after.expect("requeue");
+    assert!(due <= std::time::Duration::from_secs(2 * 3600), "{due:?}");
+    assert_eq!(
+        plan.compartments[0]
+            .window
+            .as_deref()
+            .map(|w| w.starts_with("closed until")),
+        Some(true)
+    );
+    // Opened an hour ago, closes in an hour: one node starts, no condition.
+    let plan = world(hhmm(later(-1)), hhmm(later(1))).plan();
+    assert_eq!(created(&plan).len(), 1);
+    let status = plan.status.as_ref().expect("status");
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.type_ != schema::MAINTENANCE_WINDOW_CONDITION)
+    );
+    assert_eq!(plan.compartments[0].window.as_deref(), Some("open"));
+}

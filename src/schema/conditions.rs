@@ -240,6 +240,29 @@ pub const TAINT_NOT_TOLERABLE_REASON: &str = "TaintNotTolerable";
 pub const NODES_IGNORED_REASON: &str = "NodesIgnored";
 pub const DEPLOYMENT_POLICY_NOT_FOUND_REASON: &str = "DeploymentPolicyNotFound";
 
+/// `True` while compartments with nodes to do are outside their maintenance windows (this
+/// project's extension, issue 38); absent otherwise.
+pub const MAINTENANCE_WINDOW_CONDITION: &str = "skyhook.nvidia.com/MaintenanceWindow";
+/// Its reason, also the reason of the Event when a hold begins.
+pub const OUTSIDE_MAINTENANCE_WINDOW_REASON: &str = "OutsideMaintenanceWindow";
+
+/// The compartments held by their windows, each with its next opening (RFC 3339).
+pub fn maintenance_window_message(holds: &[(String, Option<String>)]) -> String {
+    let parts: Vec<String> = holds
+        .iter()
+        .map(|(c, next)| match next {
+            Some(t) => format!("compartment {c} waits for its maintenance window opening at {t}"),
+            None => format!(
+                "compartment {c} is outside its maintenance windows, none opens within a week"
+            ),
+        })
+        .collect();
+    format!(
+        "{}; nodes at work finish, no new node starts",
+        parts.join("; ")
+    )
+}
+
 /// Reasons of our own conditions (CamelCase as `metav1.Condition` requires).
 pub const VALID_REASON: &str = "Valid";
 pub const INVALID_SPEC_REASON: &str = "InvalidSpec";

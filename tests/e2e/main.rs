@@ -3,6 +3,7 @@ mod binaries;
 mod cluster;
 mod deploy;
 mod faults;
+mod gates;
 mod handover;
 mod helm;
 mod image;

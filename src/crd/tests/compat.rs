@@ -173,6 +173,13 @@ fn exact_mismatches(
     out: &mut Vec<String>,
 ) {
     let Some(up) = up else {
+        // A field of this project's own: nothing upstream to compare with.
+        if upstream_fields::extensions()
+            .iter()
+            .any(|(root, _)| path == *root)
+        {
+            return;
+        }
         // A field of a later upstream release: compared with that release's schema.
         match upstream_fields::skyhook_fields()
             .into_iter()

@@ -1,0 +1,3 @@
+//! Rollout gates (issue 38): `cargo test --test e2e gates` runs them all.
+
+mod windows;
