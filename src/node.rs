@@ -27,6 +27,8 @@ pub struct NodeView {
     pub conditions: Vec<Condition>,
     /// Empty when the kubelet reported none.
     pub boot_id: String,
+    /// The kubelet's `Ready` condition is there and not `True` (a soaking batch fails on it).
+    pub not_ready: bool,
 }
 
 impl NodeView {
@@ -67,9 +69,9 @@ impl From<Node> for NodeView {
         let meta = n.metadata;
         let spec = n.spec.unwrap_or_default();
         let status = n.status.unwrap_or_default();
-        let conditions = status
-            .conditions
-            .unwrap_or_default()
+        let all = status.conditions.unwrap_or_default();
+        let not_ready = all.iter().any(|c| c.type_ == "Ready" && c.status != "True");
+        let conditions = all
             .into_iter()
             .filter(|c| schema::is_skyhook_key(&c.type_))
             .map(Condition::from)
@@ -84,6 +86,7 @@ impl From<Node> for NodeView {
             unschedulable: spec.unschedulable.unwrap_or(false),
             conditions,
             boot_id: status.node_info.map(|i| i.boot_id).unwrap_or_default(),
+            not_ready,
         }
     }
 }

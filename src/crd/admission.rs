@@ -405,6 +405,13 @@ fn window_rules() -> Vec<CelRule> {
 pub fn deployment_policy_rules() -> Vec<CelRule> {
     let mut rules = policy_rules();
     rules.extend(window_rules());
+    for path in ["spec.soak", "spec.compartments.[].soak"] {
+        rules.push(duration_rule(
+            path,
+            MAX_STAGE_TIMEOUT_TEXT,
+            format!("soak: {MSG_SOAK}"),
+        ));
+    }
     rules
 }
 
@@ -636,6 +643,9 @@ pub fn deployment_policy_tightenings() -> Vec<SchemaPatch> {
             "maxLength",
             json!(MAX_TIME_ZONE_LENGTH),
         ));
+    }
+    for soak in ["spec.soak", "spec.compartments.[].soak"] {
+        patches.push(patch(soak, "maxLength", json!(MAX_GO_DURATION_LENGTH)));
     }
     // The Go mutating webhook defaulted these; with no webhook the API server does it (on write
     // and when reading objects stored without them).

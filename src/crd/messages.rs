@@ -59,6 +59,8 @@ pub const MSG_WINDOW_TIME_ZONE: &str =
     "must be a time zone of the IANA database, such as Europe/Berlin or UTC";
 /// A maintenance window's start or end not HH:MM.
 pub const MSG_WINDOW_TIME: &str = "must be a time of day HH:MM (24-hour), such as 22:00";
+/// A soak not a Go duration within a week.
+pub const MSG_SOAK: &str = "must be a Go duration such as 10m, at most 168h";
 /// Selector requirement values inconsistent with the operator.
 pub const MSG_SELECTOR_VALUES: &str = "matchExpressions: values must be non-empty for operators In and NotIn and empty for Exists and DoesNotExist";
 /// Selector that does not parse (operator side).

@@ -55,6 +55,12 @@ pub struct DeploymentPolicySpec {
     /// (an extension of this project): new nodes start only inside one. None: any time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<MaintenanceWindow>,
+
+    /// How long a finished batch soaks before the next batch starts, as a Go duration, for the
+    /// default compartment and every compartment without its own (an extension of this
+    /// project). A node of the batch that goes NotReady meanwhile fails the batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
 }
 
 /// A recurring maintenance window (an extension of this project; the reference ignores it).
@@ -120,6 +126,11 @@ pub struct Compartment {
     /// policy's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<MaintenanceWindow>,
+
+    /// This compartment's soak between batches (an extension of this project), instead of the
+    /// policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<String>,
 }
 
 /// Declares a struct of optional Go ints, each with its schema bounds (`range(..)`); unset

@@ -166,6 +166,13 @@ pub struct BatchState {
     /// Whether the last batch failed its threshold.
     #[serde(default, skip_serializing_if = "is_false")]
     pub last_batch_failed: bool,
+    /// Until when the last finished batch soaks (RFC 3339; this project's extension): no batch
+    /// starts before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak_until: Option<String>,
+    /// The nodes of the soaking batch: one going NotReady fails the batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub soak_nodes: Vec<String>,
 }
 
 impl BatchState {
@@ -189,6 +196,9 @@ impl BatchState {
             "shouldStop": false,
             "lastBatchSize": 0,
             "lastBatchFailed": false,
+            // A merge patch removes with null and replaces lists whole.
+            "soakUntil": null,
+            "soakNodes": [],
         })
     }
 }
@@ -207,6 +217,8 @@ mod tests {
             should_stop: true,
             last_batch_size: 8,
             last_batch_failed: true,
+            soak_until: Some("2026-11-28T12:00:00Z".into()),
+            soak_nodes: vec!["n1".into()],
         };
         let busy = serde_json::to_value(&busy).unwrap();
         let fresh = BatchState::fresh_explicit();

@@ -30,6 +30,22 @@ pub fn extensions() -> Vec<(&'static str, &'static str)> {
             "spec.compartments.[].windows",
             "maintenance windows of a compartment (issue 38)",
         ),
+        (
+            "spec.soak",
+            "soak between batches of a DeploymentPolicy (issue 38)",
+        ),
+        (
+            "spec.compartments.[].soak",
+            "soak between batches of a compartment (issue 38)",
+        ),
+        (
+            "status.compartmentStatuses.*.batchState.soakUntil",
+            "end of the soak of a compartment's finished batch (issue 38)",
+        ),
+        (
+            "status.compartmentStatuses.*.batchState.soakNodes",
+            "nodes of a compartment's soaking batch (issue 38)",
+        ),
     ]
 }
 

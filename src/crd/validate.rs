@@ -22,7 +22,7 @@ use super::admission::{
     MSG_DEPENDENCY_MISSING, MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN,
     MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY,
     MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY,
-    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_STAGE_TIMEOUT,
+    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_SOAK, MSG_STAGE_TIMEOUT,
     MSG_UNINSTALL_APPLY, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN,
     SELECTOR_OPERATORS,
 };
@@ -522,6 +522,13 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
     }
 
     check_windows(&mut errs, "spec.windows", &spec.windows);
+    check_duration(
+        &mut errs,
+        "spec.soak",
+        spec.soak.as_deref(),
+        MAX_STAGE_TIMEOUT,
+        MSG_SOAK,
+    );
     let mut seen_names = BTreeSet::new();
     for (i, c) in spec.compartments.iter().enumerate() {
         let field = format!("spec.compartments[{i}]");
@@ -567,6 +574,13 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
             _ => {}
         }
         check_windows(&mut errs, &format!("{field}.windows"), &c.windows);
+        check_duration(
+            &mut errs,
+            &format!("{field}.soak"),
+            c.soak.as_deref(),
+            MAX_STAGE_TIMEOUT,
+            MSG_SOAK,
+        );
         if let Some(strategy) = &c.strategy {
             check_strategy_bounds(&mut errs, &format!("{field}.strategy"), strategy);
             if strategy.types_set() > 1 {

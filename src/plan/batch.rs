@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use jiff::Timestamp;
+
 use super::compartments::Compartment;
 use super::facts::NodeFacts;
 use super::stage::NodeOutcome;
@@ -23,6 +25,8 @@ pub struct Seen {
     pub erroring: bool,
     /// Neither blocked nor gated.
     pub eligible: bool,
+    /// The kubelet says the node is not Ready.
+    pub not_ready: bool,
 }
 
 impl Seen {
@@ -37,22 +41,30 @@ impl Seen {
             settled,
             erroring: o.any_state(State::Erroring),
             eligible: f.eligible(),
+            not_ready: f.node.not_ready,
         }
     }
 }
 
-/// The nodes of one compartment that may work this pass. `evaluate` is false while the Skyhook
-/// is complete (§6.4: a batch state just reset on completion must stay reset). The
-/// compartment's batch state is updated in place.
-pub fn select(
-    c: &mut Compartment,
-    members: &[&Seen],
-    can_run: bool,
-    evaluate: bool,
-) -> BTreeSet<String> {
+/// What a pass's batch choice knows beside the compartment.
+pub struct BatchPass<'a> {
+    pub can_run: bool,
+    /// False while the Skyhook is complete (§6.4: a batch state just reset on completion must
+    /// stay reset).
+    pub evaluate: bool,
+    pub now: Timestamp,
+    /// The nodes the stored status had in progress: a batch that finishes now was them.
+    pub at_work_before: &'a BTreeSet<String>,
+}
+
+/// The nodes of one compartment that may work this pass. The compartment's batch state is
+/// updated in place, its soak (issue 38) started, checked or ended.
+pub fn select(c: &mut Compartment, members: &[&Seen], pass: &BatchPass) -> BTreeSet<String> {
     if members.iter().any(|s| s.busy) {
         return allowed(members, 0, false);
     }
+    let (can_run, evaluate) = (pass.can_run, pass.evaluate);
+    let batch_before = c.batch.current_batch;
     if evaluate {
         let count = |f: fn(&Seen) -> bool| members.iter().filter(|s| f(s)).count() as i64;
         let finished = Finished {
@@ -69,10 +81,67 @@ pub fn select(
             strategy::evaluate(c.strategy.as_ref(), &mut c.batch, finished);
         }
     }
-    let halted = c.strategy.is_some() && c.batch.should_stop;
     let total = members.len() as i64;
+    if c.batch.current_batch != batch_before {
+        start_soak(c, members, pass);
+    }
+    let soaking = check_soak(c, members, pass.now, total);
+    let halted = c.strategy.is_some() && c.batch.should_stop;
     let size = strategy::batch_size(c.strategy.as_ref(), &c.batch, total, c.ceiling());
-    allowed(members, size.max(0) as usize, can_run && !halted)
+    allowed(
+        members,
+        size.max(0) as usize,
+        can_run && !halted && !soaking,
+    )
+}
+
+/// A batch just finished: with a soak, its nodes soak before the next batch may start.
+fn start_soak(c: &mut Compartment, members: &[&Seen], pass: &BatchPass) {
+    let Some(soak) = c.soak else { return };
+    let pending = members.iter().any(|s| !s.settled);
+    let Some(until) = jiff::SignedDuration::try_from(soak)
+        .ok()
+        .and_then(|d| pass.now.checked_add(d).ok())
+    else {
+        return;
+    };
+    if !pending {
+        return;
+    }
+    c.batch.soak_until = Some(until.to_string());
+    c.batch.soak_nodes = members
+        .iter()
+        .filter(|s| (s.settled || s.erroring) && pass.at_work_before.contains(&s.name))
+        .map(|s| s.name.clone())
+        .collect();
+}
+
+/// A soak under way: a node of the soaking batch gone NotReady fails the batch (and ends the
+/// soak); a soak past its end ends. True while the compartment still soaks.
+fn check_soak(c: &mut Compartment, members: &[&Seen], now: Timestamp, total: i64) -> bool {
+    let Some(until) = c.batch.soak_until.as_deref() else {
+        return false;
+    };
+    let until: Option<Timestamp> = until.parse().ok();
+    let sick: Vec<String> = c
+        .batch
+        .soak_nodes
+        .iter()
+        .filter(|n| members.iter().any(|s| s.name == **n && s.not_ready))
+        .cloned()
+        .collect();
+    let over = until.is_none_or(|u| now >= u);
+    if sick.is_empty() && !over {
+        c.soaking = until;
+        return true;
+    }
+    if !sick.is_empty() {
+        strategy::fail_batch(c.strategy.as_ref(), &mut c.batch, total);
+        c.soak_failed = sick;
+    }
+    c.batch.soak_until = None;
+    c.batch.soak_nodes.clear();
+    false
 }
 
 /// The nodes that may start new work this pass.
@@ -116,6 +185,7 @@ mod tests {
                 settled,
                 erroring,
                 eligible,
+                not_ready: false,
             })
             .collect()
     }
@@ -368,5 +438,76 @@ mod tests {
             assert_eq!(s.name, "n", "case: {name}");
             assert!(Seen::of(&f, &o, true).settled, "case: {name}");
         }
+    }
+
+    /// Issue 38: a finished batch soaks before the next starts; a node of it going NotReady
+    /// meanwhile fails the batch (and stops the rollout at its failure threshold).
+    #[test]
+    fn a_finished_batch_soaks_and_a_not_ready_node_fails_it() {
+        use crate::crd::policy::{EffectiveStrategy, StrategyParams};
+        use crate::plan::fixtures::t;
+        let strategy = EffectiveStrategy::Fixed(StrategyParams {
+            initial_batch: 1,
+            batch_threshold: 100,
+            failure_threshold: Some(1),
+            safety_limit: 100,
+        });
+        let mut c = crate::plan::compartments::Compartment {
+            name: "rack".into(),
+            budget: serde_json::from_value(serde_json::json!({"count": 1})).unwrap(),
+            strategy: Some(strategy),
+            batch: crate::crd::BatchState {
+                current_batch: 1,
+                ..Default::default()
+            },
+            nodes: vec!["a".into(), "b".into()],
+            was_running: true,
+            gate: crate::crd::window::Gate::Open,
+            windowed: false,
+            soak: Some(std::time::Duration::from_secs(60)),
+            soaking: None,
+            soak_failed: Vec::new(),
+        };
+        let at_work: BTreeSet<String> = ["a".to_string()].into();
+        let pass = |now| BatchPass {
+            can_run: true,
+            evaluate: true,
+            now,
+            at_work_before: &at_work,
+        };
+        // a finished: batch 2 is due, but soaks first.
+        let rows = seen(&[
+            ("a", false, true, false, true),
+            ("b", false, false, false, true),
+        ]);
+        let members: Vec<&Seen> = rows.iter().collect();
+        assert!(
+            select(&mut c, &members, &pass(t(0))).is_empty(),
+            "started during the soak"
+        );
+        assert_eq!(c.batch.current_batch, 2);
+        assert_eq!(c.batch.soak_nodes, ["a"]);
+        assert_eq!(c.soaking, Some(t(60)));
+        // Still soaking at 59 s; at 60 s the soak is over and b starts.
+        assert!(select(&mut c, &members, &pass(t(59))).is_empty());
+        let mut done = c.clone();
+        assert_eq!(
+            select(&mut done, &members, &pass(t(60))),
+            ["b".to_string()].into()
+        );
+        assert!(done.batch.soak_until.is_none() && done.batch.soak_nodes.is_empty());
+        // a goes NotReady during the soak: the batch failed, the rollout stops.
+        let mut sick_rows = rows.clone();
+        sick_rows[0].not_ready = true;
+        let members: Vec<&Seen> = sick_rows.iter().collect();
+        assert!(select(&mut c, &members, &pass(t(30))).is_empty());
+        assert_eq!(c.soak_failed, ["a"]);
+        assert!(
+            c.batch.last_batch_failed && c.batch.should_stop,
+            "{:?}",
+            c.batch
+        );
+        assert_eq!(c.batch.consecutive_failures, 1);
+        assert!(c.batch.soak_until.is_none());
     }
 }

@@ -78,6 +78,12 @@ pub struct Compartment {
     pub gate: Gate,
     /// It has maintenance windows at all.
     pub windowed: bool,
+    /// How long a finished batch soaks before the next one (issue 38).
+    pub soak: Option<std::time::Duration>,
+    /// This pass: the compartment soaks until then.
+    pub soaking: Option<Timestamp>,
+    /// This pass: these nodes went NotReady while their batch soaked, which failed it.
+    pub soak_failed: Vec<String>,
 }
 
 impl Compartment {
@@ -120,6 +126,9 @@ pub fn build(
             was_running: stored.is_some_and(|c| c.in_progress > 0),
             gate: Gate::Open,
             windowed: false,
+            soak: None,
+            soaking: None,
+            soak_failed: Vec::new(),
         }
     };
     let p = match policy {
@@ -143,7 +152,9 @@ pub fn build(
             } else {
                 &c.windows
             };
-            gated(fresh(&c.name, c.budget.clone(), strategy), own, now)
+            let mut out = gated(fresh(&c.name, c.budget.clone(), strategy), own, now);
+            out.soak = soak_of(c.soak.as_deref().or(p.spec.soak.as_deref()));
+            out
         })
         .collect();
     let default_nodes = assign(p, members, &mut out);
@@ -153,8 +164,15 @@ pub fn build(
         p.spec.default.strategy.effective(),
     );
     default.nodes = default_nodes;
+    default.soak = soak_of(p.spec.soak.as_deref());
     out.push(gated(default, &p.spec.windows, now));
     out
+}
+
+/// A soak that admission would refuse (only in policies stored before the rule) is none.
+fn soak_of(v: Option<&str>) -> Option<std::time::Duration> {
+    v.and_then(|s| schema::parse_go_duration(s).ok())
+        .filter(|d| !d.is_zero())
 }
 
 /// The compartment with the gate of its maintenance windows at `now`. A window that cannot be
@@ -618,6 +636,9 @@ mod tests {
             was_running: false,
             gate: Gate::Open,
             windowed: false,
+            soak: None,
+            soaking: None,
+            soak_failed: Vec::new(),
         };
         let statuses: BTreeMap<String, Status> = [
             ("a", Status::Complete),

@@ -34,6 +34,7 @@ pub mod delete;
 pub mod drain;
 pub mod events;
 pub mod facts;
+pub mod gates;
 pub mod inputs;
 pub mod interrupt;
 pub mod launch;
@@ -216,6 +217,7 @@ fn plan_live(inp: &Inputs) -> Plan {
                 crate::crd::window::Gate::Closed { next } => next,
                 crate::crd::window::Gate::Open => None,
             })
+            .chain(compartments.iter().filter_map(|c| c.soaking))
             .min(),
         ..Tally::default()
     };
@@ -335,6 +337,7 @@ impl<'a> Planner<'a> {
                 settled: false,
                 erroring: false,
                 eligible: false,
+                not_ready: f.node.not_ready,
             }
         }));
         let members: Vec<Member> = facts
@@ -360,6 +363,12 @@ impl<'a> Planner<'a> {
         // §6.4: a batch state just reset on completion is not evaluated again.
         let evaluate = prior.status != Some(Status::Complete);
         let mut allowed = BTreeSet::new();
+        let at_work_before: BTreeSet<String> = prior
+            .node_status
+            .iter()
+            .filter(|(_, s)| matches!(s, Status::InProgress | Status::Erroring))
+            .map(|(n, _)| n.clone())
+            .collect();
         for c in &mut compartments {
             let members: Vec<&Seen> = c
                 .nodes
@@ -368,7 +377,13 @@ impl<'a> Planner<'a> {
                 .collect();
             // Outside its maintenance windows a compartment finishes what runs, starts nothing.
             let open = c.gate == crate::crd::window::Gate::Open;
-            allowed.extend(batch::select(c, &members, can_run && open, evaluate));
+            let pass = batch::BatchPass {
+                can_run: can_run && open,
+                evaluate,
+                now: self.inp.now,
+                at_work_before: &at_work_before,
+            };
+            allowed.extend(batch::select(c, &members, &pass));
         }
         (allowed, compartments, advanced)
     }
@@ -554,6 +569,14 @@ impl<'a> Planner<'a> {
         }
         let kind = schema::MAINTENANCE_WINDOW_CONDITION;
         condition::present_while(list, kind, present, generation, now);
+        gates::soak(
+            list,
+            prior,
+            &compartments,
+            &mut plan.events,
+            generation,
+            now,
+        );
         let changes = events::status_changes(prior, &desired, self.inp.invalid);
         plan.events.extend(changes.into_iter().map(Note::of_status));
         if desired != *prior {

@@ -121,6 +121,21 @@ pub fn evaluate(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, f: Fin
     true
 }
 
+/// A finished batch failed after its evaluation (a node of it went NotReady while it soaked):
+/// counted as a failed batch, and the rollout stops if that reaches the failure threshold.
+pub fn fail_batch(strategy: Option<&EffectiveStrategy>, b: &mut BatchState, total: i64) {
+    b.last_batch_failed = true;
+    b.consecutive_failures = bump(b.consecutive_failures);
+    let Some(s) = strategy else { return };
+    let p = s.params();
+    let progress = percent(checkpoint(b), total);
+    if p.failure_threshold
+        .is_some_and(|t| progress < p.safety_limit && b.consecutive_failures >= t)
+    {
+        b.should_stop = true;
+    }
+}
+
 /// Nodes finished at the last evaluation; a negative checkpoint (only a hand-patched status has
 /// one) counts as none.
 fn checkpoint(b: &BatchState) -> i64 {
@@ -510,6 +525,7 @@ mod tests {
                     last_batch_size: v,
                     last_batch_failed: true,
                     should_stop: false,
+                    ..BatchState::default()
                 };
                 let size = batch_size(strategy.as_ref(), &b, 10, 10);
                 assert!((1..=10).contains(&size), "{strategy:?} {v}: size {size}");

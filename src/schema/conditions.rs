@@ -263,6 +263,31 @@ pub fn maintenance_window_message(holds: &[(String, Option<String>)]) -> String 
     )
 }
 
+/// `True` while compartments soak after a finished batch (this project's extension, issue 38);
+/// absent otherwise.
+pub const SOAKING_CONDITION: &str = "skyhook.nvidia.com/Soaking";
+/// Its reason, also the reason of the Event when a soak begins.
+pub const SOAKING_REASON: &str = "Soaking";
+/// Warning: a node of a soaking batch went NotReady, which failed the batch.
+pub const SOAK_FAILED_REASON: &str = "SoakFailed";
+
+/// The soaking compartments, each with the end of its soak (RFC 3339).
+pub fn soaking_message(soaking: &[(String, String)]) -> String {
+    let parts: Vec<String> = soaking
+        .iter()
+        .map(|(c, until)| format!("compartment {c} soaks its finished batch until {until}"))
+        .collect();
+    format!("{}; no new batch starts before", parts.join("; "))
+}
+
+/// A soaking batch failed.
+pub fn soak_failed_message(compartment: &str, nodes: &[String]) -> String {
+    format!(
+        "compartment {compartment}: node(s) {} went NotReady while their batch soaked: the batch failed",
+        nodes.join(", ")
+    )
+}
+
 /// Reasons of our own conditions (CamelCase as `metav1.Condition` requires).
 pub const VALID_REASON: &str = "Valid";
 pub const INVALID_SPEC_REASON: &str = "InvalidSpec";

@@ -163,14 +163,23 @@ pub struct LeanNodeStatus {
     phase: Option<String>,
 }
 
-/// Of a node's conditions, those of Skyhooks (`skyhook.nvidia.com/<name>/...`): the only ones a
-/// pass reads. The kubelet's five, each with a message, were a fifth of a cached node.
+/// Of a node's conditions, those of Skyhooks (`skyhook.nvidia.com/<name>/...`) and the kubelet's
+/// `Ready` as type and status alone (a soaking batch fails on it): the only ones a pass reads.
+/// The kubelet's five, each with a message, were a fifth of a cached node; its heartbeat
+/// times change every few minutes and are dropped.
 fn skyhook_conditions<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Vec<NodeCondition>>, D::Error> {
     let mut list: Option<Vec<NodeCondition>> = Option::deserialize(d)?;
     if let Some(list) = &mut list {
-        list.retain(|c| crate::schema::is_skyhook_key(&c.type_));
+        list.retain(|c| crate::schema::is_skyhook_key(&c.type_) || c.type_ == "Ready");
+        for c in list.iter_mut().filter(|c| c.type_ == "Ready") {
+            *c = NodeCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                ..NodeCondition::default()
+            };
+        }
     }
     Ok(list)
 }
@@ -321,11 +330,14 @@ mod tests {
     }
 
     #[test]
-    fn a_lean_node_keeps_taints_skyhook_conditions_and_boot_id() {
+    fn a_lean_node_keeps_taints_skyhook_conditions_ready_and_boot_id() {
         let raw = json!({
             "metadata": {"name": "n1", "annotations": {"x": "y"}, "managedFields": managed()},
             "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"},
+            "status": {"conditions": [{"type": "Ready", "status": "False",
+                        "reason": "KubeletNotReady", "message": "long words",
+                        "lastHeartbeatTime": "2026-11-28T12:00:00Z"},
+                    {"type": "MemoryPressure", "status": "False"},
                     {"type": "skyhook.nvidia.com/s/NotReady", "status": "True"}],
                 "nodeInfo": {"bootID": "b1", "machineID": "m", "systemUUID": "s",
                     "kernelVersion": "k", "osImage": "o", "containerRuntimeVersion": "c",
@@ -339,11 +351,15 @@ mod tests {
             .into();
         assert_eq!(lean.spec, full.spec);
         let status = lean.status.expect("status");
-        let ours = full.status.and_then(|s| s.conditions).map(|mut c| {
-            c.remove(0);
-            c
-        });
-        assert_eq!(status.conditions, ours);
+        // The kubelet's Ready as type and status alone, the Skyhook's whole, no other.
+        let mut ours = full.status.and_then(|s| s.conditions).unwrap_or_default();
+        ours.remove(1);
+        ours[0] = NodeCondition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            ..NodeCondition::default()
+        };
+        assert_eq!(status.conditions, Some(ours));
         assert_eq!(status.node_info.map(|i| i.boot_id), Some("b1".into()));
         assert!(status.capacity.is_none() && status.images.is_none());
         assert_eq!(lean.metadata.annotations.map(|a| a.len()), Some(1));

@@ -1,3 +1,4 @@
 //! Rollout gates (issue 38): `cargo test --test e2e gates` runs them all.
 
+mod soak;
 mod windows;

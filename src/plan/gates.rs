@@ -1,0 +1,42 @@
+//! How the rollout gates of issue 38 show on the Skyhook: conditions and Events.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::actions::Note;
+use super::compartments::Compartment;
+use super::condition::present_while;
+use crate::crd::SkyhookStatus;
+use crate::schema;
+
+/// `skyhook.nvidia.com/Soaking` while compartments soak (Normal Event when it begins), and a
+/// Warning `SoakFailed` Event for each compartment whose soaking batch failed in this pass.
+pub fn soak(
+    list: &mut Vec<Condition>,
+    prior: &SkyhookStatus,
+    compartments: &[Compartment],
+    events: &mut Vec<Note>,
+    generation: i64,
+    now: Timestamp,
+) {
+    let soaking: Vec<(String, String)> = compartments
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), c.soaking?.to_string())))
+        .collect();
+    let present = (!soaking.is_empty()).then(|| {
+        let message = schema::soaking_message(&soaking);
+        (schema::SOAKING_REASON, message)
+    });
+    let was = prior
+        .conditions
+        .iter()
+        .any(|c| c.type_ == schema::SOAKING_CONDITION);
+    if let (Some((reason, message)), false) = (&present, was) {
+        events.push(Note::skyhook(reason, message.clone()));
+    }
+    present_while(list, schema::SOAKING_CONDITION, present, generation, now);
+    for c in compartments.iter().filter(|c| !c.soak_failed.is_empty()) {
+        let message = schema::soak_failed_message(&c.name, &c.soak_failed);
+        events.push(Note::skyhook(schema::SOAK_FAILED_REASON, message).warning());
+    }
+}
