@@ -104,6 +104,7 @@ pub const MAX_STATUS_COUNT: i64 = 2_147_483_647;
 pub const SELECTOR_OPERATORS: [&str; 4] = ["In", "NotIn", "Exists", "DoesNotExist"];
 
 // The messages, shared with the operator-side validation.
+use super::later_rules;
 pub use super::messages::*;
 
 /// One CEL rule and where it goes.
@@ -130,7 +131,11 @@ pub struct SchemaPatch {
     pub value: serde_json::Value,
 }
 
-fn rule(path: &'static str, rule: impl Into<String>, message: impl Into<String>) -> CelRule {
+pub(super) fn rule(
+    path: &'static str,
+    rule: impl Into<String>,
+    message: impl Into<String>,
+) -> CelRule {
     CelRule {
         path,
         rule: rule.into(),
@@ -186,7 +191,7 @@ pub fn skyhook_rules() -> Vec<CelRule> {
     rules.extend(package_map_rules());
     rules.extend(package_rules());
     rules.extend(package_resources_rules());
-    rules.extend(drain_config_rules());
+    rules.extend(later_rules::drain_config_rules());
     rules.push(selector_values_rule(
         "spec.nodeSelectors.matchExpressions.[]",
     ));
@@ -279,14 +284,14 @@ fn package_rules() -> Vec<CelRule> {
                 "configMap: {MSG_CONFIG_MAP_TOO_LARGE} ({MAX_CONFIG_MAP_BYTES} bytes); move large files into the package image"
             ),
         ),
-        duration_rule(
+        later_rules::duration_rule(
             "spec.packages.*.gracefulShutdown",
             MAX_GRACEFUL_SHUTDOWN_TEXT,
             format!(
                 "gracefulShutdown: {MSG_GRACEFUL_SHUTDOWN} (it becomes the pods' terminationGracePeriodSeconds)"
             ),
         ),
-        duration_rule(
+        later_rules::duration_rule(
             "spec.packages.*.stageTimeout",
             MAX_STAGE_TIMEOUT_TEXT,
             format!("stageTimeout: {MSG_STAGE_TIMEOUT}"),
@@ -295,33 +300,6 @@ fn package_rules() -> Vec<CelRule> {
             "spec.packages.*.uninstall",
             "!self.apply || self.enabled",
             format!("uninstall: {MSG_UNINSTALL_APPLY}"),
-        ),
-    ]
-}
-
-/// A Go duration of at most `max`. The pattern first: `&&` yields false without an error when
-/// it does not match, so `duration()` never sees a value it cannot parse (see
-/// [`GO_DURATION_PATTERN`]).
-fn duration_rule(path: &'static str, max: &str, message: String) -> CelRule {
-    rule(
-        path,
-        format!("self.matches('{GO_DURATION_PATTERN}') && duration(self) <= duration('{max}')"),
-        message,
-    )
-}
-
-/// Rules on `drainConfig` (upstream v0.18).
-fn drain_config_rules() -> Vec<CelRule> {
-    vec![
-        duration_rule(
-            "spec.drainConfig.timeout",
-            MAX_STAGE_TIMEOUT_TEXT,
-            format!("drainConfig.timeout: {MSG_DRAIN_TIMEOUT}"),
-        ),
-        duration_rule(
-            "spec.drainConfig.gracePeriod",
-            MAX_GRACEFUL_SHUTDOWN_TEXT,
-            format!("drainConfig.gracePeriod: {MSG_DRAIN_GRACE_PERIOD}"),
         ),
     ]
 }
@@ -362,56 +340,11 @@ fn strategy_count(expr: &str) -> String {
     )
 }
 
-/// A time of day, HH:MM (24-hour).
-pub const WINDOW_TIME_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
-/// Most maintenance windows of a policy or compartment (bounds the rules' CEL cost).
-pub const MAX_WINDOWS: i64 = 16;
-/// Longest IANA time zone name accepted (the longest in the database has 32 characters).
-pub const MAX_TIME_ZONE_LENGTH: i64 = 64;
-
-/// Rules on maintenance windows (this project's extension), under both roots. An unknown time
-/// zone makes CEL's `getHours` fail: the API server refuses the object naming the field.
-fn window_rules() -> Vec<CelRule> {
-    let mut rules = Vec::new();
-    for (start, end, zone) in [
-        (
-            "spec.windows.[].start",
-            "spec.windows.[].end",
-            "spec.windows.[].timeZone",
-        ),
-        (
-            "spec.compartments.[].windows.[].start",
-            "spec.compartments.[].windows.[].end",
-            "spec.compartments.[].windows.[].timeZone",
-        ),
-    ] {
-        let time = format!("self.matches('{WINDOW_TIME_PATTERN}')");
-        rules.push(rule(
-            start,
-            time.clone(),
-            format!("start: {MSG_WINDOW_TIME}"),
-        ));
-        rules.push(rule(end, time, format!("end: {MSG_WINDOW_TIME}")));
-        rules.push(rule(
-            zone,
-            "timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",
-            format!("timeZone: {MSG_WINDOW_TIME_ZONE}"),
-        ));
-    }
-    rules
-}
-
 /// Every CEL rule of the DeploymentPolicy CRD.
 pub fn deployment_policy_rules() -> Vec<CelRule> {
     let mut rules = policy_rules();
-    rules.extend(window_rules());
-    for path in ["spec.soak", "spec.compartments.[].soak"] {
-        rules.push(duration_rule(
-            path,
-            MAX_STAGE_TIMEOUT_TEXT,
-            format!("soak: {MSG_SOAK}"),
-        ));
-    }
+    rules.extend(later_rules::window_rules());
+    rules.extend(later_rules::soak_rules());
     rules
 }
 
@@ -482,7 +415,11 @@ fn policy_rules() -> Vec<CelRule> {
     ]
 }
 
-fn patch(path: impl Into<String>, keyword: &'static str, value: serde_json::Value) -> SchemaPatch {
+pub(super) fn patch(
+    path: impl Into<String>,
+    keyword: &'static str,
+    value: serde_json::Value,
+) -> SchemaPatch {
     SchemaPatch {
         path: path.into(),
         keyword,
@@ -555,21 +492,6 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
             json!(MAX_GO_DURATION_LENGTH),
         ),
         patch(
-            "spec.packages.*.stageTimeout",
-            "maxLength",
-            json!(MAX_GO_DURATION_LENGTH),
-        ),
-        patch(
-            "spec.drainConfig.timeout",
-            "maxLength",
-            json!(MAX_GO_DURATION_LENGTH),
-        ),
-        patch(
-            "spec.drainConfig.gracePeriod",
-            "maxLength",
-            json!(MAX_GO_DURATION_LENGTH),
-        ),
-        patch(
             "spec.packages.*.resources.cpuRequest",
             "maxLength",
             json!(MAX_QUANTITY_LENGTH),
@@ -608,6 +530,7 @@ pub fn skyhook_tightenings() -> Vec<SchemaPatch> {
         ),
     ];
     patches.extend(status_bounds());
+    patches.extend(later_rules::skyhook_tightenings());
     patches
 }
 
@@ -632,21 +555,7 @@ pub fn deployment_policy_tightenings() -> Vec<SchemaPatch> {
             json!(SELECTOR_OPERATORS),
         ),
     ];
-    for root in ["spec.windows", "spec.compartments.[].windows"] {
-        patches.push(patch(root, "maxItems", json!(MAX_WINDOWS)));
-        patches.push(patch(format!("{root}.[].days"), "maxItems", json!(7)));
-        for time in ["start", "end"] {
-            patches.push(patch(format!("{root}.[].{time}"), "maxLength", json!(5)));
-        }
-        patches.push(patch(
-            format!("{root}.[].timeZone"),
-            "maxLength",
-            json!(MAX_TIME_ZONE_LENGTH),
-        ));
-    }
-    for soak in ["spec.soak", "spec.compartments.[].soak"] {
-        patches.push(patch(soak, "maxLength", json!(MAX_GO_DURATION_LENGTH)));
-    }
+    patches.extend(later_rules::policy_tightenings());
     // The Go mutating webhook defaulted these; with no webhook the API server does it (on write
     // and when reading objects stored without them).
     for strategy in ["spec.default.strategy", "spec.compartments.[].strategy"] {

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod config_size;
 pub mod generate;
 mod go_int;
+mod later_rules;
 pub mod messages;
 pub mod normalize;
 pub mod policy;

@@ -13,25 +13,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
 
 use super::admission::{
-    GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN, MAX_SKYHOOK_NAME,
-    MAX_STAGE_TIMEOUT, MAX_VERSION_LENGTH, MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH,
+    MAX_SKYHOOK_NAME, MAX_VERSION_LENGTH, MSG_BUDGET_BOTH, MSG_COMPARTMENT_BUDGET_BOTH,
     MSG_COMPARTMENT_BUDGET_NONE, MSG_COMPARTMENT_IDENTICAL_SELECTOR, MSG_COMPARTMENT_NOT_UNIQUE,
     MSG_COMPARTMENT_RESERVED, MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB,
     MSG_CONFIG_INTERRUPT_KEY, MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE,
     MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE, MSG_DEPENDENCY_EMPTY_VERSION,
-    MSG_DEPENDENCY_MISSING, MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN,
-    MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY,
-    MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY,
-    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_SOAK, MSG_STAGE_TIMEOUT,
-    MSG_UNINSTALL_APPLY, MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN,
-    SELECTOR_OPERATORS,
+    MSG_DEPENDENCY_MISSING, MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID,
+    MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU,
+    MSG_RESOURCES_MEMORY, MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES,
+    MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
 };
+mod settings;
+use settings::{check_drain_config, check_gates, check_package_settings};
+
 use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
-use super::skyhook::{DrainConfig, Package, PackageResources};
+use super::skyhook::{Package, PackageResources};
 use super::{DeploymentPolicy, Skyhook, quantity};
-use crate::schema::{
-    glob_match, is_qualified_name, is_valid_label_value, is_valid_semver, parse_go_duration,
-};
+use crate::schema::{glob_match, is_qualified_name, is_valid_label_value, is_valid_semver};
 
 /// One problem with an object: where it is and what to do about it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -264,89 +262,6 @@ fn check_config_interrupts(errs: &mut Errors, field: &str, package: &Package) {
     }
 }
 
-static GO_DURATION_RE: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(GO_DURATION_PATTERN).ok());
-
-/// The admission rules on a package's durations and uninstall switch, re-checked for objects
-/// stored before they existed.
-fn check_package_settings(errs: &mut Errors, field: &str, package: &Package) {
-    let durations = [
-        (
-            "gracefulShutdown",
-            &package.graceful_shutdown,
-            MAX_GRACEFUL_SHUTDOWN,
-            MSG_GRACEFUL_SHUTDOWN,
-        ),
-        (
-            "stageTimeout",
-            &package.stage_timeout,
-            MAX_STAGE_TIMEOUT,
-            MSG_STAGE_TIMEOUT,
-        ),
-    ];
-    for (name, value, max, msg) in durations {
-        check_duration(errs, &format!("{field}.{name}"), value.as_deref(), max, msg);
-    }
-    if package
-        .uninstall
-        .as_ref()
-        .is_some_and(|u| u.apply && !u.enabled)
-    {
-        errs.push(
-            format!("{field}.uninstall"),
-            format!("uninstall: {MSG_UNINSTALL_APPLY}; set enabled: true (the package has uninstall scripts) or apply: false"),
-        );
-    }
-}
-
-/// `drainConfig`'s durations.
-fn check_drain_config(errs: &mut Errors, config: Option<&DrainConfig>) {
-    let Some(c) = config else { return };
-    let durations = [
-        ("timeout", &c.timeout, MAX_STAGE_TIMEOUT, MSG_DRAIN_TIMEOUT),
-        (
-            "gracePeriod",
-            &c.grace_period,
-            MAX_GRACEFUL_SHUTDOWN,
-            MSG_DRAIN_GRACE_PERIOD,
-        ),
-    ];
-    for (name, value, max, msg) in durations {
-        let field = format!("spec.drainConfig.{name}");
-        check_duration(errs, &field, value.as_deref(), max, msg);
-    }
-}
-
-/// A Go duration field: what admission accepts (at most [`MAX_GO_DURATION_LENGTH`] characters
-/// matching [`GO_DURATION_PATTERN`], at most `max`).
-fn check_duration(
-    errs: &mut Errors,
-    field: &str,
-    value: Option<&str>,
-    max: std::time::Duration,
-    msg: &str,
-) {
-    let Some(value) = value else { return };
-    if !go_duration_allowed(value, max) {
-        let name = field.rsplit('.').next().unwrap_or(field);
-        let name = if field.starts_with("spec.drainConfig") {
-            format!("drainConfig.{name}")
-        } else {
-            name.to_owned()
-        };
-        errs.push(
-            field,
-            format!("{name}: {msg} (at most {MAX_GO_DURATION_LENGTH} characters), got {value:?}"),
-        );
-    }
-}
-
-fn go_duration_allowed(value: &str, max: std::time::Duration) -> bool {
-    value.chars().count() <= MAX_GO_DURATION_LENGTH
-        && GO_DURATION_RE.as_ref().is_some_and(|re| re.is_match(value))
-        && parse_go_duration(value).is_ok_and(|d| d <= max)
-}
-
 fn check_resources(errs: &mut Errors, field: &str, r: &PackageResources) {
     let values = [
         ("cpuRequest", &r.cpu_request),
@@ -521,14 +436,7 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
         errs.push("spec.default.strategy", MSG_DEFAULT_STRATEGY);
     }
 
-    check_windows(&mut errs, "spec.windows", &spec.windows);
-    check_duration(
-        &mut errs,
-        "spec.soak",
-        spec.soak.as_deref(),
-        MAX_STAGE_TIMEOUT,
-        MSG_SOAK,
-    );
+    check_gates(&mut errs, "spec", &spec.windows, spec.soak.as_deref());
     let mut seen_names = BTreeSet::new();
     for (i, c) in spec.compartments.iter().enumerate() {
         let field = format!("spec.compartments[{i}]");
@@ -573,14 +481,7 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
             ),
             _ => {}
         }
-        check_windows(&mut errs, &format!("{field}.windows"), &c.windows);
-        check_duration(
-            &mut errs,
-            &format!("{field}.soak"),
-            c.soak.as_deref(),
-            MAX_STAGE_TIMEOUT,
-            MSG_SOAK,
-        );
+        check_gates(&mut errs, &field, &c.windows, c.soak.as_deref());
         if let Some(strategy) = &c.strategy {
             check_strategy_bounds(&mut errs, &format!("{field}.strategy"), strategy);
             if strategy.types_set() > 1 {
@@ -650,14 +551,5 @@ fn check_strategy_bounds(errs: &mut Errors, field: &str, s: &DeploymentStrategy)
             2,
             None,
         );
-    }
-}
-
-/// Maintenance windows (this project's extension): time zone and times readable.
-fn check_windows(errs: &mut Errors, field: &str, windows: &[super::MaintenanceWindow]) {
-    for (i, w) in windows.iter().enumerate() {
-        if let Err((at, why)) = super::window::Window::parse(w, &format!("{field}[{i}]")) {
-            errs.push(at, why);
-        }
     }
 }

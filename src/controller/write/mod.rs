@@ -43,6 +43,7 @@
 
 pub mod event_queue;
 pub mod event_series;
+mod evict;
 pub mod job_creations;
 mod outcomes;
 mod parallel;
@@ -68,7 +69,7 @@ use crate::controller::api::retry;
 use crate::controller::error::Error;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::PlannedJob;
-use crate::plan::{Eviction, JobOp, NodePatch, Note, Plan, Target};
+use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
 use crate::schema;
 use event_queue::EventSink;
 use outcomes::Outcomes;
@@ -399,51 +400,6 @@ impl Writer<'_> {
                 }
             };
             ignore_not_found(res)?;
-        }
-        Ok(())
-    }
-
-    async fn evict(&self, e: &Eviction) -> Result<(), Error> {
-        let (ns, pod) = (&e.namespace, &e.pod);
-        {
-            let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            let delete = DeleteParams {
-                grace_period_seconds: e.grace_seconds.and_then(|g| u32::try_from(g).ok()),
-                ..DeleteParams::default()
-            };
-            // `drainConfig.disableEviction`: deleted, so no PodDisruptionBudget applies.
-            if e.delete {
-                ignore_not_found(pods.delete(pod, &delete).await)?;
-                info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "deleted (disableEviction)");
-                return Ok(());
-            }
-            let params = kube::api::EvictParams {
-                delete_options: Some(delete),
-                ..Default::default()
-            };
-            match pods.evict(pod, &params).await {
-                Ok(_) => info!(skyhook = %self.name, pod = %format!("{ns}/{pod}"), "evicted"),
-                Err(e) if is_status(&e, 404) => {}
-                // A PodDisruptionBudget said no: honour it, retry next pass, never delete instead.
-                Err(err) if is_status(&err, 429) => {
-                    self.met.blocked_eviction(crate::plan::inputs::DrainBlock {
-                        node: e.node.clone(),
-                        pod: format!("{ns}/{pod}"),
-                        message: api_words(&err),
-                    });
-                    let ev = Event {
-                        type_: EventType::Warning,
-                        reason: schema::DRAIN_BLOCKED_REASON.to_string(),
-                        note: Some(format!(
-                            "eviction of pod {ns}/{pod} is blocked by a PodDisruptionBudget; retrying"
-                        )),
-                        action: "Evict".to_string(),
-                        secondary: None,
-                    };
-                    self.events.send(ev, self.sk.object_ref(&()));
-                }
-                Err(e) => return Err(e.into()),
-            }
         }
         Ok(())
     }

@@ -54,12 +54,7 @@ pub(super) fn start(
             }
             Latest::Hold => return,
             Latest::GaveUp(limit) => {
-                out.blocked = Some(format!(
-                    "{} {stage} failed {} times, more than JOB_BACKOFF_LIMIT={limit} allows: it is not retried until `kubectl skyhook package rerun {}` or a spec change",
-                    p.name,
-                    restarts.max(0),
-                    p.name
-                ));
+                out.blocked = Some(gave_up(p, stage, restarts, limit));
                 return;
             }
             Latest::Wait(due) => {
@@ -69,18 +64,7 @@ pub(super) fn start(
             Latest::Retry => {}
         }
     }
-    let attempt = m
-        .jobs
-        .iter()
-        .filter(|j| j.package == p.name && j.version == p.version && j.stage == stage)
-        .map(|j| j.attempt + 1)
-        .chain(
-            out.folded
-                .get(&schema::folded_key(&p.name, &p.version, stage))
-                .map(|a| a + 1),
-        )
-        .max()
-        .unwrap_or(0);
+    let attempt = next_attempt(m, p, stage, out);
     if attempt > schema::MAX_JOB_ATTEMPT {
         return;
     }
@@ -97,6 +81,32 @@ pub(super) fn start(
         spec_hash: hash,
         interrupt: interrupt.cloned(),
     });
+}
+
+/// The number of the next attempt: after every Job of the stage still around and every one the
+/// node state holds.
+fn next_attempt(m: &Machine, p: &Package, stage: Stage, out: &NodeOutcome) -> u32 {
+    m.jobs
+        .iter()
+        .filter(|j| j.package == p.name && j.version == p.version && j.stage == stage)
+        .map(|j| j.attempt + 1)
+        .chain(
+            out.folded
+                .get(&schema::folded_key(&p.name, &p.version, stage))
+                .map(|a| a + 1),
+        )
+        .max()
+        .unwrap_or(0)
+}
+
+/// Why a stage past JOB_BACKOFF_LIMIT is not retried, and what starts it again.
+fn gave_up(p: &Package, stage: Stage, restarts: i32, limit: u32) -> String {
+    format!(
+        "{} {stage} failed {} times, more than JOB_BACKOFF_LIMIT={limit} allows: it is not retried until `kubectl skyhook package rerun {}` or a spec change",
+        p.name,
+        restarts.max(0),
+        p.name
+    )
 }
 
 /// What to do about the newest attempt of a stage (`failed`: the run's failed attempts).

@@ -1,0 +1,118 @@
+//! Admission rules and schema bounds of the fields later upstream releases added
+//! (`stageTimeout`, `drainConfig`) and of this project's extensions (maintenance windows, soak),
+//! kept apart from the v0.13 contract's rules in [`super::admission`].
+
+use serde_json::json;
+
+use super::admission::{
+    CelRule, GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN_TEXT,
+    MAX_STAGE_TIMEOUT_TEXT, SchemaPatch, patch, rule,
+};
+use super::messages::{
+    MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_SOAK, MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
+};
+
+/// A Go duration of at most `max`. The pattern first: `&&` yields false without an error when
+/// it does not match, so `duration()` never sees a value it cannot parse (see
+/// [`GO_DURATION_PATTERN`]).
+pub(super) fn duration_rule(path: &'static str, max: &str, message: String) -> CelRule {
+    rule(
+        path,
+        format!("self.matches('{GO_DURATION_PATTERN}') && duration(self) <= duration('{max}')"),
+        message,
+    )
+}
+
+/// Rules on `drainConfig` (upstream v0.18).
+pub(super) fn drain_config_rules() -> Vec<CelRule> {
+    vec![
+        duration_rule(
+            "spec.drainConfig.timeout",
+            MAX_STAGE_TIMEOUT_TEXT,
+            format!("drainConfig.timeout: {MSG_DRAIN_TIMEOUT}"),
+        ),
+        duration_rule(
+            "spec.drainConfig.gracePeriod",
+            MAX_GRACEFUL_SHUTDOWN_TEXT,
+            format!("drainConfig.gracePeriod: {MSG_DRAIN_GRACE_PERIOD}"),
+        ),
+    ]
+}
+
+/// A time of day, HH:MM (24-hour).
+pub const WINDOW_TIME_PATTERN: &str = "^([01][0-9]|2[0-3]):[0-5][0-9]$";
+/// Most maintenance windows of a policy or compartment (bounds the rules' CEL cost).
+pub const MAX_WINDOWS: i64 = 16;
+/// Longest IANA time zone name accepted (the longest in the database has 32 characters).
+pub const MAX_TIME_ZONE_LENGTH: i64 = 64;
+
+/// Rules on maintenance windows (this project's extension), under both roots. An unknown time
+/// zone makes CEL's `getHours` fail: the API server refuses the object naming the field.
+pub(super) fn window_rules() -> Vec<CelRule> {
+    let mut rules = Vec::new();
+    for (start, end, zone) in [
+        (
+            "spec.windows.[].start",
+            "spec.windows.[].end",
+            "spec.windows.[].timeZone",
+        ),
+        (
+            "spec.compartments.[].windows.[].start",
+            "spec.compartments.[].windows.[].end",
+            "spec.compartments.[].windows.[].timeZone",
+        ),
+    ] {
+        let time = format!("self.matches('{WINDOW_TIME_PATTERN}')");
+        rules.push(rule(
+            start,
+            time.clone(),
+            format!("start: {MSG_WINDOW_TIME}"),
+        ));
+        rules.push(rule(end, time, format!("end: {MSG_WINDOW_TIME}")));
+        rules.push(rule(
+            zone,
+            "timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",
+            format!("timeZone: {MSG_WINDOW_TIME_ZONE}"),
+        ));
+    }
+    rules
+}
+
+/// `soak` of a policy and of a compartment: a Go duration within a week.
+pub(super) fn soak_rules() -> Vec<CelRule> {
+    ["spec.soak", "spec.compartments.[].soak"]
+        .map(|path| duration_rule(path, MAX_STAGE_TIMEOUT_TEXT, format!("soak: {MSG_SOAK}")))
+        .to_vec()
+}
+
+/// Bounds of the later Skyhook fields (each bounds its rule's CEL cost).
+pub(super) fn skyhook_tightenings() -> Vec<SchemaPatch> {
+    [
+        "spec.packages.*.stageTimeout",
+        "spec.drainConfig.timeout",
+        "spec.drainConfig.gracePeriod",
+    ]
+    .map(|path| patch(path, "maxLength", json!(MAX_GO_DURATION_LENGTH)))
+    .to_vec()
+}
+
+/// Bounds of the DeploymentPolicy extensions.
+pub(super) fn policy_tightenings() -> Vec<SchemaPatch> {
+    let mut patches = Vec::new();
+    for root in ["spec.windows", "spec.compartments.[].windows"] {
+        patches.push(patch(root, "maxItems", json!(MAX_WINDOWS)));
+        patches.push(patch(format!("{root}.[].days"), "maxItems", json!(7)));
+        for time in ["start", "end"] {
+            patches.push(patch(format!("{root}.[].{time}"), "maxLength", json!(5)));
+        }
+        patches.push(patch(
+            format!("{root}.[].timeZone"),
+            "maxLength",
+            json!(MAX_TIME_ZONE_LENGTH),
+        ));
+    }
+    for soak in ["spec.soak", "spec.compartments.[].soak"] {
+        patches.push(patch(soak, "maxLength", json!(MAX_GO_DURATION_LENGTH)));
+    }
+    patches
+}

@@ -1,0 +1,125 @@
+//! Operator-side checks of a package's durations and uninstall switch, `drainConfig` and a
+//! policy's maintenance windows and soak: the admission rules of the later fields, re-checked
+//! for objects stored before them.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::Errors;
+use crate::crd::admission::{
+    GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN, MAX_STAGE_TIMEOUT,
+    MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN, MSG_SOAK, MSG_STAGE_TIMEOUT,
+    MSG_UNINSTALL_APPLY,
+};
+use crate::crd::skyhook::{DrainConfig, Package};
+use crate::schema::parse_go_duration;
+
+static GO_DURATION_RE: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(GO_DURATION_PATTERN).ok());
+
+/// The admission rules on a package's durations and uninstall switch, re-checked for objects
+/// stored before they existed.
+pub(super) fn check_package_settings(errs: &mut Errors, field: &str, package: &Package) {
+    let durations = [
+        (
+            "gracefulShutdown",
+            &package.graceful_shutdown,
+            MAX_GRACEFUL_SHUTDOWN,
+            MSG_GRACEFUL_SHUTDOWN,
+        ),
+        (
+            "stageTimeout",
+            &package.stage_timeout,
+            MAX_STAGE_TIMEOUT,
+            MSG_STAGE_TIMEOUT,
+        ),
+    ];
+    for (name, value, max, msg) in durations {
+        check_duration(errs, &format!("{field}.{name}"), value.as_deref(), max, msg);
+    }
+    if package
+        .uninstall
+        .as_ref()
+        .is_some_and(|u| u.apply && !u.enabled)
+    {
+        errs.push(
+            format!("{field}.uninstall"),
+            format!("uninstall: {MSG_UNINSTALL_APPLY}; set enabled: true (the package has uninstall scripts) or apply: false"),
+        );
+    }
+}
+
+/// `drainConfig`'s durations.
+pub(super) fn check_drain_config(errs: &mut Errors, config: Option<&DrainConfig>) {
+    let Some(c) = config else { return };
+    let durations = [
+        ("timeout", &c.timeout, MAX_STAGE_TIMEOUT, MSG_DRAIN_TIMEOUT),
+        (
+            "gracePeriod",
+            &c.grace_period,
+            MAX_GRACEFUL_SHUTDOWN,
+            MSG_DRAIN_GRACE_PERIOD,
+        ),
+    ];
+    for (name, value, max, msg) in durations {
+        let field = format!("spec.drainConfig.{name}");
+        check_duration(errs, &field, value.as_deref(), max, msg);
+    }
+}
+
+/// A Go duration field: what admission accepts (at most [`MAX_GO_DURATION_LENGTH`] characters
+/// matching [`GO_DURATION_PATTERN`], at most `max`).
+fn check_duration(
+    errs: &mut Errors,
+    field: &str,
+    value: Option<&str>,
+    max: std::time::Duration,
+    msg: &str,
+) {
+    let Some(value) = value else { return };
+    if !go_duration_allowed(value, max) {
+        let name = field.rsplit('.').next().unwrap_or(field);
+        let name = if field.starts_with("spec.drainConfig") {
+            format!("drainConfig.{name}")
+        } else {
+            name.to_owned()
+        };
+        errs.push(
+            field,
+            format!("{name}: {msg} (at most {MAX_GO_DURATION_LENGTH} characters), got {value:?}"),
+        );
+    }
+}
+
+fn go_duration_allowed(value: &str, max: std::time::Duration) -> bool {
+    value.chars().count() <= MAX_GO_DURATION_LENGTH
+        && GO_DURATION_RE.as_ref().is_some_and(|re| re.is_match(value))
+        && parse_go_duration(value).is_ok_and(|d| d <= max)
+}
+
+/// Maintenance windows (this project's extension): time zone and times readable.
+fn check_windows(errs: &mut Errors, field: &str, windows: &[crate::crd::MaintenanceWindow]) {
+    for (i, w) in windows.iter().enumerate() {
+        if let Err((at, why)) = crate::crd::window::Window::parse(w, &format!("{field}[{i}]")) {
+            errs.push(at, why);
+        }
+    }
+}
+
+/// A policy's or compartment's gates (under `at`): maintenance windows and soak.
+pub(super) fn check_gates(
+    errs: &mut Errors,
+    at: &str,
+    windows: &[crate::crd::MaintenanceWindow],
+    soak: Option<&str>,
+) {
+    check_windows(errs, &format!("{at}.windows"), windows);
+    check_duration(
+        errs,
+        &format!("{at}.soak"),
+        soak,
+        MAX_STAGE_TIMEOUT,
+        MSG_SOAK,
+    );
+}
