@@ -4,24 +4,14 @@
 
 use serde_json::json;
 
-use super::admission::{
-    CelRule, GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN_TEXT,
-    MAX_STAGE_TIMEOUT_TEXT, SchemaPatch, patch, rule,
+pub(super) use super::cel::duration_rule;
+use super::cel::{
+    CelRule, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN_TEXT, MAX_STAGE_TIMEOUT_TEXT,
+    SchemaPatch, patch, rule,
 };
 use super::messages::{
     MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_SOAK, MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
 };
-
-/// A Go duration of at most `max`. The pattern first: `&&` yields false without an error when
-/// it does not match, so `duration()` never sees a value it cannot parse (see
-/// [`GO_DURATION_PATTERN`]).
-pub(super) fn duration_rule(path: &'static str, max: &str, message: String) -> CelRule {
-    rule(
-        path,
-        format!("self.matches('{GO_DURATION_PATTERN}') && duration(self) <= duration('{max}')"),
-        message,
-    )
-}
 
 /// Rules on `drainConfig` (upstream v0.18).
 pub(super) fn drain_config_rules() -> Vec<CelRule> {

@@ -7,6 +7,7 @@
 //! * [`normalize`]: in-memory normalisation the Go webhook used to persist.
 
 pub mod admission;
+mod cel;
 pub mod config_size;
 pub mod generate;
 mod go_int;

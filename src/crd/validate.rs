@@ -18,77 +18,21 @@ use super::admission::{
     MSG_COMPARTMENT_RESERVED, MSG_COMPARTMENT_STRATEGY, MSG_CONFIG_INTERRUPT_GLOB,
     MSG_CONFIG_INTERRUPT_KEY, MSG_DEFAULT_BUDGET_BOTH, MSG_DEFAULT_BUDGET_NONE,
     MSG_DEFAULT_STRATEGY, MSG_DEPENDENCY_CYCLE, MSG_DEPENDENCY_EMPTY_VERSION,
-    MSG_DEPENDENCY_MISSING, MSG_NAME_TOO_LONG, MSG_OUT_OF_RANGE, MSG_PACKAGE_NAME_INVALID,
-    MSG_PACKAGE_NAME_KEY, MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU,
-    MSG_RESOURCES_MEMORY, MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES,
-    MSG_VERSION_INVALID, MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
+    MSG_DEPENDENCY_MISSING, MSG_NAME_TOO_LONG, MSG_PACKAGE_NAME_INVALID, MSG_PACKAGE_NAME_KEY,
+    MSG_POLICY_AND_BUDGET, MSG_RESOURCES_ALL_OR_NONE, MSG_RESOURCES_CPU, MSG_RESOURCES_MEMORY,
+    MSG_RESOURCES_POSITIVE, MSG_SELECTOR_INVALID, MSG_SELECTOR_VALUES, MSG_VERSION_INVALID,
+    MSG_VERSION_TOO_LONG, PACKAGE_NAME_PATTERN, SELECTOR_OPERATORS,
 };
+mod errors;
 mod settings;
+use errors::Errors;
+pub use errors::{ValidationError, format_errors};
 use settings::{check_drain_config, check_gates, check_package_settings};
 
 use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
 use super::skyhook::{Package, PackageResources};
 use super::{DeploymentPolicy, Skyhook, quantity};
 use crate::schema::{glob_match, is_qualified_name, is_valid_label_value, is_valid_semver};
-
-/// One problem with an object: where it is and what to do about it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ValidationError {
-    /// Path of the offending field, e.g. `spec.packages[tuning].version`.
-    pub field: String,
-    /// What is wrong (naming the field) and how to fix it.
-    pub message: String,
-}
-
-impl ValidationError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
-/// Joins errors into one line each, for logs, events and conditions.
-pub fn format_errors(errors: &[ValidationError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-#[derive(Default)]
-struct Errors(Vec<ValidationError>);
-
-impl Errors {
-    fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ValidationError::new(field, message));
-    }
-
-    fn finish(self) -> Result<(), Vec<ValidationError>> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(self.0)
-        }
-    }
-
-    fn range(&mut self, field: &str, value: Option<i64>, min: i64, max: Option<i64>) {
-        let Some(v) = value else { return };
-        if v < min || max.is_some_and(|m| v > m) {
-            let bounds = match max {
-                Some(m) => format!("between {min} and {m}"),
-                None => format!("at least {min}"),
-            };
-            self.push(
-                field,
-                format!("{field} {MSG_OUT_OF_RANGE}: {v}, it must be {bounds}"),
-            );
-        }
-    }
-}
 
 /// Validates a Skyhook: every admission rule plus dependency cycles, configInterrupts globs,
 /// semver and label-selector syntax.

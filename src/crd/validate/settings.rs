@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::Errors;
+use super::errors::Errors;
 use crate::crd::admission::{
     GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN, MAX_STAGE_TIMEOUT,
     MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN, MSG_SOAK, MSG_STAGE_TIMEOUT,
