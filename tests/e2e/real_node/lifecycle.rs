@@ -165,7 +165,8 @@ async fn a_real_node_runs_beside_kwok_nodes_and_leaves_no_trace() {
 async fn down_removes_the_real_nodes_too() {
     // The binaries must be built; the shared cluster's first test builds them.
     crate::support::cluster();
-    let base = 29000 + (std::process::id() % 100) as u16 * 10;
+    // Apart from free_port's 29000..30000 and the other private clusters' ranges.
+    let base = 26000 + (std::process::id() % 100) as u16 * 10;
     let pc = crate::support::private::PrivateCluster::new(base).with_real();
     run(pc.script("up").args(["--nodes", "0"]));
     let node = format!("down-rn-{}", std::process::id());

@@ -443,11 +443,11 @@ pub fn service_account_token(ctx: &TestCtx, name: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A free TCP port on 127.0.0.1.
 /// A port no one listens on, for a server a test starts. Taken from a range of its own below the
 /// kernel's ephemeral ports (32768 and up): a port the kernel hands out for `127.0.0.1:0` is
 /// free only until the next outgoing connection takes it as its local port, which, with four
-/// tests at a time, made an operator fail to bind its probe port now and then.
+/// tests at a time, made an operator fail to bind its probe port now and then. The private
+/// clusters' ports stay out of it (24000.., 26000.., 27000.., 31000..).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     const FIRST: u16 = 29_000;
