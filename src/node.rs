@@ -29,6 +29,9 @@ pub struct NodeView {
     pub boot_id: String,
     /// The kubelet's `Ready` condition is there and not `True` (a soaking batch fails on it).
     pub not_ready: bool,
+    /// Conditions set by others than the kubelet and Skyhooks (node-problem-detector, a device
+    /// plugin), as (type, status): a health gate may wait for one.
+    pub other_conditions: Vec<(Shared, Shared)>,
 }
 
 impl NodeView {
@@ -71,6 +74,11 @@ impl From<Node> for NodeView {
         let status = n.status.unwrap_or_default();
         let all = status.conditions.unwrap_or_default();
         let not_ready = all.iter().any(|c| c.type_ == "Ready" && c.status != "True");
+        let other_conditions = all
+            .iter()
+            .filter(|c| !schema::is_skyhook_key(&c.type_) && !is_kubelet_condition(&c.type_))
+            .map(|c| (Shared::new(&c.type_), Shared::new(&c.status)))
+            .collect();
         let conditions = all
             .into_iter()
             .filter(|c| schema::is_skyhook_key(&c.type_))
@@ -87,7 +95,26 @@ impl From<Node> for NodeView {
             conditions,
             boot_id: status.node_info.map(|i| i.boot_id).unwrap_or_default(),
             not_ready,
+            other_conditions,
         }
+    }
+}
+
+/// The conditions the kubelet itself sets.
+pub fn is_kubelet_condition(type_: &str) -> bool {
+    matches!(
+        type_,
+        "Ready" | "MemoryPressure" | "DiskPressure" | "PIDPressure" | "NetworkUnavailable"
+    )
+}
+
+impl NodeView {
+    /// The status of a condition neither the kubelet nor a Skyhook sets.
+    pub fn other_condition(&self, type_: &str) -> Option<&str> {
+        self.other_conditions
+            .iter()
+            .find(|(t, _)| t.as_str() == type_)
+            .map(|(_, s)| s.as_str())
     }
 }
 
@@ -206,6 +233,8 @@ mod tests {
                 "conditions": [
                     {"type": "Ready", "status": "True"},
                     {"type": "skyhook.nvidia.com/sh/NotReady", "status": "True"},
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "KernelDeadlock", "status": "False", "message": "kernel has no deadlock"},
                 ],
                 "nodeInfo": {"bootID": "boot-1", "machineID": "", "systemUUID": "",
                     "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "",
@@ -223,6 +252,8 @@ mod tests {
         assert_eq!(v.taints.len(), 1);
         let types: Vec<&str> = v.conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(types, ["skyhook.nvidia.com/sh/NotReady"]);
+        assert_eq!(v.other_condition("KernelDeadlock"), Some("False"));
+        assert_eq!(v.other_condition("MemoryPressure"), None);
         assert_eq!(v.boot_id, "boot-1");
         assert!(v.created.is_some());
         assert!(std::mem::size_of::<NodeView>() < std::mem::size_of::<Node>() / 4);

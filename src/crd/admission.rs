@@ -125,6 +125,7 @@ pub fn skyhook_rules() -> Vec<CelRule> {
     rules.extend(package_rules());
     rules.extend(package_resources_rules());
     rules.extend(later_rules::drain_config_rules());
+    rules.extend(later_rules::health_gate_rules());
     rules.push(selector_values_rule(
         "spec.nodeSelectors.matchExpressions.[]",
     ));

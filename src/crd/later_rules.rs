@@ -10,7 +10,8 @@ use super::cel::{
     SchemaPatch, patch, rule,
 };
 use super::messages::{
-    MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_SOAK, MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
+    MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_HEALTH_CONDITION_STATUS, MSG_HEALTH_SELECTOR,
+    MSG_HEALTH_TIMEOUT, MSG_SOAK, MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
 };
 
 /// Rules on `drainConfig` (upstream v0.18).
@@ -25,6 +26,28 @@ pub(super) fn drain_config_rules() -> Vec<CelRule> {
             "spec.drainConfig.gracePeriod",
             MAX_GRACEFUL_SHUTDOWN_TEXT,
             format!("drainConfig.gracePeriod: {MSG_DRAIN_GRACE_PERIOD}"),
+        ),
+    ]
+}
+
+/// Rules on `healthGate` (this project's extension): a bounded timeout, a selector that
+/// selects, a condition status Kubernetes uses.
+pub(super) fn health_gate_rules() -> Vec<CelRule> {
+    vec![
+        duration_rule(
+            "spec.healthGate.timeout",
+            MAX_STAGE_TIMEOUT_TEXT,
+            format!("healthGate.timeout: {MSG_HEALTH_TIMEOUT}"),
+        ),
+        rule(
+            "spec.healthGate.pods.selector",
+            "(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+            format!("healthGate.pods.selector: {MSG_HEALTH_SELECTOR}"),
+        ),
+        rule(
+            "spec.healthGate.nodeCondition.status",
+            "self in ['True', 'False', 'Unknown']",
+            format!("healthGate.nodeCondition.status: {MSG_HEALTH_CONDITION_STATUS}"),
         ),
     ]
 }
@@ -77,13 +100,30 @@ pub(super) fn soak_rules() -> Vec<CelRule> {
 
 /// Bounds of the later Skyhook fields (each bounds its rule's CEL cost).
 pub(super) fn skyhook_tightenings() -> Vec<SchemaPatch> {
-    [
+    let mut patches: Vec<SchemaPatch> = [
         "spec.packages.*.stageTimeout",
         "spec.drainConfig.timeout",
         "spec.drainConfig.gracePeriod",
+        "spec.healthGate.timeout",
     ]
     .map(|path| patch(path, "maxLength", json!(MAX_GO_DURATION_LENGTH)))
-    .to_vec()
+    .to_vec();
+    patches.push(patch(
+        "spec.healthGate.nodeCondition.type",
+        "maxLength",
+        json!(316),
+    ));
+    patches.push(patch(
+        "spec.healthGate.nodeCondition.status",
+        "maxLength",
+        json!(7),
+    ));
+    patches.push(patch(
+        "spec.healthGate.pods.namespace",
+        "maxLength",
+        json!(63),
+    ));
+    patches
 }
 
 /// Bounds of the DeploymentPolicy extensions.

@@ -61,6 +61,12 @@ pub const MSG_WINDOW_TIME_ZONE: &str =
 pub const MSG_WINDOW_TIME: &str = "must be a time of day HH:MM (24-hour), such as 22:00";
 /// A soak not a Go duration within a week.
 pub const MSG_SOAK: &str = "must be a Go duration such as 10m, at most 168h";
+/// A health gate's timeout.
+pub const MSG_HEALTH_TIMEOUT: &str = "must be a Go duration such as 10m, at most 168h";
+/// A health gate's pod selector that selects nothing.
+pub const MSG_HEALTH_SELECTOR: &str = "must have matchLabels or matchExpressions (an empty selector would wait for every pod of the node)";
+/// A health gate's node condition status.
+pub const MSG_HEALTH_CONDITION_STATUS: &str = "must be True, False or Unknown";
 /// Selector requirement values inconsistent with the operator.
 pub const MSG_SELECTOR_VALUES: &str = "matchExpressions: values must be non-empty for operators In and NotIn and empty for Exists and DoesNotExist";
 /// Selector that does not parse (operator side).

@@ -136,6 +136,11 @@ pub struct SkyhookSpec {
     /// administrator uncordons it (upstream v0.19).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub runtime_required_cordon_after: bool,
+
+    /// What a node must show after its last stage before it is complete (an extension of this
+    /// project, issue 38): Ready, selected pods Ready, a node condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_gate: Option<super::health_gate::HealthGate>,
 }
 
 /// How a node is drained before an interrupt (upstream v0.18 `drainConfig`). Every field is
@@ -202,6 +207,7 @@ impl Default for SkyhookSpec {
             sequencing: None,
             drain_config: None,
             runtime_required_cordon_after: false,
+            health_gate: None,
         }
     }
 }

@@ -23,6 +23,10 @@ pub struct UpstreamField {
 pub fn extensions() -> Vec<(&'static str, &'static str)> {
     vec![
         (
+            "spec.healthGate",
+            "a Skyhook's health gate after each node's last stage (issue 38)",
+        ),
+        (
             "spec.windows",
             "maintenance windows of a DeploymentPolicy (issue 38)",
         ),

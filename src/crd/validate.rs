@@ -27,7 +27,7 @@ mod errors;
 mod settings;
 use errors::Errors;
 pub use errors::{ValidationError, format_errors};
-use settings::{check_drain_config, check_gates, check_package_settings};
+use settings::{check_drain_config, check_gates, check_health_gate, check_package_settings};
 
 use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
 use super::skyhook::{Package, PackageResources};
@@ -87,6 +87,7 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
     );
 
     check_drain_config(&mut errs, spec.drain_config.as_ref());
+    check_health_gate(&mut errs, spec.health_gate.as_ref());
     for (key, package) in &spec.packages {
         check_package(&mut errs, key, package, &spec.packages);
         if let Some(why) = super::config_size::too_large(package) {

@@ -33,6 +33,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>], jobs_on: &BTreeSet<Str
         schema::applied_annotation(&name),
         schema::folded_annotation(&name),
         schema::drain_start_annotation(&name),
+        schema::health_gate_annotation(&name),
     ];
     let condition_prefix = schema::node_condition_prefix(&name);
     for n in nodes {

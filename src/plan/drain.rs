@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
+use super::health::PodGate;
 use super::select::{targeted, tolerates_cordon};
 use crate::crd::{DrainConfig, Skyhook};
 use crate::node::NodeView;
@@ -28,6 +29,8 @@ pub struct PodInfo {
     pub terminating: bool,
     /// Would be evicted, but `drainConfig` forbids it (why): the drain holds while it runs.
     pub unmovable: Option<&'static str>,
+    /// Selected by the Skyhook's health gate: whether it is Ready.
+    pub health: Option<bool>,
 }
 
 /// `drainConfig` as the drain applies it (upstream v0.18, delta D28); the defaults are the
@@ -90,24 +93,36 @@ pub struct Listing {
     pub nodes: Vec<String>,
     protected: Option<Selector>,
     rules: DrainRules,
+    health: Option<PodGate>,
 }
 
 impl Listing {
     pub fn of(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Listing {
+        let health = PodGate::of(sk);
+        // A node waiting for its health gate is listed too, cordoned or not.
+        let gate_clock = schema::health_gate_annotation(&sk.name_any());
         Listing {
             nodes: targeted(sk, nodes)
                 .into_iter()
-                .filter(|n| n.unschedulable)
+                .filter(|n| {
+                    n.unschedulable || (health.is_some() && n.annotations.contains_key(&gate_clock))
+                })
                 .map(|n| n.name.clone())
                 .collect(),
             protected: protection(&sk.spec.pod_non_interrupt_labels),
             rules: DrainRules::of(sk.spec.drain_config.as_ref()),
+            health,
         }
     }
 
     /// The pods listed on one node, as the drain reads them.
     pub fn read<'p>(&self, pods: impl IntoIterator<Item = &'p Pod>) -> Vec<PodInfo> {
-        classify(pods, self.protected.as_ref(), &self.rules)
+        classify(
+            pods,
+            self.protected.as_ref(),
+            &self.rules,
+            self.health.as_ref(),
+        )
     }
 }
 
@@ -130,13 +145,17 @@ fn classify<'p>(
     pods: impl IntoIterator<Item = &'p Pod>,
     protected: Option<&Selector>,
     rules: &DrainRules,
+    health: Option<&PodGate>,
 ) -> Vec<PodInfo> {
     pods.into_iter()
         .filter(|p| {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
             matches!(phase.unwrap_or("Pending"), "Running" | "Pending")
         })
-        .map(|p| classify_one(p, protected, rules))
+        .map(|p| PodInfo {
+            health: health.and_then(|g| g.read(p)),
+            ..classify_one(p, protected, rules)
+        })
         .collect()
 }
 
@@ -183,6 +202,7 @@ fn classify_one(p: &Pod, protected: Option<&Selector>, rules: &DrainRules) -> Po
         unmovable,
         namespace,
         name: p.name_any(),
+        health: None,
     }
 }
 
@@ -458,7 +478,7 @@ mod tests {
             } else {
                 None
             };
-            let got = classify([&p], sel, &DrainRules::default());
+            let got = classify([&p], sel, &DrainRules::default(), None);
             match want {
                 None => assert!(got.is_empty(), "case: {name}: {got:?}"),
                 Some((protected, evictable)) => {
@@ -491,6 +511,7 @@ mod tests {
             evictable,
             terminating: false,
             unmovable: None,
+            health: None,
         };
         let gone_soon = |name: &str| PodInfo {
             terminating: true,
@@ -631,7 +652,7 @@ mod tests {
         let ds = pod(controlled("DaemonSet"), json!([]), Some("Running"));
         let config = |v: Value| DrainRules::of(Some(&serde_json::from_value(v).unwrap()));
         let read = |p: &Pod, rules: &DrainRules| {
-            let i = classify([p], None, rules).remove(0);
+            let i = classify([p], None, rules, None).remove(0);
             (i.evictable, i.unmovable.is_some())
         };
         let v13 = DrainRules::default();
@@ -692,6 +713,7 @@ mod tests {
             [&bare, &with_empty_dir],
             None,
             &config(json!({"force": false})),
+            None,
         );
         match readiness(true, Some(&pods)) {
             Readiness::Unmovable(why) => {

@@ -40,3 +40,29 @@ pub fn soak(
         events.push(Note::skyhook(schema::SOAK_FAILED_REASON, message).warning());
     }
 }
+
+/// `skyhook.nvidia.com/HealthGate` while nodes wait for the health gate or failed it: reason
+/// `HealthGateFailed` when any failed, else `HealthGateHolding`.
+pub fn health(
+    list: &mut Vec<Condition>,
+    failed: &[(String, String)],
+    holding: &[(String, String)],
+    generation: i64,
+    now: Timestamp,
+) {
+    let present = (!failed.is_empty() || !holding.is_empty()).then(|| {
+        let reason = if failed.is_empty() {
+            schema::HEALTH_GATE_HOLDING_REASON
+        } else {
+            schema::HEALTH_GATE_FAILED_REASON
+        };
+        (reason, schema::health_gate_message(failed, holding))
+    });
+    present_while(
+        list,
+        schema::HEALTH_GATE_CONDITION,
+        present,
+        generation,
+        now,
+    );
+}

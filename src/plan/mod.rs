@@ -35,6 +35,7 @@ pub mod drain;
 pub mod events;
 pub mod facts;
 pub mod gates;
+pub mod health;
 pub mod inputs;
 pub mod interrupt;
 pub mod launch;
@@ -116,6 +117,9 @@ struct Tally {
     retry_at: Option<Timestamp>,
     /// The earliest opening of a maintenance window that holds a compartment.
     next_window: Option<Timestamp>,
+    /// Nodes waiting for the health gate, and those past its timeout, each with why.
+    health_holding: Vec<(String, String)>,
+    health_failed: Vec<(String, String)>,
 }
 
 /// The planner's entry point for a live (not deleting) Skyhook.
@@ -318,7 +322,18 @@ impl<'a> Planner<'a> {
         let mut seen: Vec<Seen> = Vec::with_capacity(facts.len() + unreadable.len());
         for (f, node) in facts.iter().zip(folds) {
             let o = node.outcome();
-            let mut s = Seen::of(f, o, self.spec.settled(&o.state, &o.applied));
+            let (settled, health) = self.gate(f, o);
+            let mut s = Seen::of(f, o, settled);
+            // Waiting for its health gate, a node is at work in its batch; past the timeout it
+            // is a failed node of the batch, which may then be judged.
+            match health {
+                health::Health::Holding { .. } => s.busy = true,
+                health::Health::Failed { .. } => {
+                    s.busy = o.active;
+                    s.erroring = true;
+                }
+                _ => {}
+            }
             if self.may_have_fresh_work(f, &s) {
                 let ahead = node.advance();
                 s.busy = has_fresh_work(o, &ahead);
@@ -400,6 +415,20 @@ impl<'a> Planner<'a> {
         !seen.busy && !seen.settled && seen.eligible && at_work
     }
 
+    /// Whether the node is settled once its health gate has spoken, and the gate's verdict.
+    fn gate(&self, f: &NodeFacts, o: &NodeOutcome) -> (bool, health::Health) {
+        let raw = self.spec.settled(&o.state, &o.applied);
+        let verdict = health::judge(&health::GateInput {
+            skyhook: &self.name,
+            gate: self.inp.skyhook.spec.health_gate.as_ref(),
+            node: f.node,
+            settled: raw,
+            pods: f.host.pods,
+            now: self.inp.now,
+        });
+        (raw && !verdict.waits(), verdict)
+    }
+
     /// Adds what one node's outcome needs to the plan.
     fn decide(&self, f: &NodeFacts, o: NodeOutcome, plan: &mut Plan, tally: &mut Tally) {
         tally.any_active |= o.active;
@@ -430,14 +459,34 @@ impl<'a> Planner<'a> {
             tally.non_interrupt_nodes.push(f.name.clone());
         }
         self.drain(f, &o, plan);
-        let settled = self.spec.settled(&o.state, &o.applied);
-        let status = metadata::node_status(self.switches, f, settled, &o);
-        if settled && !self.spec.node_complete(&f.prior) {
+        let (settled, verdict) = self.gate(f, &o);
+        let status = match (
+            metadata::node_status(self.switches, f, settled, &o),
+            verdict.status(),
+        ) {
+            (Status::Waiting | Status::InProgress | Status::Erroring, Some(gated)) => gated,
+            (status, _) => status,
+        };
+        let now = self.inp.now;
+        plan.events
+            .extend(health::notes(&self.name, f.node, &verdict, now));
+        match &verdict {
+            health::Health::Holding { why, .. } => {
+                tally.health_holding.push((f.name.clone(), why.clone()));
+            }
+            health::Health::Failed { why, .. } => {
+                tally.health_failed.push((f.name.clone(), why.clone()));
+            }
+            _ => {}
+        }
+        let passed = matches!(verdict, health::Health::Passed { .. });
+        if settled && (passed || !self.spec.node_complete(&f.prior)) {
             let msg = schema::node_complete_message(&self.name);
             plan.events
                 .push(Note::node(&f.name, schema::STATE_REASON, msg));
         }
         let mut patch = metadata::node_patch(&self.meta, f, &o, status, settled);
+        health::clock(&self.name, f.node, &verdict, &mut patch);
         let was_working = f
             .prior
             .iter()
@@ -446,7 +495,6 @@ impl<'a> Planner<'a> {
         if !patch.is_empty() {
             plan.node_patches.push(patch);
         }
-        let now = self.inp.now;
         if let Some(c) = metadata::node_conditions(&self.name, f.node, &o.state, settled, now) {
             plan.node_conditions.push((f.name.clone(), c, Vec::new()));
         }
@@ -569,6 +617,13 @@ impl<'a> Planner<'a> {
         }
         let kind = schema::MAINTENANCE_WINDOW_CONDITION;
         condition::present_while(list, kind, present, generation, now);
+        gates::health(
+            list,
+            &tally.health_failed,
+            &tally.health_holding,
+            generation,
+            now,
+        );
         gates::soak(
             list,
             prior,
@@ -661,6 +716,9 @@ fn usual_requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Dura
     } else if !tally.held.is_empty() {
         // Pods on other namespaces are not watched: look again soon.
         Duration::from_secs(3)
+    } else if !tally.health_holding.is_empty() {
+        // The pods a health gate waits for are not watched: look again soon.
+        Duration::from_secs(3)
     } else if !inp.write_failures.is_empty() {
         // Retry the failed writes soon, without hammering an API server that refuses them.
         Duration::from_secs(10)
@@ -670,6 +728,9 @@ fn usual_requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Dura
         Duration::from_secs(5)
     } else if tally.any_active || !plan.create_jobs.is_empty() {
         Duration::from_secs(30)
+    } else if !tally.health_failed.is_empty() {
+        // A node past its health gate's timeout completes once it recovers.
+        Duration::from_secs(10)
     } else if let Some(r) = tally.retry_at {
         let wait = r.duration_since(inp.now);
         Duration::from_millis(wait.as_millis().clamp(200, 3_600_000) as u64)

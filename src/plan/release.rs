@@ -55,9 +55,13 @@ pub fn release(
             continue;
         }
         let mut patch = NodePatch::of(n);
-        let drain_clock = schema::drain_start_annotation(&name);
-        if n.annotations.contains_key(&drain_clock) {
-            patch.annotations.insert(drain_clock, None);
+        for clock in [
+            schema::drain_start_annotation(&name),
+            schema::health_gate_annotation(&name),
+        ] {
+            if n.annotations.contains_key(&clock) {
+                patch.annotations.insert(clock, None);
+            }
         }
         if n.annotations.contains_key(&cordon) {
             patch.annotations.insert(cordon.clone(), None);

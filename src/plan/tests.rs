@@ -11,7 +11,7 @@ use super::*;
 use crate::crd::Package;
 use crate::jobs::{JobView, Outcome};
 use crate::plan::fixtures::{
-    SkyhookB, config, failure, go_pod, job, node, now, package, policy, skyhook,
+    SkyhookB, config, failure, go_pod, job, node, now, package, policy, skyhook, t,
 };
 use crate::schema::{NodeState, Stage, State, Status};
 
@@ -562,6 +562,7 @@ fn drain_cordons_then_evicts_then_runs() {
         evictable: !protected,
         terminating: false,
         unmovable: None,
+        health: None,
     };
     // (case, cordoned, pods, cordon written, evictions, Jobs)
     let cases: &[(&str, bool, Option<Vec<PodInfo>>, bool, usize, usize)] = &[
@@ -1739,4 +1740,224 @@ fn a_compartment_outside_its_window_starts_nothing_and_says_when_it_opens() {
             .all(|c| c.type_ != schema::MAINTENANCE_WINDOW_CONDITION)
     );
     assert_eq!(plan.compartments[0].window.as_deref(), Some("open"));
+}
+
+/// The health gate (issue 38): a finished node is held cordoned, `in_progress`, until its
+/// selected pods are Ready; past the timeout it is `erroring` and stays cordoned; it completes
+/// and is uncordoned once healthy; a node complete before is never held again.
+#[test]
+fn health_gate_holds_fails_and_passes_a_finished_node() {
+    let gate = json!({"timeout": "5m", "pods": {"namespace": "gpu", "selector": {"matchLabels": {"app": "dp"}}}});
+    let sk = one_package(true).set("healthGate", gate).build();
+    let clock = schema::health_gate_annotation("sh");
+    let dp = |ready: bool| PodInfo {
+        namespace: "gpu".into(),
+        name: "dp-1".into(),
+        protected: false,
+        evictable: false,
+        terminating: false,
+        unmovable: None,
+        health: Some(ready),
+    };
+    let finished = |stored: &str, since: Option<i64>| {
+        let mut b = node("n1")
+            .annotations(go_state(REBOOT, "post-interrupt", "complete"))
+            .annotation(&schema::cordon_annotation("sh"), "true")
+            .annotation(&schema::status_annotation("sh"), stored)
+            .cordoned(true);
+        if let Some(s) = since {
+            b = b.annotation(&clock, &t(s).to_string());
+        }
+        b.arc()
+    };
+    // (case, stored status, clock started, pod Ready, status, clock after, cordon lifted, reasons)
+    let cases: &[(
+        &str,
+        &str,
+        Option<i64>,
+        Option<bool>,
+        Status,
+        Option<Option<String>>,
+        bool,
+        &[&str],
+    )] = &[
+        (
+            "just finished, pod not Ready: held, clock starts",
+            "in_progress",
+            None,
+            Some(false),
+            Status::InProgress,
+            Some(Some(now().to_string())),
+            false,
+            &[schema::HEALTH_GATE_HOLDING_REASON],
+        ),
+        (
+            "within the timeout: still held",
+            "in_progress",
+            Some(-60),
+            Some(false),
+            Status::InProgress,
+            None,
+            false,
+            &[],
+        ),
+        (
+            "no selected pod yet: held",
+            "in_progress",
+            Some(-60),
+            None,
+            Status::InProgress,
+            None,
+            false,
+            &[],
+        ),
+        (
+            "past the timeout: erroring, still cordoned",
+            "in_progress",
+            Some(-301),
+            Some(false),
+            Status::Erroring,
+            None,
+            false,
+            &[
+                schema::HEALTH_GATE_FAILED_REASON,
+                schema::HEALTH_GATE_FAILED_REASON,
+            ],
+        ),
+        (
+            "failed before and still not Ready: no new Event",
+            "erroring",
+            Some(-900),
+            Some(false),
+            Status::Erroring,
+            None,
+            false,
+            &[],
+        ),
+        (
+            "pod Ready: complete, uncordoned, clock gone",
+            "in_progress",
+            Some(-60),
+            Some(true),
+            Status::Complete,
+            Some(None),
+            true,
+            &[schema::HEALTH_GATE_PASSED_REASON],
+        ),
+        (
+            "failed, then recovers: complete",
+            "erroring",
+            Some(-900),
+            Some(true),
+            Status::Complete,
+            Some(None),
+            true,
+            &[schema::HEALTH_GATE_PASSED_REASON],
+        ),
+        (
+            "complete before the gate: never held again",
+            "complete",
+            None,
+            Some(false),
+            Status::Complete,
+            None,
+            true,
+            &[],
+        ),
+    ];
+    for (case, stored, since, ready, status, clock_after, uncordoned, reasons) in cases {
+        let mut w = World::new(sk.clone(), vec![finished(stored, *since)]);
+        w.pods
+            .insert("n1".into(), ready.map(dp).into_iter().collect());
+        let plan = w.plan();
+        assert_eq!(node_status(&plan, "n1"), Some(*status), "{case}");
+        let patch = plan.node_patches.iter().find(|p| p.node == "n1");
+        let wrote = patch.and_then(|p| p.annotations.get(&clock).cloned());
+        assert_eq!(wrote, *clock_after, "{case}");
+        let lifted = patch.is_some_and(|p| p.unschedulable == Some(false));
+        assert_eq!(lifted, *uncordoned, "{case}");
+        let gate_events: Vec<&str> = plan
+            .events
+            .iter()
+            .map(|e| e.reason.as_str())
+            .filter(|r| r.starts_with("HealthGate"))
+            .collect();
+        assert_eq!(gate_events, *reasons, "{case}");
+        let condition = plan.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)
+        });
+        let want = match status {
+            Status::InProgress => Some(schema::HEALTH_GATE_HOLDING_REASON),
+            Status::Erroring => Some(schema::HEALTH_GATE_FAILED_REASON),
+            _ => None,
+        };
+        assert_eq!(condition.map(|c| c.reason.as_str()), want, "{case}");
+        if *status == Status::InProgress {
+            assert!(
+                plan.requeue_after <= Some(std::time::Duration::from_secs(3)),
+                "{case}"
+            );
+        }
+    }
+}
+
+/// A node condition the gate names must have the status it wants; a NotReady node is held.
+#[test]
+fn health_gate_waits_for_a_node_condition_and_ready() {
+    let gate = json!({"nodeCondition": {"type": "GpuHealthy", "status": "True"}});
+    let sk = skyhook("sh")
+        .live()
+        .package(package(PLAIN))
+        .set("healthGate", gate)
+        .build();
+    let finished = |conditions: Value| {
+        node("n1")
+            .annotations(go_state(PLAIN, "config", "complete"))
+            .annotation(&schema::status_annotation("sh"), "in_progress")
+            .conditions(conditions)
+            .arc()
+    };
+    let ready = json!({"type": "Ready", "status": "True"});
+    let cases = [
+        (
+            "condition absent",
+            json!([ready.clone()]),
+            Status::InProgress,
+        ),
+        (
+            "condition False",
+            json!([ready.clone(), {"type": "GpuHealthy", "status": "False"}]),
+            Status::InProgress,
+        ),
+        (
+            "condition True",
+            json!([ready.clone(), {"type": "GpuHealthy", "status": "True"}]),
+            Status::Complete,
+        ),
+        (
+            "condition True, node NotReady",
+            json!([{"type": "Ready", "status": "False"}, {"type": "GpuHealthy", "status": "True"}]),
+            Status::InProgress,
+        ),
+    ];
+    for (case, conditions, status) in cases {
+        let w = World::new(sk.clone(), vec![finished(conditions)]);
+        let plan = w.plan();
+        assert_eq!(node_status(&plan, "n1"), Some(status), "{case}");
+        let message = plan
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)
+            })
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        if status == Status::InProgress {
+            assert!(message.contains("n1"), "{case}: {message}");
+        }
+    }
 }

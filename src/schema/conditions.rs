@@ -288,6 +288,46 @@ pub fn soak_failed_message(compartment: &str, nodes: &[String]) -> String {
     )
 }
 
+/// `True` while nodes wait for the Skyhook's health gate, or failed it (this project's extension,
+/// issue 38); absent otherwise.
+pub const HEALTH_GATE_CONDITION: &str = "skyhook.nvidia.com/HealthGate";
+/// Its reason while nodes wait within the timeout (also the Event when a node begins to wait).
+pub const HEALTH_GATE_HOLDING_REASON: &str = "HealthGateHolding";
+/// Its reason when a node is past the timeout (also the Warning Event about that node).
+pub const HEALTH_GATE_FAILED_REASON: &str = "HealthGateFailed";
+/// The Event when a node that waited passes its health gate.
+pub const HEALTH_GATE_PASSED_REASON: &str = "HealthGatePassed";
+
+/// Most nodes a health gate condition names (the count says the rest).
+const HEALTH_GATE_NODES_NAMED: usize = 10;
+
+/// The nodes that wait for the health gate or failed it, each with why.
+pub fn health_gate_message(failed: &[(String, String)], holding: &[(String, String)]) -> String {
+    let mut parts = Vec::new();
+    for (what, list) in [("failed", failed), ("waiting", holding)] {
+        if list.is_empty() {
+            continue;
+        }
+        let named: Vec<String> = list
+            .iter()
+            .take(HEALTH_GATE_NODES_NAMED)
+            .map(|(n, why)| format!("node {n}: {why}"))
+            .collect();
+        let more = list.len().saturating_sub(HEALTH_GATE_NODES_NAMED);
+        let tail = if more > 0 {
+            format!("; and {more} more")
+        } else {
+            String::new()
+        };
+        parts.push(format!(
+            "{} node(s) {what}: {}{tail}",
+            list.len(),
+            named.join("; ")
+        ));
+    }
+    parts.join(". ")
+}
+
 /// Reasons of our own conditions (CamelCase as `metav1.Condition` requires).
 pub const VALID_REASON: &str = "Valid";
 pub const INVALID_SPEC_REASON: &str = "InvalidSpec";

@@ -78,6 +78,13 @@ pub fn drain_start_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/drainStart_{skyhook}")
 }
 
+/// Annotation `healthGate_<skyhook>`: when the node finished its last stage and began to wait
+/// for its health gate (RFC 3339), the clock of `healthGate.timeout`; removed once the node
+/// passes, or has work again. This project's extension (issue 38); the reference ignores it.
+pub fn health_gate_annotation(skyhook: &str) -> String {
+    format!("{PREFIX}/healthGate_{skyhook}")
+}
+
 /// Annotation `folded_<skyhook>`: per package version and stage, the newest Job attempt whose
 /// outcome the node state holds (`{"<pkg>|<ver>|<stage>":<attempt>}`, see [`super::folded`]). New
 /// in this implementation; the reference operator ignores it.

@@ -163,8 +163,9 @@ pub struct LeanNodeStatus {
     phase: Option<String>,
 }
 
-/// Of a node's conditions, those of Skyhooks (`skyhook.nvidia.com/<name>/...`) and the kubelet's
-/// `Ready` as type and status alone (a soaking batch fails on it): the only ones a pass reads.
+/// Of a node's conditions, those of Skyhooks (`skyhook.nvidia.com/<name>/...`), and the kubelet's
+/// `Ready` (a soaking batch fails on it) and those others set (health gates) as type and status
+/// alone: the only ones a pass reads.
 /// The kubelet's five, each with a message, were a fifth of a cached node; its heartbeat
 /// times change every few minutes and are dropped.
 fn skyhook_conditions<'de, D: Deserializer<'de>>(
@@ -172,8 +173,17 @@ fn skyhook_conditions<'de, D: Deserializer<'de>>(
 ) -> Result<Option<Vec<NodeCondition>>, D::Error> {
     let mut list: Option<Vec<NodeCondition>> = Option::deserialize(d)?;
     if let Some(list) = &mut list {
-        list.retain(|c| crate::schema::is_skyhook_key(&c.type_) || c.type_ == "Ready");
-        for c in list.iter_mut().filter(|c| c.type_ == "Ready") {
+        // Conditions others set (node-problem-detector, a device plugin) are kept as type and
+        // status alone, for health gates; the kubelet's pressure conditions are dropped.
+        list.retain(|c| {
+            crate::schema::is_skyhook_key(&c.type_)
+                || c.type_ == "Ready"
+                || !crate::node::is_kubelet_condition(&c.type_)
+        });
+        for c in list
+            .iter_mut()
+            .filter(|c| !crate::schema::is_skyhook_key(&c.type_))
+        {
             *c = NodeCondition {
                 type_: c.type_.clone(),
                 status: c.status.clone(),

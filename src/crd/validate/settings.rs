@@ -9,8 +9,8 @@ use regex::Regex;
 use super::errors::Errors;
 use crate::crd::admission::{
     GO_DURATION_PATTERN, MAX_GO_DURATION_LENGTH, MAX_GRACEFUL_SHUTDOWN, MAX_STAGE_TIMEOUT,
-    MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN, MSG_SOAK, MSG_STAGE_TIMEOUT,
-    MSG_UNINSTALL_APPLY,
+    MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_GRACEFUL_SHUTDOWN, MSG_HEALTH_CONDITION_STATUS,
+    MSG_HEALTH_SELECTOR, MSG_HEALTH_TIMEOUT, MSG_SOAK, MSG_STAGE_TIMEOUT, MSG_UNINSTALL_APPLY,
 };
 use crate::crd::skyhook::{DrainConfig, Package};
 use crate::schema::parse_go_duration;
@@ -68,6 +68,49 @@ pub(super) fn check_drain_config(errs: &mut Errors, config: Option<&DrainConfig>
     }
 }
 
+/// `healthGate`: its timeout, a selector that selects and parses, a condition status.
+pub(super) fn check_health_gate(errs: &mut Errors, gate: Option<&crate::crd::HealthGate>) {
+    let Some(g) = gate else { return };
+    check_duration(
+        errs,
+        "spec.healthGate.timeout",
+        g.timeout.as_deref(),
+        MAX_STAGE_TIMEOUT,
+        MSG_HEALTH_TIMEOUT,
+    );
+    if let Some(pods) = &g.pods {
+        let sel = &pods.selector;
+        let empty = sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+            && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty());
+        let field = "spec.healthGate.pods.selector";
+        if empty {
+            errs.push(
+                field,
+                format!("healthGate.pods.selector: {MSG_HEALTH_SELECTOR}"),
+            );
+        } else if let Err(e) = kube::core::Selector::try_from(sel.clone()) {
+            errs.push(field, format!("healthGate.pods.selector: {e}"));
+        }
+    }
+    if let Some(c) = &g.node_condition {
+        if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
+            errs.push(
+                "spec.healthGate.nodeCondition.status",
+                format!(
+                    "healthGate.nodeCondition.status: {MSG_HEALTH_CONDITION_STATUS}, got {:?}",
+                    c.status
+                ),
+            );
+        }
+        if c.type_.is_empty() {
+            errs.push(
+                "spec.healthGate.nodeCondition.type",
+                "healthGate.nodeCondition.type: must name a node condition, such as KernelDeadlock",
+            );
+        }
+    }
+}
+
 /// A Go duration field: what admission accepts (at most [`MAX_GO_DURATION_LENGTH`] characters
 /// matching [`GO_DURATION_PATTERN`], at most `max`).
 fn check_duration(
@@ -82,6 +125,8 @@ fn check_duration(
         let name = field.rsplit('.').next().unwrap_or(field);
         let name = if field.starts_with("spec.drainConfig") {
             format!("drainConfig.{name}")
+        } else if field.starts_with("spec.healthGate") {
+            format!("healthGate.{name}")
         } else {
             name.to_owned()
         };

@@ -1207,6 +1207,7 @@ fn the_interrupt_starts_only_on_a_cordoned_drained_node() {
         evictable: true,
         terminating: false,
         unmovable: None,
+        health: None,
     }];
     let host = |cordoned: bool, pods: Option<&'static [PodInfo]>| Host {
         cordoned,
@@ -1441,6 +1442,7 @@ fn a_drain_past_its_timeout_evicts_nothing_more() {
         evictable: true,
         terminating: false,
         unmovable: None,
+        health: None,
     }]));
     let go = |pods: &'static [PodInfo], started: Option<Timestamp>| {
         let host = Host {

@@ -1,4 +1,5 @@
 //! Rollout gates (issue 38): `cargo test --test e2e gates` runs them all.
 
+mod health;
 mod soak;
 mod windows;
