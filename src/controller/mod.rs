@@ -301,7 +301,14 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     }
     let started = Instant::now();
     let name = sk.name_any();
-    let snapshot = Snapshot::take(&ctx.caches, &ctx.creations, &ctx.client, sk).await?;
+    let snapshot = Snapshot::take(
+        &ctx.caches,
+        &ctx.creations,
+        &ctx.client,
+        &ctx.config.namespace,
+        sk,
+    )
+    .await?;
     let room = plan::launch::MAX_JOB_CREATES_PER_PASS.saturating_sub(ctx.creations.in_flight());
     let stored = sk.status.as_ref();
     let mut inputs = snapshot.inputs(

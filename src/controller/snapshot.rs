@@ -15,7 +15,7 @@ use super::error::Error;
 use super::watch::caches::Caches;
 use super::write::job_creations::JobCreations;
 use crate::crd::{self, DeploymentPolicy, Skyhook};
-use crate::jobs::{GoPod, JobView};
+use crate::jobs::{CheckRun, GoPod, JobView};
 use crate::node::NodeView;
 use crate::plan::{self, Elsewhere, Inputs};
 use crate::schema;
@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub interrupting_nodes: BTreeSet<String>,
     pub go_pods: BTreeMap<String, Vec<GoPod>>,
     pub invalid: Vec<String>,
+    /// Its health check Jobs, by node, listed while a node waits for a gate with a check.
+    pub health_checks: BTreeMap<String, Vec<CheckRun>>,
 }
 
 impl Snapshot {
@@ -43,6 +45,7 @@ impl Snapshot {
         caches: &Caches,
         creations: &JobCreations,
         client: &Client,
+        namespace: &str,
         sk: &Skyhook,
     ) -> Result<Snapshot, Error> {
         let name = sk.name_any();
@@ -55,6 +58,7 @@ impl Snapshot {
         let policies = caches.policies.state();
         let nodes = caches.nodes.all();
         let pods_on_nodes = drain_view(client, &normalized, &nodes).await?;
+        let health_checks = health_checks(client, namespace, &normalized, &nodes).await?;
         let elsewhere = elsewhere(caches, creations, &name);
         Ok(Snapshot {
             invalid: problems(&normalized, &policies),
@@ -73,6 +77,7 @@ impl Snapshot {
             policies,
             nodes,
             pods_on_nodes,
+            health_checks,
         })
     }
 
@@ -101,6 +106,7 @@ impl Snapshot {
             write_failures: &[],
             drain_blocks: &[],
             refused_auto_taints: &crate::plan::inputs::NO_NODES,
+            health_checks: &self.health_checks,
             config,
             operator_version,
             now,
@@ -189,6 +195,44 @@ async fn drain_view(
         let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = pods.list(&lp).await?;
         out.insert(node.clone(), listing.read(&list.items));
+    }
+    Ok(out)
+}
+
+/// This Skyhook's health check Jobs, by node: listed (one request) only while one of its nodes
+/// waits for a gate that has a check, so the Job cache keeps package stages alone.
+async fn health_checks(
+    client: &Client,
+    namespace: &str,
+    sk: &Skyhook,
+    nodes: &[Arc<NodeView>],
+) -> Result<BTreeMap<String, Vec<CheckRun>>, Error> {
+    let mut out: BTreeMap<String, Vec<CheckRun>> = BTreeMap::new();
+    let has_check = sk
+        .spec
+        .health_gate
+        .as_ref()
+        .is_some_and(|g| g.check.is_some());
+    let clock = schema::health_gate_annotation(&sk.name_any());
+    if !has_check || !nodes.iter().any(|n| n.annotations.contains_key(&clock)) {
+        return Ok(out);
+    }
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), namespace);
+    let lp = kube::api::ListParams::default().labels(&format!(
+        "{}={},{}={}",
+        schema::NAME_LABEL,
+        sk.name_any(),
+        schema::STAGE_LABEL,
+        schema::HEALTH_CHECK_STAGE
+    ));
+    for run in jobs
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .filter_map(CheckRun::from_job)
+    {
+        out.entry(run.node.clone()).or_default().push(run);
     }
     Ok(out)
 }

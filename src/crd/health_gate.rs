@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// After its last stage (post-interrupt included) a node stays cordoned and in its batch until
-/// it is Ready and passes every check given here; past `timeout` it is `erroring` and counts as
+/// it is Ready and passes every check given here (pods, node condition, check Job); past `timeout` it is `erroring` and counts as
 /// a failed node of its batch.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -26,6 +27,23 @@ pub struct HealthGate {
     /// A node condition that must have the given status, e.g. one node-problem-detector sets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_condition: Option<HealthCondition>,
+    /// A check run on the node as a Job: the gate passes once an attempt completes; a failed
+    /// attempt is retried until the timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<HealthCheck>,
+}
+
+/// A check Job's one container: pinned to the node, tolerating its cordon and taints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    pub image: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
 }
 
 /// The pods a health gate waits for.

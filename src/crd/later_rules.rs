@@ -45,6 +45,11 @@ pub(super) fn health_gate_rules() -> Vec<CelRule> {
             format!("healthGate.pods.selector: {MSG_HEALTH_SELECTOR}"),
         ),
         rule(
+            "spec.healthGate.check.image",
+            "size(self.trim()) > 0",
+            "healthGate.check.image: must name the image of the check Job".to_string(),
+        ),
+        rule(
             "spec.healthGate.nodeCondition.status",
             "self in ['True', 'False', 'Unknown']",
             format!("healthGate.nodeCondition.status: {MSG_HEALTH_CONDITION_STATUS}"),

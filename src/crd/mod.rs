@@ -31,7 +31,7 @@ pub use generate::{
     GenerateError, REGENERATE_COMMAND, all_crds, crd_files, crd_yaml, crds_yaml,
     deployment_policy_crd, skyhook_crd, write_crds,
 };
-pub use health_gate::{HealthCondition, HealthGate, HealthPods};
+pub use health_gate::{HealthCheck, HealthCondition, HealthGate, HealthPods};
 pub use normalize::{normalize, normalize_image};
 pub use policy::{
     Compartment, DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentPolicy, DeploymentPolicySpec,

@@ -14,6 +14,7 @@
 
 mod configmaps;
 pub mod go_pod;
+mod health_check;
 mod interrupt;
 mod planned;
 mod pod;
@@ -22,6 +23,7 @@ pub mod view;
 
 pub use configmaps::{node_metadata_configmap, package_configmap, packages_json};
 pub use go_pod::{GoOutcome, GoPod};
+pub use health_check::{CHECK_CONTAINER, CheckRun, health_check_job};
 pub use interrupt::{InterruptJob, interrupt_job};
 pub use planned::PlannedJob;
 #[cfg(test)]

@@ -184,7 +184,7 @@ pub(super) fn deadline_seconds(stage_timeout: Option<&str>, cfg: &Config) -> Opt
 /// has folded, so a Job needs no write once it is done. The operator removes it from a failed
 /// Job when it counts the failure, so failed Jobs are kept for inspection (and pruned by the
 /// planner).
-fn job_spec(template: PodTemplateSpec, cfg: &Config, deadline: Option<i64>) -> JobSpec {
+pub(super) fn job_spec(template: PodTemplateSpec, cfg: &Config, deadline: Option<i64>) -> JobSpec {
     JobSpec {
         ttl_seconds_after_finished: Some(
             i32::try_from(cfg.completed_job_ttl.as_secs()).unwrap_or(i32::MAX),

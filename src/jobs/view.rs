@@ -137,7 +137,10 @@ impl PodView {
     }
 }
 
-fn outcome(job: &Job, annotations: &std::collections::BTreeMap<String, String>) -> Outcome {
+pub(super) fn outcome(
+    job: &Job,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Outcome {
     let conditions = job
         .status
         .as_ref()

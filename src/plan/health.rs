@@ -16,6 +16,7 @@ use kube::core::{Selector, SelectorExt};
 use super::actions::{NodePatch, Note};
 use super::drain::PodInfo;
 use crate::crd::{HealthGate, Skyhook};
+use crate::jobs::{CheckRun, Outcome};
 use crate::node::NodeView;
 use crate::schema::{self, Status};
 
@@ -110,6 +111,8 @@ pub struct GateInput<'a> {
     pub settled: bool,
     /// The node's pods as listed this pass (`None`: not listed yet).
     pub pods: Option<&'a [PodInfo]>,
+    /// The node's health check Jobs (of every gate period).
+    pub checks: &'a [CheckRun],
     pub now: Timestamp,
 }
 
@@ -133,7 +136,7 @@ pub fn judge(inp: &GateInput) -> Health {
     let since = stored
         .and_then(|t| t.parse::<Timestamp>().ok())
         .unwrap_or(inp.now);
-    match unhealthy(gate, inp) {
+    match unhealthy(gate, inp, since) {
         None => Health::Passed { since },
         Some(why) => {
             let limit = gate.timeout();
@@ -154,8 +157,74 @@ pub fn judge(inp: &GateInput) -> Health {
     }
 }
 
-/// The first check the node fails, in words; `None` when it passes all.
-fn unhealthy(gate: &HealthGate, inp: &GateInput) -> Option<String> {
+/// The first check the node fails, in words; `None` when it passes all. The check Job comes
+/// last: it starts only once everything else holds.
+fn unhealthy(gate: &HealthGate, inp: &GateInput, since: Timestamp) -> Option<String> {
+    if let Some(why) = unhealthy_before_check(gate, inp) {
+        return Some(why);
+    }
+    gate.check.as_ref()?;
+    let Some(run) = latest_run(inp.checks, since) else {
+        return Some("starting its check Job".into());
+    };
+    match &run.outcome {
+        Outcome::Running => Some(format!("check Job {} running", run.name)),
+        Outcome::Failed {
+            reason, message, ..
+        } => Some(format!(
+            "check Job {} failed ({reason}: {message}); it is retried",
+            run.name
+        )),
+        Outcome::Complete { .. } => None,
+    }
+}
+
+/// The newest check attempt of the gate that began at `since`.
+fn latest_run(runs: &[CheckRun], since: Timestamp) -> Option<&CheckRun> {
+    runs.iter()
+        .filter(|r| r.since.parse::<Timestamp>().ok() == Some(since))
+        .max_by_key(|r| r.attempt)
+}
+
+/// How long after a failed check attempt the next starts: 10 s, doubling, at most 5 minutes.
+fn check_retry_delay(attempt: u32) -> Duration {
+    let secs = 10u64.saturating_mul(1u64 << attempt.min(5));
+    Duration::from_secs(secs.min(300))
+}
+
+/// The check attempt to start this pass, if any: the first once the gate's clock is stored and
+/// every other check holds; the next once the last failed and its retry delay passed (also past
+/// the timeout, so a node that recovers still completes).
+pub fn check_to_start(inp: &GateInput, h: &Health) -> Option<(Timestamp, u32)> {
+    let gate = inp.gate?;
+    gate.check.as_ref()?;
+    if !h.waits() {
+        return None;
+    }
+    let since = h.since()?;
+    let stored = inp
+        .node
+        .annotation(&schema::health_gate_annotation(inp.skyhook))?;
+    if stored.parse::<Timestamp>().ok() != Some(since)
+        || unhealthy_before_check(gate, inp).is_some()
+    {
+        return None;
+    }
+    match latest_run(inp.checks, since) {
+        None => Some((since, 0)),
+        Some(r) => match &r.outcome {
+            Outcome::Failed { at, .. } => {
+                let due =
+                    inp.now.duration_since(*at).unsigned_abs() >= check_retry_delay(r.attempt);
+                due.then_some((since, r.attempt + 1))
+            }
+            _ => None,
+        },
+    }
+}
+
+/// The checks before the check Job, in words; `None` when they all hold.
+fn unhealthy_before_check(gate: &HealthGate, inp: &GateInput) -> Option<String> {
     if inp.node.not_ready {
         return Some("the node is not Ready".into());
     }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::drain::PodInfo;
 use crate::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
-use crate::jobs::{GoPod, JobView};
+use crate::jobs::{CheckRun, GoPod, JobView};
 use crate::node::NodeView;
 use crate::schema::Stage;
 use crate::settings::Config;
@@ -47,6 +47,8 @@ pub struct Inputs<'a> {
     /// Nodes whose auto-taint was refused for good: left out (upstream's D47), their taint
     /// retried.
     pub refused_auto_taints: &'a BTreeSet<String>,
+    /// This Skyhook's health check Jobs, by node (listed while nodes wait for the gate).
+    pub health_checks: &'a BTreeMap<String, Vec<CheckRun>>,
     pub config: &'a Config,
     pub operator_version: &'a str,
     pub now: Timestamp,
@@ -60,6 +62,8 @@ pub struct Inputs<'a> {
 
 /// No node: the default of [`Inputs::refused_auto_taints`].
 pub static NO_NODES: BTreeSet<String> = BTreeSet::new();
+/// No health check: the default of [`Inputs::health_checks`].
+pub static NO_CHECKS: BTreeMap<String, Vec<CheckRun>> = BTreeMap::new();
 
 /// Where other Skyhooks are at work, for [`Inputs::busy_nodes`] and
 /// [`Inputs::interrupting_nodes`]: their running Jobs (and the Go operator's pods for them).

@@ -424,9 +424,50 @@ impl<'a> Planner<'a> {
             node: f.node,
             settled: raw,
             pods: f.host.pods,
+            checks: self.checks_of(f),
             now: self.inp.now,
         });
         (raw && !verdict.waits(), verdict)
+    }
+
+    fn checks_of(&self, f: &NodeFacts) -> &'a [crate::jobs::CheckRun] {
+        self.inp
+            .health_checks
+            .get(&f.name)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The health check Job the verdict asks for, if any.
+    fn health_check(&self, f: &NodeFacts, verdict: &health::Health, plan: &mut Plan) {
+        let sk = self.inp.skyhook;
+        let Some(gate) = sk.spec.health_gate.as_ref() else {
+            return;
+        };
+        if !self.switches.can_run() {
+            return;
+        }
+        let inp = health::GateInput {
+            skyhook: &self.name,
+            gate: Some(gate),
+            node: f.node,
+            settled: true,
+            pods: f.host.pods,
+            checks: self.checks_of(f),
+            now: self.inp.now,
+        };
+        let (Some((since, attempt)), Some(check)) =
+            (health::check_to_start(&inp, verdict), gate.check.as_ref())
+        else {
+            return;
+        };
+        let deadline = i64::try_from(gate.timeout().as_secs()).unwrap_or(i64::MAX);
+        let since = since.to_string();
+        let cfg = self.inp.config;
+        if let Some(job) =
+            crate::jobs::health_check_job(sk, check, &f.name, &since, attempt, deadline, cfg)
+        {
+            plan.health_check_jobs.push(job);
+        }
     }
 
     /// Adds what one node's outcome needs to the plan.
@@ -479,6 +520,7 @@ impl<'a> Planner<'a> {
             }
             _ => {}
         }
+        self.health_check(f, &verdict, plan);
         let passed = matches!(verdict, health::Health::Passed { .. });
         if settled && (passed || !self.spec.node_complete(&f.prior)) {
             let msg = schema::node_complete_message(&self.name);
@@ -692,6 +734,7 @@ fn freeze(plan: &mut Plan, cfg: &Config) {
     plan.node_conditions.clear();
     plan.configmaps.clear();
     plan.create_jobs.clear();
+    plan.health_check_jobs.clear();
     plan.evictions.clear();
     plan.requeue_after = Some(cfg.default_interval);
 }

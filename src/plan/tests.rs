@@ -56,6 +56,7 @@ struct World {
     status_budget: usize,
     /// Nodes whose auto-taint was refused.
     refused_taints: BTreeSet<String>,
+    checks: BTreeMap<String, Vec<crate::jobs::CheckRun>>,
 }
 
 impl World {
@@ -74,6 +75,7 @@ impl World {
             policies: Vec::new(),
             status_budget: crate::settings::DEFAULT_STATUS_NODE_BUDGET,
             refused_taints: BTreeSet::new(),
+            checks: BTreeMap::new(),
         }
     }
 
@@ -101,6 +103,7 @@ impl World {
             write_failures: &self.write_failures,
             drain_blocks: &[],
             refused_auto_taints: &self.refused_taints,
+            health_checks: &self.checks,
             config: &cfg,
             operator_version: "test",
             now: now(),
@@ -1959,5 +1962,109 @@ fn health_gate_waits_for_a_node_condition_and_ready() {
         if status == Status::InProgress {
             assert!(message.contains("n1"), "{case}: {message}");
         }
+    }
+}
+
+/// A check Job starts once the gate's clock is stored and the other checks hold; a failed
+/// attempt is retried after its delay; a complete one passes the gate.
+#[test]
+fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
+    use crate::jobs::CheckRun;
+    let gate = json!({"check": {"image": "example.com/check:1", "command": ["/check"]}});
+    let sk = skyhook("sh")
+        .live()
+        .package(package(PLAIN))
+        .set("healthGate", gate)
+        .build();
+    let since = t(-30);
+    let finished = |clock: bool| {
+        let mut b = node("n1")
+            .annotations(go_state(PLAIN, "config", "complete"))
+            .annotation(&schema::status_annotation("sh"), "in_progress");
+        if clock {
+            b = b.annotation(&schema::health_gate_annotation("sh"), &since.to_string());
+        }
+        b.arc()
+    };
+    let run = |attempt: u32, outcome: Outcome| CheckRun {
+        name: format!("check-{attempt}"),
+        node: "n1".into(),
+        since: since.to_string(),
+        attempt,
+        outcome,
+    };
+    let failed = |secs: i64| crate::plan::fixtures::failure(t(secs));
+    // (case, clock stored, runs, attempt created, status)
+    let cases: Vec<(&str, bool, Vec<CheckRun>, Option<&str>, Status)> = vec![
+        (
+            "clock not stored yet: nothing starts",
+            false,
+            vec![],
+            None,
+            Status::InProgress,
+        ),
+        (
+            "clock stored: attempt 0",
+            true,
+            vec![],
+            Some("0"),
+            Status::InProgress,
+        ),
+        (
+            "attempt 0 running",
+            true,
+            vec![run(0, Outcome::Running)],
+            None,
+            Status::InProgress,
+        ),
+        (
+            "attempt 0 failed 5 s ago: waits",
+            true,
+            vec![run(0, failed(-5))],
+            None,
+            Status::InProgress,
+        ),
+        (
+            "attempt 0 failed 11 s ago: attempt 1",
+            true,
+            vec![run(0, failed(-11))],
+            Some("1"),
+            Status::InProgress,
+        ),
+        (
+            "attempt 1 complete: passed",
+            true,
+            vec![run(0, failed(-20)), run(1, Outcome::Complete { at: t(-1) })],
+            None,
+            Status::Complete,
+        ),
+        (
+            "another gate's complete run does not count",
+            true,
+            vec![CheckRun {
+                since: t(-9000).to_string(),
+                ..run(0, Outcome::Complete { at: t(-8000) })
+            }],
+            Some("0"),
+            Status::InProgress,
+        ),
+    ];
+    for (case, clock, runs, attempt, status) in cases {
+        let mut w = World::new(sk.clone(), vec![finished(clock)]);
+        w.checks.insert("n1".into(), runs);
+        let plan = w.plan();
+        assert_eq!(node_status(&plan, "n1"), Some(status), "{case}");
+        let created: Vec<&str> = plan
+            .health_check_jobs
+            .iter()
+            .filter_map(|j| {
+                j.metadata
+                    .annotations
+                    .as_ref()?
+                    .get(schema::ATTEMPT_ANNOTATION)
+            })
+            .map(String::as_str)
+            .collect();
+        assert_eq!(created, attempt.into_iter().collect::<Vec<_>>(), "{case}");
     }
 }

@@ -85,6 +85,12 @@ pub fn health_gate_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/healthGate_{skyhook}")
 }
 
+/// The stage label value of a health check Job (not a package stage: no node state records it).
+pub const HEALTH_CHECK_STAGE: &str = "health-check";
+/// Annotation of a health check Job: the start of the gate it checks (the node's
+/// `healthGate_<sh>` value when it was created).
+pub const HEALTH_CHECK_SINCE_ANNOTATION: &str = "skyhook.nvidia.com/health-check-since";
+
 /// Annotation `folded_<skyhook>`: per package version and stage, the newest Job attempt whose
 /// outcome the node state holds (`{"<pkg>|<ver>|<stage>":<attempt>}`, see [`super::folded`]). New
 /// in this implementation; the reference operator ignores it.

@@ -45,9 +45,10 @@ pub use interrupt::{Interrupt, InterruptType, interrupt_arg, merge_interrupts};
 pub use keys::*;
 pub use labels::{label_value, package_label, resource_id_label};
 pub use names::{
-    MAX_JOB_ATTEMPT, agent_resource_id, copy_dir, interrupt_job_name, interrupt_pod_name, job_name,
-    metadata_volume_name, node_metadata_configmap_name, package_configmap_name,
-    package_configmap_volume_name, parse_agent_resource_id, resource_id, safe_name, stage_pod_name,
+    MAX_JOB_ATTEMPT, agent_resource_id, copy_dir, health_check_job_name, interrupt_job_name,
+    interrupt_pod_name, job_name, metadata_volume_name, node_metadata_configmap_name,
+    package_configmap_name, package_configmap_volume_name, parse_agent_resource_id, resource_id,
+    safe_name, stage_pod_name,
 };
 pub use node_metadata::{
     NodeMetadataPackage, NodeMetadataPackages, agent_version, string_map_json,

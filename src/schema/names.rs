@@ -86,6 +86,18 @@ pub fn interrupt_job_name(
     )
 }
 
+/// Name of one attempt of a node's health check Job (issue 38), for the gate that began at
+/// `since` (a later gate of the same node never adopts an earlier one's Jobs).
+pub fn health_check_job_name(
+    skyhook: &str,
+    node: &str,
+    since: &str,
+    attempt: u32,
+) -> Result<String, SchemaError> {
+    let period = sha256_hex(since, 64);
+    attempt_name(&[skyhook, "health-check", node, &period[..6]], attempt)
+}
+
 fn attempt_name(parts: &[&str], attempt: u32) -> Result<String, SchemaError> {
     if attempt > MAX_JOB_ATTEMPT {
         return Err(SchemaError::AttemptOutOfRange(attempt));

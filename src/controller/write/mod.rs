@@ -146,6 +146,16 @@ pub async fn execute(
         w.stamp(job);
     }
     create(creations);
+    each(&plan.health_check_jobs, |job| {
+        async move {
+            match w.jobs.create(&Default::default(), job).await {
+                Err(e) if !is_status(&e, 409) => Err(e.into()),
+                _ => Ok(()),
+            }
+        }
+        .boxed()
+    })
+    .await?;
     each(&plan.evictions, |e| w.evict(e).boxed()).await?;
     each(&plan.stale_configmaps, |name| {
         async move {

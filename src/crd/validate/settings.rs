@@ -92,6 +92,7 @@ pub(super) fn check_health_gate(errs: &mut Errors, gate: Option<&crate::crd::Hea
             errs.push(field, format!("healthGate.pods.selector: {e}"));
         }
     }
+    check_health_check(errs, g.check.as_ref());
     if let Some(c) = &g.node_condition {
         if !matches!(c.status.as_str(), "True" | "False" | "Unknown") {
             errs.push(
@@ -108,6 +109,16 @@ pub(super) fn check_health_gate(errs: &mut Errors, gate: Option<&crate::crd::Hea
                 "healthGate.nodeCondition.type: must name a node condition, such as KernelDeadlock",
             );
         }
+    }
+}
+
+/// A check Job needs an image.
+fn check_health_check(errs: &mut Errors, check: Option<&crate::crd::HealthCheck>) {
+    if check.is_some_and(|c| c.image.trim().is_empty()) {
+        errs.push(
+            "spec.healthGate.check.image",
+            "healthGate.check.image: must name the image of the check Job",
+        );
     }
 }
 

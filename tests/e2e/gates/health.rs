@@ -336,3 +336,87 @@ async fn a_bad_health_gate_is_refused_naming_the_field() {
         assert!(err.to_string().contains(field), "{field}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_check_job_that_fails_then_succeeds_passes_the_gate() {
+    let env = setup("gates-health-check", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let sk = env.ctx.name("sk");
+    let check = |code: &str| {
+        json!({"image": "example.com/gpu-check:1", "command": ["/check"],
+            "env": [{"name": "EXIT_CODE", "value": code}, {"name": "SLEEP_LEN", "value": "1"}]})
+    };
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"healthGate": {"timeout": "5m", "check": check("1")},
+            "packages": {"tool": crate::support::pkg("1.0.0", crate::support::sleep("1"))}}),
+    ))
+    .await;
+    let checks = |jobs: Vec<k8s_openapi::api::batch::v1::Job>| {
+        jobs.into_iter()
+            .filter(|j| label(j, schema::STAGE_LABEL) == schema::HEALTH_CHECK_STAGE)
+            .collect::<Vec<_>>()
+    };
+    let failed = |j: &k8s_openapi::api::batch::v1::Job| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+    };
+    // The first attempt fails: the node is held, the condition says why.
+    env.ctx
+        .wait_for(
+            "a failed check attempt",
+            Duration::from_secs(120),
+            || async {
+                checks(env.jobs_of(&sk).await)
+                    .iter()
+                    .any(failed)
+                    .then_some(())
+            },
+        )
+        .await;
+    env.ctx
+        .eventually(
+            "the gate naming the failed check",
+            Duration::from_secs(30),
+            || async {
+                match gate_condition(&env, &sk).await {
+                    Some((_, m)) if m.contains("check Job") && m.contains("failed") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    let n = node_of(&env, &node).await;
+    assert_eq!(
+        annotation(&n, &schema::status_annotation(&sk)),
+        Some("in_progress"),
+        "a node whose check failed is not complete"
+    );
+    // The check is fixed: the next attempt succeeds and the node completes.
+    env.skyhooks
+        .patch(
+            &sk,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"healthGate": {"check": check("0")}}})),
+        )
+        .await
+        .expect("fix the check");
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(90))
+        .await;
+    let runs = checks(env.jobs_of(&sk).await);
+    assert!(runs.len() >= 2, "{} check Jobs", runs.len());
+    let pod_node = |j: &k8s_openapi::api::batch::v1::Job| {
+        j.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.node_name.clone())
+    };
+    assert!(
+        runs.iter()
+            .all(|j| pod_node(j).as_deref() == Some(node.as_str()))
+    );
+    assert_eq!(gate_condition(&env, &sk).await, None);
+}

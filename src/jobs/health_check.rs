@@ -1,0 +1,162 @@
+//! The check Job of a Skyhook's health gate (issue 38): one container on the node, like a
+//! package stage's pod (pinned to the node, tolerating its cordon and taints, no API token), and
+//! read back as a [`CheckRun`]. It is not a package stage: no node state records it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::pod::{env_var, job_spec, owner_reference, pod_spec, string_map};
+use super::view::{Outcome, outcome};
+use crate::crd::{HealthCheck, Skyhook};
+use crate::schema;
+use crate::settings::Config;
+
+/// The container of a check Job (what `kubectl logs job/<name>` shows).
+pub const CHECK_CONTAINER: &str = "check";
+
+/// One attempt of a node's health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRun {
+    pub name: String,
+    pub node: String,
+    /// The start of the gate it checks.
+    pub since: String,
+    pub attempt: u32,
+    pub outcome: Outcome,
+}
+
+impl CheckRun {
+    /// A check Job of ours; `None` for any other Job.
+    pub fn from_job(job: &Job) -> Option<CheckRun> {
+        let meta = &job.metadata;
+        let labels = meta.labels.as_ref()?;
+        if labels.get(schema::STAGE_LABEL).map(String::as_str) != Some(schema::HEALTH_CHECK_STAGE) {
+            return None;
+        }
+        let annotations = meta.annotations.as_ref()?;
+        Some(CheckRun {
+            name: meta.name.clone()?,
+            node: annotations.get(schema::NODE_ANNOTATION)?.clone(),
+            since: annotations
+                .get(schema::HEALTH_CHECK_SINCE_ANNOTATION)?
+                .clone(),
+            attempt: annotations.get(schema::ATTEMPT_ANNOTATION)?.parse().ok()?,
+            outcome: outcome(job, annotations),
+        })
+    }
+}
+
+/// Attempt `attempt` of the check for the gate of `node` that began at `since`; its deadline is
+/// the gate's timeout. `None` past the last attempt a name allows.
+pub fn health_check_job(
+    skyhook: &Skyhook,
+    check: &HealthCheck,
+    node: &str,
+    since: &str,
+    attempt: u32,
+    deadline_seconds: i64,
+    cfg: &Config,
+) -> Option<Job> {
+    let sk = skyhook.metadata.name.clone().unwrap_or_default();
+    let name = schema::health_check_job_name(&sk, node, since, attempt).ok()?;
+    let labels: BTreeMap<String, String> = [
+        (schema::NAME_LABEL, sk.clone()),
+        (schema::NODE_LABEL, schema::label_value(node)),
+        (schema::STAGE_LABEL, schema::HEALTH_CHECK_STAGE.to_owned()),
+        (
+            schema::MANAGED_BY_LABEL,
+            schema::MANAGED_BY_VALUE.to_owned(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let mut env = vec![env_var("NODE_NAME", node), env_var("SKYHOOK_NAME", &sk)];
+    env.extend(check.env.iter().cloned());
+    let container = Container {
+        name: CHECK_CONTAINER.to_owned(),
+        image: Some(check.image.clone()),
+        command: (!check.command.is_empty()).then(|| check.command.clone()),
+        args: (!check.args.is_empty()).then(|| check.args.clone()),
+        env: Some(env),
+        ..Default::default()
+    };
+    let mut pod = pod_spec(skyhook, node, cfg);
+    pod.containers = vec![container];
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            annotations: Some(string_map([(
+                schema::DEFAULT_CONTAINER_ANNOTATION,
+                CHECK_CONTAINER,
+            )])),
+            ..Default::default()
+        }),
+        spec: Some(pod),
+    };
+    let attempt_text = attempt.to_string();
+    Some(Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(cfg.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(string_map([
+                (schema::NODE_ANNOTATION, node),
+                (schema::ATTEMPT_ANNOTATION, attempt_text.as_str()),
+                (schema::HEALTH_CHECK_SINCE_ANNOTATION, since),
+            ])),
+            owner_references: Some(vec![owner_reference(skyhook)]),
+            ..Default::default()
+        },
+        spec: Some(job_spec(template, cfg, Some(deadline_seconds.max(1)))),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::HealthCheck;
+
+    #[test]
+    fn a_check_job_runs_on_the_node_and_reads_back() {
+        let mut sk = Skyhook::new("sh", Default::default());
+        sk.metadata.uid = Some("u".into());
+        let check = HealthCheck {
+            image: "example.com/check:1".into(),
+            command: vec!["/check".into()],
+            ..Default::default()
+        };
+        let cfg = crate::plan::fixtures::config();
+        let since = "2026-11-28T10:00:00Z";
+        let job = health_check_job(&sk, &check, "n1", since, 2, 600, &cfg).expect("job");
+        let pod = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("pod");
+        assert_eq!(pod.node_name.as_deref(), Some("n1"));
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("example.com/check:1")
+        );
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(
+            job.spec.as_ref().and_then(|s| s.active_deadline_seconds),
+            Some(600)
+        );
+        let run = CheckRun::from_job(&job).expect("a check run");
+        assert_eq!(
+            (run.node.as_str(), run.since.as_str(), run.attempt),
+            ("n1", since, 2)
+        );
+        assert_eq!(run.outcome, Outcome::Running);
+        // Another gate of the same node never takes this one's Jobs for its own.
+        let later =
+            health_check_job(&sk, &check, "n1", "2026-11-29T10:00:00Z", 2, 600, &cfg).expect("job");
+        assert_ne!(later.metadata.name, job.metadata.name);
+    }
+}
