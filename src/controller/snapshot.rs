@@ -57,7 +57,14 @@ impl Snapshot {
         crd::normalize(&mut normalized);
         let policies = caches.policies.state();
         let nodes = caches.nodes.all();
-        let pods_on_nodes = drain_view(client, &normalized, &nodes).await?;
+        let soaking: Vec<String> = sk
+            .status
+            .iter()
+            .flat_map(|s| s.compartment_statuses.values())
+            .filter_map(|c| c.batch_state.as_ref())
+            .flat_map(|b| b.soak_nodes.iter().cloned())
+            .collect();
+        let pods_on_nodes = drain_view(client, &normalized, &nodes, &soaking).await?;
         let health_checks = health_checks(client, namespace, &normalized, &nodes).await?;
         let elsewhere = elsewhere(caches, creations, &name);
         Ok(Snapshot {
@@ -187,8 +194,9 @@ async fn drain_view(
     client: &Client,
     sk: &Skyhook,
     nodes: &[Arc<NodeView>],
+    soaking: &[String],
 ) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
-    let listing = plan::drain::Listing::of(sk, nodes);
+    let listing = plan::drain::Listing::of(sk, nodes, soaking);
     let pods: Api<Pod> = Api::all(client.clone());
     let mut out = BTreeMap::new();
     for node in &listing.nodes {

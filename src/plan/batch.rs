@@ -25,8 +25,9 @@ pub struct Seen {
     pub erroring: bool,
     /// Neither blocked nor gated.
     pub eligible: bool,
-    /// The kubelet says the node is not Ready.
-    pub not_ready: bool,
+    /// The kubelet says the node is not Ready, or (with a health gate) its selected pods or node
+    /// condition fail: a node of a soaking batch in this state fails the batch.
+    pub unhealthy: bool,
 }
 
 impl Seen {
@@ -41,7 +42,7 @@ impl Seen {
             settled,
             erroring: o.any_state(State::Erroring),
             eligible: f.eligible(),
-            not_ready: f.node.not_ready,
+            unhealthy: f.node.not_ready,
         }
     }
 }
@@ -116,7 +117,8 @@ fn start_soak(c: &mut Compartment, members: &[&Seen], pass: &BatchPass) {
         .collect();
 }
 
-/// A soak under way: a node of the soaking batch gone NotReady fails the batch (and ends the
+/// A soak under way: a node of the soaking batch gone NotReady (or failing its health gate's
+/// pods or node condition) fails the batch (and ends the
 /// soak); a soak past its end ends. True while the compartment still soaks.
 fn check_soak(c: &mut Compartment, members: &[&Seen], now: Timestamp, total: i64) -> bool {
     let Some(until) = c.batch.soak_until.as_deref() else {
@@ -127,7 +129,7 @@ fn check_soak(c: &mut Compartment, members: &[&Seen], now: Timestamp, total: i64
         .batch
         .soak_nodes
         .iter()
-        .filter(|n| members.iter().any(|s| s.name == **n && s.not_ready))
+        .filter(|n| members.iter().any(|s| s.name == **n && s.unhealthy))
         .cloned()
         .collect();
     let over = until.is_none_or(|u| now >= u);
@@ -185,7 +187,7 @@ mod tests {
                 settled,
                 erroring,
                 eligible,
-                not_ready: false,
+                unhealthy: false,
             })
             .collect()
     }
@@ -498,7 +500,7 @@ mod tests {
         assert!(done.batch.soak_until.is_none() && done.batch.soak_nodes.is_empty());
         // a goes NotReady during the soak: the batch failed, the rollout stops.
         let mut sick_rows = rows.clone();
-        sick_rows[0].not_ready = true;
+        sick_rows[0].unhealthy = true;
         let members: Vec<&Seen> = sick_rows.iter().collect();
         assert!(select(&mut c, &members, &pass(t(30))).is_empty());
         assert_eq!(c.soak_failed, ["a"]);

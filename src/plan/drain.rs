@@ -97,15 +97,20 @@ pub struct Listing {
 }
 
 impl Listing {
-    pub fn of(sk: &Skyhook, nodes: &[Arc<NodeView>]) -> Listing {
+    /// `soaking`: the nodes of soaking batches (the stored status), whose health gate pods the
+    /// soak watches.
+    pub fn of(sk: &Skyhook, nodes: &[Arc<NodeView>], soaking: &[String]) -> Listing {
         let health = PodGate::of(sk);
-        // A node waiting for its health gate is listed too, cordoned or not.
+        // A node waiting for its health gate, or soaking, is listed too, cordoned or not.
         let gate_clock = schema::health_gate_annotation(&sk.name_any());
         Listing {
             nodes: targeted(sk, nodes)
                 .into_iter()
                 .filter(|n| {
-                    n.unschedulable || (health.is_some() && n.annotations.contains_key(&gate_clock))
+                    n.unschedulable
+                        || (health.is_some()
+                            && (n.annotations.contains_key(&gate_clock)
+                                || soaking.contains(&n.name)))
                 })
                 .map(|n| n.name.clone())
                 .collect(),

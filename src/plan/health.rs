@@ -223,6 +223,20 @@ pub fn check_to_start(inp: &GateInput, h: &Health) -> Option<(Timestamp, u32)> {
     }
 }
 
+/// The node fails its gate's pods or node condition now (pods not listed are not held against
+/// it): a node of a soaking batch in this state fails the batch.
+pub fn sick(inp: &GateInput) -> bool {
+    let Some(gate) = inp.gate else { return false };
+    if inp.pods.is_none() && gate.node_condition.is_none() {
+        return false;
+    }
+    let gate = HealthGate {
+        pods: gate.pods.clone().filter(|_| inp.pods.is_some()),
+        ..gate.clone()
+    };
+    unhealthy_before_check(&gate, inp).is_some()
+}
+
 /// The checks before the check Job, in words; `None` when they all hold.
 fn unhealthy_before_check(gate: &HealthGate, inp: &GateInput) -> Option<String> {
     if inp.node.not_ready {

@@ -324,6 +324,7 @@ impl<'a> Planner<'a> {
             let o = node.outcome();
             let (settled, health) = self.gate(f, o);
             let mut s = Seen::of(f, o, settled);
+            s.unhealthy |= self.sick(f);
             // Waiting for its health gate, a node is at work in its batch; past the timeout it
             // is a failed node of the batch, which may then be judged.
             match health {
@@ -352,7 +353,7 @@ impl<'a> Planner<'a> {
                 settled: false,
                 erroring: false,
                 eligible: false,
-                not_ready: f.node.not_ready,
+                unhealthy: f.node.not_ready,
             }
         }));
         let members: Vec<Member> = facts
@@ -428,6 +429,23 @@ impl<'a> Planner<'a> {
             now: self.inp.now,
         });
         (raw && !verdict.waits(), verdict)
+    }
+
+    /// A node the health gate would hold now (its pods or node condition fail), whatever its
+    /// state: what a soaking batch watches besides the kubelet's Ready.
+    fn sick(&self, f: &NodeFacts) -> bool {
+        let Some(gate) = self.inp.skyhook.spec.health_gate.as_ref() else {
+            return false;
+        };
+        health::sick(&health::GateInput {
+            skyhook: &self.name,
+            gate: Some(gate),
+            node: f.node,
+            settled: true,
+            pods: f.host.pods,
+            checks: &[],
+            now: self.inp.now,
+        })
     }
 
     fn checks_of(&self, f: &NodeFacts) -> &'a [crate::jobs::CheckRun] {

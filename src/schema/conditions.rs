@@ -268,7 +268,8 @@ pub fn maintenance_window_message(holds: &[(String, Option<String>)]) -> String 
 pub const SOAKING_CONDITION: &str = "skyhook.nvidia.com/Soaking";
 /// Its reason, also the reason of the Event when a soak begins.
 pub const SOAKING_REASON: &str = "Soaking";
-/// Warning: a node of a soaking batch went NotReady, which failed the batch.
+/// Warning: a node of a soaking batch went NotReady (or failed its health gate's pods or node
+/// condition), which failed the batch.
 pub const SOAK_FAILED_REASON: &str = "SoakFailed";
 
 /// The soaking compartments, each with the end of its soak (RFC 3339).
@@ -283,7 +284,7 @@ pub fn soaking_message(soaking: &[(String, String)]) -> String {
 /// A soaking batch failed.
 pub fn soak_failed_message(compartment: &str, nodes: &[String]) -> String {
     format!(
-        "compartment {compartment}: node(s) {} went NotReady while their batch soaked: the batch failed",
+        "compartment {compartment}: node(s) {} went NotReady or unhealthy (health gate) while their batch soaked: the batch failed",
         nodes.join(", ")
     )
 }

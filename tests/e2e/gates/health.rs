@@ -420,3 +420,71 @@ async fn a_check_job_that_fails_then_succeeds_passes_the_gate() {
     );
     assert_eq!(gate_condition(&env, &sk).await, None);
 }
+
+#[tokio::test]
+async fn a_pod_failing_during_the_soak_fails_the_batch() {
+    let env = setup("gates-health-soak", 2, &[]).await;
+    let app = env.ctx.name("dp");
+    let mut apis = Vec::new();
+    for (i, node) in env.nodes.iter().enumerate() {
+        apis.push(plugin_pod(&env, &format!("dp-{i}"), node, &app).await);
+    }
+    let name = env.ctx.name("policy");
+    let strategy = json!({"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}});
+    let policy: DeploymentPolicy = serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": {"default": {"budget": {"count": 1}, "strategy": strategy}, "soak": "5m"},
+    }))
+    .expect("policy");
+    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let sk = env.ctx.name("sk");
+    let gate =
+        json!({"pods": {"namespace": env.ctx.ns, "selector": {"matchLabels": {"app": app}}}});
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"deploymentPolicy": name, "healthGate": gate,
+            "packages": {"tool": crate::support::pkg("1.0.0", crate::support::sleep("1"))}}),
+    ))
+    .await;
+    let soaking = env
+        .ctx
+        .wait_for(
+            "batch 1 passed its gate and soaking",
+            Duration::from_secs(120),
+            || async {
+                let s = env.skyhooks.get(&sk).await.ok()?.status?;
+                let b = s
+                    .compartment_statuses
+                    .get("__default__")?
+                    .batch_state
+                    .clone()?;
+                (b.soak_until.is_some() && b.soak_nodes.len() == 1).then_some(b)
+            },
+        )
+        .await;
+    let sick = soaking.soak_nodes[0].clone();
+    let i = env.nodes.iter().position(|n| *n == sick).expect("index");
+    set_pod_ready(&apis[i], &format!("dp-{i}"), "False").await;
+    env.wait_event("SoakFailed", &sk, |e| {
+        e.reason.as_deref() == Some(schema::SOAK_FAILED_REASON)
+            && e.message.as_deref().is_some_and(|m| m.contains(&sick))
+    })
+    .await;
+    let s = env
+        .skyhooks
+        .get(&sk)
+        .await
+        .expect("skyhook")
+        .status
+        .expect("status");
+    let b = s.compartment_statuses["__default__"]
+        .batch_state
+        .clone()
+        .expect("batch state");
+    assert!(b.should_stop && b.last_batch_failed, "{b:?}");
+}
