@@ -77,6 +77,13 @@ const PINNED: &[(&str, &str, &str, &str, &str)] = &[
     (
         "Role skyhook",
         "",
+        "secrets",
+        "get",
+        "the rollout gates' credentials, two Secrets by name",
+    ),
+    (
+        "Role skyhook",
+        "",
         "pods",
         "get list watch delete",
         "pending pods; the Go operator's pods",

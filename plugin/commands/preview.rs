@@ -56,6 +56,7 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         drain_blocks: &[],
         refused_auto_taints: &plan::inputs::NO_NODES,
         health_checks: &plan::inputs::NO_CHECKS,
+        alerts: None,
         config: &config,
         operator_version: env!("CARGO_PKG_VERSION"),
         now: jiff::Timestamp::now(),

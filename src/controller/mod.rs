@@ -17,6 +17,7 @@
 
 pub mod api;
 mod error;
+pub mod outbound;
 pub mod pacing;
 pub mod process;
 pub mod snapshot;
@@ -67,6 +68,8 @@ pub struct Ctx {
     pub pacing: Pacing,
     /// When the operator started (the caches' deadline counts from here).
     pub started: Instant,
+    /// The alert gates' sources, each read at most every few seconds.
+    pub alerts: outbound::alerts::AlertSources,
 }
 
 impl Ctx {
@@ -142,6 +145,7 @@ pub async fn run(
         creations,
         pacing: Pacing::default(),
         started: Instant::now(),
+        alerts: outbound::alerts::AlertSources::new(outbound::http::Outbound::new()?),
     });
     let Some(leadership) = prepare(&ctx, &client, shutdown.clone()).await? else {
         return Ok(());
@@ -306,6 +310,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
         &ctx.creations,
         &ctx.client,
         &ctx.config.namespace,
+        &ctx.alerts,
         sk,
     )
     .await?;

@@ -12,11 +12,13 @@ use kube::api::Api;
 use kube::{Client, ResourceExt};
 
 use super::error::Error;
+use super::outbound::alerts::AlertSources;
 use super::watch::caches::Caches;
 use super::write::job_creations::JobCreations;
 use crate::crd::{self, DeploymentPolicy, Skyhook};
 use crate::jobs::{CheckRun, GoPod, JobView};
 use crate::node::NodeView;
+use crate::plan::alerts::AlertReading;
 use crate::plan::{self, Elsewhere, Inputs};
 use crate::schema;
 use crate::settings::Config;
@@ -37,6 +39,8 @@ pub struct Snapshot {
     pub invalid: Vec<String>,
     /// Its health check Jobs, by node, listed while a node waits for a gate with a check.
     pub health_checks: BTreeMap<String, Vec<CheckRun>>,
+    /// What the alert gate's source says, when the Skyhook's policy has one.
+    pub alerts: Option<AlertReading>,
 }
 
 impl Snapshot {
@@ -46,6 +50,7 @@ impl Snapshot {
         creations: &JobCreations,
         client: &Client,
         namespace: &str,
+        alerts: &AlertSources,
         sk: &Skyhook,
     ) -> Result<Snapshot, Error> {
         let name = sk.name_any();
@@ -66,6 +71,16 @@ impl Snapshot {
             .collect();
         let pods_on_nodes = drain_view(client, &normalized, &nodes, &soaking).await?;
         let health_checks = health_checks(client, namespace, &normalized, &nodes).await?;
+        let gate = normalized
+            .spec
+            .deployment_policy
+            .as_deref()
+            .and_then(|p| policies.iter().find(|x| x.name_any() == p))
+            .and_then(|p| p.spec.alert_gate.clone());
+        let alert_reading = match &gate {
+            Some(g) => Some(alerts.read(client, namespace, g).await),
+            None => None,
+        };
         let elsewhere = elsewhere(caches, creations, &name);
         Ok(Snapshot {
             invalid: problems(&normalized, &policies),
@@ -85,6 +100,7 @@ impl Snapshot {
             nodes,
             pods_on_nodes,
             health_checks,
+            alerts: alert_reading,
         })
     }
 
@@ -114,6 +130,7 @@ impl Snapshot {
             drain_blocks: &[],
             refused_auto_taints: &crate::plan::inputs::NO_NODES,
             health_checks: &self.health_checks,
+            alerts: self.alerts.as_ref(),
             config,
             operator_version,
             now,

@@ -279,6 +279,7 @@ pub fn deployment_policy_rules() -> Vec<CelRule> {
     let mut rules = policy_rules();
     rules.extend(later_rules::window_rules());
     rules.extend(later_rules::soak_rules());
+    rules.extend(later_rules::alert_gate_rules());
     rules
 }
 

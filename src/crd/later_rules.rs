@@ -96,6 +96,24 @@ pub(super) fn window_rules() -> Vec<CelRule> {
     rules
 }
 
+/// The alert gate's URL and matchers (their regular expressions are checked by the operator,
+/// which then reports them in the Skyhook's status).
+pub(super) fn alert_gate_rules() -> Vec<CelRule> {
+    vec![
+        rule(
+            "spec.alertGate.url",
+            "self.matches('^https?://[^\\\\s/]+')",
+            "alertGate.url: must be an http:// or https:// URL of a Prometheus or Alertmanager"
+                .to_string(),
+        ),
+        rule(
+            "spec.alertGate.matchers.[]",
+            "self.matches('^\\\\s*[a-zA-Z_][a-zA-Z0-9_]*\\\\s*(=~|!~|!=|=)')",
+            "alertGate.matchers: each must be a label matcher such as severity=\"critical\" or alertname=~\"GPU.*\"".to_string(),
+        ),
+    ]
+}
+
 /// `soak` of a policy and of a compartment: a Go duration within a week.
 pub(super) fn soak_rules() -> Vec<CelRule> {
     ["spec.soak", "spec.compartments.[].soak"]
@@ -149,5 +167,13 @@ pub(super) fn policy_tightenings() -> Vec<SchemaPatch> {
     for soak in ["spec.soak", "spec.compartments.[].soak"] {
         patches.push(patch(soak, "maxLength", json!(MAX_GO_DURATION_LENGTH)));
     }
+    patches.push(patch("spec.alertGate.url", "maxLength", json!(2048)));
+    patches.push(patch("spec.alertGate.matchers", "maxItems", json!(32)));
+    patches.push(patch("spec.alertGate.matchers.[]", "maxLength", json!(512)));
+    patches.push(patch(
+        "spec.alertGate.credentialsSecret",
+        "maxLength",
+        json!(253),
+    ));
     patches
 }

@@ -7,6 +7,7 @@
 //! * [`normalize`]: in-memory normalisation the Go webhook used to persist.
 
 pub mod admission;
+pub mod alert_gate;
 mod cel;
 pub mod config_size;
 pub mod generate;
@@ -27,6 +28,7 @@ pub mod window;
 #[cfg(test)]
 mod tests;
 
+pub use alert_gate::{AlertApi, AlertGate, Matcher, Unreachable};
 pub use generate::{
     GenerateError, REGENERATE_COMMAND, all_crds, crd_files, crd_yaml, crds_yaml,
     deployment_policy_crd, skyhook_crd, write_crds,

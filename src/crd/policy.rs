@@ -61,6 +61,11 @@ pub struct DeploymentPolicySpec {
     /// project). A node of the batch that goes NotReady meanwhile fails the batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soak: Option<String>,
+
+    /// Firing alerts of a Prometheus or Alertmanager that hold every compartment's next batch
+    /// (an extension of this project).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert_gate: Option<super::alert_gate::AlertGate>,
 }
 
 /// A recurring maintenance window (an extension of this project; the reference ignores it).

@@ -35,6 +35,10 @@ pub fn extensions() -> Vec<(&'static str, &'static str)> {
             "maintenance windows of a compartment (issue 38)",
         ),
         (
+            "spec.alertGate",
+            "the alert gate of a DeploymentPolicy (issue 38)",
+        ),
+        (
             "spec.soak",
             "soak between batches of a DeploymentPolicy (issue 38)",
         ),

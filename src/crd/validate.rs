@@ -382,6 +382,7 @@ pub fn validate_deployment_policy(policy: &DeploymentPolicy) -> Result<(), Vec<V
     }
 
     check_gates(&mut errs, "spec", &spec.windows, spec.soak.as_deref());
+    settings::check_alert_gate(&mut errs, spec.alert_gate.as_ref());
     let mut seen_names = BTreeSet::new();
     for (i, c) in spec.compartments.iter().enumerate() {
         let field = format!("spec.compartments[{i}]");

@@ -66,3 +66,32 @@ pub fn health(
         now,
     );
 }
+
+/// `skyhook.nvidia.com/AlertGate` while the policy's alert gate holds (or cannot read its
+/// source), with an Event when that begins (a Warning for an unreachable source).
+pub fn alerts(
+    list: &mut Vec<Condition>,
+    prior: &SkyhookStatus,
+    alert: Option<&(&crate::crd::AlertGate, super::alerts::AlertHold)>,
+    events: &mut Vec<Note>,
+    generation: i64,
+    now: Timestamp,
+) {
+    let present = alert.and_then(|(gate, hold)| super::alerts::condition(gate, hold));
+    let before = prior
+        .conditions
+        .iter()
+        .find(|c| c.type_ == schema::ALERT_GATE_CONDITION)
+        .map(|c| c.reason.as_str());
+    if let Some((reason, message)) = &present
+        && before != Some(*reason)
+    {
+        let note = Note::skyhook(reason, message.clone());
+        events.push(if *reason == schema::ALERT_SOURCE_UNREACHABLE_REASON {
+            note.warning()
+        } else {
+            note
+        });
+    }
+    present_while(list, schema::ALERT_GATE_CONDITION, present, generation, now);
+}

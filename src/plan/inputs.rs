@@ -49,6 +49,8 @@ pub struct Inputs<'a> {
     pub refused_auto_taints: &'a BTreeSet<String>,
     /// This Skyhook's health check Jobs, by node (listed while nodes wait for the gate).
     pub health_checks: &'a BTreeMap<String, Vec<CheckRun>>,
+    /// What the policy's alert gate source says (`None`: no alert gate).
+    pub alerts: Option<&'a super::alerts::AlertReading>,
     pub config: &'a Config,
     pub operator_version: &'a str,
     pub now: Timestamp,

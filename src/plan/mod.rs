@@ -25,6 +25,7 @@
 //! [`delete`] plans a deletion instead.
 
 pub mod actions;
+pub mod alerts;
 pub mod batch;
 pub mod census;
 pub mod compartments;
@@ -120,6 +121,8 @@ struct Tally {
     /// Nodes waiting for the health gate, and those past its timeout, each with why.
     health_holding: Vec<(String, String)>,
     health_failed: Vec<(String, String)>,
+    /// The alert gate holds the next batches: its source is read again soon.
+    alert_holds: bool,
 }
 
 /// The planner's entry point for a live (not deleting) Skyhook.
@@ -379,6 +382,7 @@ impl<'a> Planner<'a> {
         // §6.4: a batch state just reset on completion is not evaluated again.
         let evaluate = prior.status != Some(Status::Complete);
         let mut allowed = BTreeSet::new();
+        let alert_holds = self.alert_hold().is_some_and(|(_, h)| h.holds());
         let at_work_before: BTreeSet<String> = prior
             .node_status
             .iter()
@@ -391,8 +395,9 @@ impl<'a> Planner<'a> {
                 .iter()
                 .filter_map(|n| by_name.get(n.as_str()).copied())
                 .collect();
-            // Outside its maintenance windows a compartment finishes what runs, starts nothing.
-            let open = c.gate == crate::crd::window::Gate::Open;
+            // Outside its maintenance windows, or while matching alerts fire, a compartment
+            // finishes what runs and starts nothing.
+            let open = c.gate == crate::crd::window::Gate::Open && !alert_holds;
             let pass = batch::BatchPass {
                 can_run: can_run && open,
                 evaluate,
@@ -414,6 +419,16 @@ impl<'a> Planner<'a> {
             Status::InProgress | Status::Erroring
         );
         !seen.busy && !seen.settled && seen.eligible && at_work
+    }
+
+    /// The policy's alert gate and its verdict this pass (`None`: no alert gate).
+    fn alert_hold(&self) -> Option<(&'a crate::crd::AlertGate, alerts::AlertHold)> {
+        let Policy::Named(p) = self.policy else {
+            return None;
+        };
+        let gate = p.spec.alert_gate.as_ref()?;
+        let reading = self.inp.alerts?;
+        Some((gate, alerts::judge(gate, reading)))
     }
 
     /// Whether the node is settled once its health gate has spoken, and the gate's verdict.
@@ -677,6 +692,16 @@ impl<'a> Planner<'a> {
         }
         let kind = schema::MAINTENANCE_WINDOW_CONDITION;
         condition::present_while(list, kind, present, generation, now);
+        let alert = self.alert_hold();
+        tally.alert_holds = alert.as_ref().is_some_and(|(_, h)| h.holds());
+        gates::alerts(
+            list,
+            prior,
+            alert.as_ref(),
+            &mut plan.events,
+            generation,
+            now,
+        );
         gates::health(
             list,
             &tally.health_failed,
@@ -760,6 +785,12 @@ fn freeze(plan: &mut Plan, cfg: &Config) {
 /// When to look again without a watch event.
 fn requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Duration {
     let usual = usual_requeue(tally, plan, inp, cfg);
+    // The alert source is read again every few seconds while it holds the rollout.
+    let usual = if tally.alert_holds {
+        usual.min(Duration::from_secs(10))
+    } else {
+        usual
+    };
     // A maintenance window opening wakes the Skyhook: nothing else may happen then.
     match tally.next_window {
         Some(t) => {

@@ -57,6 +57,7 @@ struct World {
     /// Nodes whose auto-taint was refused.
     refused_taints: BTreeSet<String>,
     checks: BTreeMap<String, Vec<crate::jobs::CheckRun>>,
+    alerts: Option<alerts::AlertReading>,
 }
 
 impl World {
@@ -76,6 +77,7 @@ impl World {
             status_budget: crate::settings::DEFAULT_STATUS_NODE_BUDGET,
             refused_taints: BTreeSet::new(),
             checks: BTreeMap::new(),
+            alerts: None,
         }
     }
 
@@ -104,6 +106,7 @@ impl World {
             drain_blocks: &[],
             refused_auto_taints: &self.refused_taints,
             health_checks: &self.checks,
+            alerts: self.alerts.as_ref(),
             config: &cfg,
             operator_version: "test",
             now: now(),
@@ -2066,5 +2069,93 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             .map(String::as_str)
             .collect();
         assert_eq!(created, attempt.into_iter().collect::<Vec<_>>(), "{case}");
+    }
+}
+
+/// Matching firing alerts, or an unreachable source (by default), start no batch and say why;
+/// `onUnreachable: Proceed` goes on; clear alerts start the batch.
+#[test]
+fn the_alert_gate_holds_new_batches() {
+    use crate::plan::alerts::AlertReading;
+    let nodes = vec![node("n0").arc(), node("n1").created(1).arc()];
+    let world = |reading: AlertReading, proceed: bool| {
+        let mut w = World::new(one_package(false).policy("p").build(), nodes.clone());
+        let mut p = policy(
+            json!([]),
+            json!({"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}}),
+        );
+        p.spec.alert_gate = Some(crate::crd::AlertGate {
+            url: "http://prom:9090".into(),
+            matchers: vec!["severity=\"critical\"".into()],
+            on_unreachable: proceed.then_some(crate::crd::Unreachable::Proceed),
+            ..Default::default()
+        });
+        w.policies = vec![Arc::new(p)];
+        w.alerts = Some(reading);
+        w
+    };
+    let critical: BTreeMap<String, String> = [("alertname", "GPUXid"), ("severity", "critical")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let warning: BTreeMap<String, String> = [("alertname", "Disk"), ("severity", "warning")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let down = || AlertReading::Unreachable("connection refused".into());
+    // (case, reading, proceed, Jobs, condition reason)
+    let cases = [
+        (
+            "a critical alert fires",
+            AlertReading::Firing(vec![critical, warning.clone()]),
+            false,
+            0,
+            Some(schema::ALERTS_FIRING_REASON),
+        ),
+        (
+            "only a warning fires",
+            AlertReading::Firing(vec![warning]),
+            false,
+            1,
+            None,
+        ),
+        (
+            "the source is down",
+            down(),
+            false,
+            0,
+            Some(schema::ALERT_SOURCE_UNREACHABLE_REASON),
+        ),
+        (
+            "down, onUnreachable: Proceed",
+            down(),
+            true,
+            1,
+            Some(schema::ALERT_SOURCE_UNREACHABLE_REASON),
+        ),
+    ];
+    for (case, reading, proceed, jobs, reason) in cases {
+        let plan = world(reading, proceed).plan();
+        assert_eq!(created(&plan).len(), jobs, "{case}");
+        let status = plan.status.as_ref().expect("status");
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == schema::ALERT_GATE_CONDITION);
+        assert_eq!(c.map(|c| c.reason.as_str()), reason, "{case}");
+        if reason.is_some() {
+            assert!(
+                plan.events
+                    .iter()
+                    .any(|e| Some(e.reason.as_str()) == reason),
+                "{case}"
+            );
+        }
+        if jobs == 0 {
+            assert!(
+                plan.requeue_after <= Some(std::time::Duration::from_secs(10)),
+                "{case}"
+            );
+        }
     }
 }

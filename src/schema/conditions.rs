@@ -289,6 +289,14 @@ pub fn soak_failed_message(compartment: &str, nodes: &[String]) -> String {
     )
 }
 
+/// Present while the policy's alert gate holds the rollout (or cannot read its source): this
+/// project's extension, issue 38.
+pub const ALERT_GATE_CONDITION: &str = "skyhook.nvidia.com/AlertGate";
+/// Matching alerts fire (also the Event when the hold begins).
+pub const ALERTS_FIRING_REASON: &str = "AlertsFiring";
+/// The alert source cannot be read (also the Warning Event when that begins).
+pub const ALERT_SOURCE_UNREACHABLE_REASON: &str = "AlertSourceUnreachable";
+
 /// `True` while nodes wait for the Skyhook's health gate, or failed it (this project's extension,
 /// issue 38); absent otherwise.
 pub const HEALTH_GATE_CONDITION: &str = "skyhook.nvidia.com/HealthGate";

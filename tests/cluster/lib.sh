@@ -43,6 +43,9 @@ KT_ROOTFS_CACHE=${KT_ROOTFS_CACHE:-$KT_CACHE/rootfs}
 KT_NODE_ROOTFS=$KT_ROOTFS_CACHE/node-$DEBIAN_SUITE
 KT_PYTHON_ROOTFS=$KT_ROOTFS_CACHE/python-$AGENT_DEBIAN_SUITE
 KT_IMAGES=${KT_IMAGES:-$KT_CACHE/images}
+# Prometheus, built from its Go module, for the alert gate's tests (tests/cluster/build-prometheus).
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
+KT_PROMETHEUS=${KT_PROMETHEUS:-$KT_CACHE/prometheus-$PROMETHEUS_VERSION/prometheus}
 # Clear of the private clusters' port ranges (tests/e2e: 24000-25999, 27000-28999) and the bench's.
 REGISTRY_PORT=${REGISTRY_PORT:-21500}
 # Images name the registry without a port (a package image could not carry one in the reference

@@ -595,6 +595,16 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     // the operator namespace (evictions elsewhere), no node or Skyhook create/delete, no
     // escalation paths.
     table.extend(checks(&["get", "list", "watch"], "secrets", op, false));
+    // The rollout gates' credentials, by name only.
+    for name in ["skyhook-alert-credentials", "skyhook-notifications"] {
+        table.push(check(
+            "get",
+            Box::leak(format!("secrets/{name}").into_boxed_str()),
+            op,
+            true,
+        ));
+    }
+    table.push(check("get", "secrets/other", op, false));
     table.push(check("list", "secrets", AllNamespaces, false));
     table.extend(checks(&["create", "delete"], "nodes", Cluster, false));
     table.extend(checks(

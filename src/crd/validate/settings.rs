@@ -112,6 +112,35 @@ pub(super) fn check_health_gate(errs: &mut Errors, gate: Option<&crate::crd::Hea
     }
 }
 
+/// The alert gate: an http(s) URL, matchers that parse, a Secret name.
+pub(crate) fn check_alert_gate(errs: &mut Errors, gate: Option<&crate::crd::AlertGate>) {
+    let Some(g) = gate else { return };
+    let url = g.url.trim();
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    if !scheme_ok || url.parse::<http::Uri>().is_err() {
+        errs.push(
+            "spec.alertGate.url",
+            format!("alertGate.url: must be an http:// or https:// URL of a Prometheus or Alertmanager, got {url:?}"),
+        );
+    }
+    for (i, m) in g.matchers.iter().enumerate() {
+        if let Err(why) = crate::crd::Matcher::parse(m) {
+            errs.push(
+                format!("spec.alertGate.matchers[{i}]"),
+                format!("alertGate.matchers[{i}]: {why}"),
+            );
+        }
+    }
+    if let Some(s) = &g.credentials_secret
+        && !crate::schema::is_dns1123_subdomain(s)
+    {
+        errs.push(
+            "spec.alertGate.credentialsSecret",
+            format!("alertGate.credentialsSecret: {s:?} is not a Secret name"),
+        );
+    }
+}
+
 /// A check Job needs an image.
 fn check_health_check(errs: &mut Errors, check: Option<&crate::crd::HealthCheck>) {
     if check.is_some_and(|c| c.image.trim().is_empty()) {

@@ -1,5 +1,6 @@
 //! Rollout gates (issue 38): `cargo test --test e2e gates` runs them all.
 
+mod alerts;
 mod health;
 mod soak;
 mod windows;

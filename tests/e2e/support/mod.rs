@@ -42,6 +42,7 @@ pub mod metrics;
 pub mod objects;
 pub mod plugin;
 pub mod private;
+pub mod prometheus;
 pub mod proxy;
 pub mod real;
 pub mod refusal;
@@ -75,6 +76,8 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
     pub bin_dir: PathBuf,
     pub state_dir: PathBuf,
+    /// Prometheus, built from its Go module (`tests/cluster/build-prometheus`).
+    pub prometheus: PathBuf,
 }
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
@@ -104,7 +107,11 @@ fn read_env() -> Cluster {
     let text = String::from_utf8_lossy(&out.stdout);
     let mut kubeconfig = None;
     let mut bin_dir = None;
+    let mut prometheus = None;
     for line in text.lines() {
+        if let Some(v) = line.strip_prefix("export SKYHOOK_TEST_PROMETHEUS=") {
+            prometheus = Some(PathBuf::from(v));
+        }
         if let Some(v) = line.strip_prefix("export KUBECONFIG=") {
             kubeconfig = Some(PathBuf::from(v));
         } else if let Some(v) = line.strip_prefix("export PATH=") {
@@ -120,6 +127,7 @@ fn read_env() -> Cluster {
         kubeconfig,
         bin_dir: bin_dir.expect("tests/cluster/env printed no PATH"),
         state_dir,
+        prometheus: prometheus.expect("tests/cluster/env printed no SKYHOOK_TEST_PROMETHEUS"),
     }
 }
 
