@@ -28,6 +28,8 @@ pub enum Error {
     Forbidden(String),
     #[error("{0}")]
     JobNameTaken(String),
+    #[error("{0}")]
+    Outbox(String),
     #[error("cannot prepare outbound HTTP: {0}")]
     Outbound(#[from] super::outbound::http::OutboundError),
     #[error("leadership lost ({0}); exiting so that the new leader works alone")]

@@ -133,6 +133,8 @@ pub async fn run(
         Controller::for_stream(triggers.skyhooks, skyhooks.clone()).trigger_backoff(NoPause);
     let events = Arc::new(EventSink::start(Publisher::new(client.clone(), reporter())));
     let (creations, created_again) = JobCreations::new(client.clone(), ns.clone(), events.clone());
+    let http = outbound::http::Outbound::new()?;
+    let notifier = notifications_task(&client, &config, http.clone());
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
@@ -145,7 +147,7 @@ pub async fn run(
         creations,
         pacing: Pacing::default(),
         started: Instant::now(),
-        alerts: outbound::alerts::AlertSources::new(outbound::http::Outbound::new()?),
+        alerts: outbound::alerts::AlertSources::new(http.clone()),
     });
     let Some(leadership) = prepare(&ctx, &client, shutdown.clone()).await? else {
         return Ok(());
@@ -172,9 +174,27 @@ pub async fn run(
                 warn!(error = %e, "reconcile failed");
             }
         });
-    supervise(beside(reconciling, finalizer), leadership).await?;
+    supervise(beside(reconciling, beside(finalizer, notifier)), leadership).await?;
     info!("skyhook operator stopped");
     Ok(())
+}
+
+/// The notification sender (with `NOTIFICATIONS`), for as long as reconciling runs; without it,
+/// a task that never ends.
+fn notifications_task(
+    client: &Client,
+    config: &Config,
+    http: outbound::http::Outbound,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let run = config
+        .notifications
+        .then(|| outbound::notify::run(client.clone(), config.namespace.clone(), http));
+    async move {
+        match run {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// The task that keeps the DeploymentPolicy in-use finalizer, for as long as reconciling runs.

@@ -210,6 +210,8 @@ pub struct Plan {
     pub create_jobs: Vec<PlannedJob>,
     /// Health check Jobs to create (an existing one of the same name is the same attempt).
     pub health_check_jobs: Vec<k8s_openapi::api::batch::v1::Job>,
+    /// Notifications of this pass's status changes, put in the outbox before the status.
+    pub notifications: Vec<super::notify::Notification>,
     /// Jobs due this pass but left to the next one ([`super::launch::MAX_JOB_CREATES_PER_PASS`]).
     pub deferred_jobs: usize,
     /// Each with the node whose work it is.

@@ -42,6 +42,7 @@ pub mod interrupt;
 pub mod launch;
 pub mod metadata;
 pub mod node_order;
+pub mod notify;
 pub mod release;
 pub mod select;
 pub mod spec;
@@ -717,6 +718,16 @@ impl<'a> Planner<'a> {
             generation,
             now,
         );
+        if self.inp.config.notifications {
+            let meta = &self.inp.skyhook.metadata;
+            let src = notify::Source {
+                skyhook: &self.name,
+                uid: meta.uid.as_deref().unwrap_or(""),
+                version: meta.resource_version.as_deref().unwrap_or(""),
+                time: now.to_string(),
+            };
+            plan.notifications = notify::changes(&src, prior, &desired);
+        }
         let changes = events::status_changes(prior, &desired, self.inp.invalid);
         plan.events.extend(changes.into_iter().map(Note::of_status));
         if desired != *prior {

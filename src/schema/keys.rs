@@ -85,6 +85,20 @@ pub fn health_gate_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/healthGate_{skyhook}")
 }
 
+/// The Secret in the operator's namespace with the notification targets (key `targets.yaml`).
+pub const NOTIFICATIONS_SECRET: &str = "skyhook-notifications";
+/// The Secret the alert gate's credentials are expected in by default (the install lets the
+/// operator read it, and [`NOTIFICATIONS_SECRET`], by name).
+pub const ALERT_CREDENTIALS_SECRET: &str = "skyhook-alert-credentials";
+/// Label of a Skyhook's notification outbox ConfigMap: the Skyhook's name. Not the name label,
+/// so the ConfigMap watch (which wakes passes) leaves it out.
+pub const NOTIFICATIONS_LABEL: &str = "skyhook.nvidia.com/notifications";
+
+/// The name of a Skyhook's notification outbox ConfigMap (in the operator's namespace).
+pub fn notifications_configmap_name(skyhook: &str) -> String {
+    super::safe_name(253, &["skyhook-notifications", skyhook])
+}
+
 /// The stage label value of a health check Job (not a package stage: no node state records it).
 pub const HEALTH_CHECK_STAGE: &str = "health-check";
 /// Annotation of a health check Job: the start of the gate it checks (the node's

@@ -78,6 +78,11 @@ pub struct Settings {
     /// How long a successful Job is kept (ttlSecondsAfterFinished). Failed Jobs are kept.
     #[arg(long, env = "COMPLETED_JOB_TTL", default_value = "24h")]
     pub completed_job_ttl: String,
+    /// Send rollout notifications (batch started, node erroring, rollout stopped, gate holding,
+    /// rollout complete) to the webhook targets of the Secret `skyhook-notifications` in the
+    /// operator's namespace.
+    #[arg(long, env = "NOTIFICATIONS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub notifications: bool,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -153,6 +158,8 @@ pub struct Config {
     pub job_backoff_limit: Option<u32>,
     pub completed_job_ttl: Duration,
     pub failed_jobs_kept: usize,
+    /// Notifications go to the outbox and the targets of `skyhook-notifications`.
+    pub notifications: bool,
     /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
     pub status_node_budget: usize,
     pub retry_base: Duration,
@@ -365,6 +372,7 @@ impl Settings {
             job_backoff_limit: self.job_backoff_limit,
             completed_job_ttl: d.completed_job_ttl,
             failed_jobs_kept: self.failed_jobs_kept.max(1),
+            notifications: self.notifications,
             status_node_budget,
             retry_base: d.retry_base,
             retry_max: d.retry_max,

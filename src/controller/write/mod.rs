@@ -165,6 +165,12 @@ pub async fn execute(
         .boxed()
     })
     .await?;
+    // Before the status: a status that announces a change is never stored without its
+    // notifications (a failed append fails the pass, which repeats them under the same ids).
+    if !plan.notifications.is_empty() {
+        crate::controller::outbound::notify::append(w.client, namespace, sk, &plan.notifications)
+            .await?;
+    }
     let status_started = Instant::now();
     let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
     let stored = stored.map(|sk| (sk, status_started.elapsed()));

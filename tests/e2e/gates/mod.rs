@@ -2,5 +2,6 @@
 
 mod alerts;
 mod health;
+mod notifications;
 mod soak;
 mod windows;
