@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::plan::CompartmentPlan;
 use crate::plan::census::Census;
+use crate::schema;
 use crate::schema::{Stage, State, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,6 +32,26 @@ fn pass_histogram() -> Histogram {
 struct SkyhookLabels {
     skyhook_name: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GateLabels {
+    skyhook_name: String,
+    gate: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HealthLabels {
+    skyhook_name: String,
+    state: String,
+}
+
+/// The rollout gates (issue 38), each with the condition that says it holds.
+const GATES: [(&str, &str); 4] = [
+    ("window", schema::MAINTENANCE_WINDOW_CONDITION),
+    ("alert", schema::ALERT_GATE_CONDITION),
+    ("soak", schema::SOAKING_CONDITION),
+    ("health", schema::HEALTH_GATE_CONDITION),
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabels {
@@ -89,6 +110,9 @@ pub struct Metrics {
     consecutive_failures: Family<RolloutLabels, Gauge>,
     should_stop: Family<RolloutLabels, Gauge>,
     window_open: Family<RolloutLabels, Gauge>,
+    gate_holding: Family<GateLabels, Gauge>,
+    gate_held_seconds: Family<GateLabels, Gauge>,
+    health_nodes: Family<HealthLabels, Gauge>,
     in_progress: Family<RolloutLabels, Gauge>,
     completed: Family<RolloutLabels, Gauge>,
     progress: Family<RolloutLabels, Gauge>,
@@ -119,6 +143,9 @@ impl Default for Metrics {
             consecutive_failures: Family::default(),
             should_stop: Family::default(),
             window_open: Family::default(),
+            gate_holding: Family::default(),
+            gate_held_seconds: Family::default(),
+            health_nodes: Family::default(),
             in_progress: Family::default(),
             completed: Family::default(),
             progress: Family::default(),
@@ -174,6 +201,9 @@ impl Metrics {
             ("skyhook_api_requests", "Requests this operator sent to the API server, by verb, resource and response class", API_REQUESTS),
             ("skyhook_write_failures", "Objects whose write failed for good in the Skyhook's last pass (the WriteFailed condition names them)", self.write_failures),
             ("skyhook_rollout_window_open", "1 while the compartment may start nodes by its maintenance windows (always, without windows), 0 outside them", self.window_open),
+            ("skyhook_rollout_gate_holding", "1 while a rollout gate (window, alert, soak, health) holds the Skyhook, 0 otherwise", self.gate_holding),
+            ("skyhook_rollout_gate_held_seconds", "How long the gate has held the Skyhook without a break (0 while it does not)", self.gate_held_seconds),
+            ("skyhook_health_gate_nodes", "Nodes waiting for the Skyhook's health gate (state=holding) or past its timeout (state=failed)", self.health_nodes),
         );
     }
 
@@ -192,6 +222,42 @@ impl Metrics {
         self.observe_statuses(&name, st, census);
         self.observe_packages(&name, census);
         self.observe_rollout(&name, st, policy, compartments);
+        self.observe_gates(&name, st, census);
+    }
+
+    /// Each gate's hold and how long it has held (from its condition), and the health gate's
+    /// nodes.
+    fn observe_gates(&self, name: &str, st: &SkyhookStatus, census: &Census) {
+        let now = jiff::Timestamp::now();
+        for (gate, kind) in GATES {
+            let holding = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == kind && c.status == "True");
+            let held = holding.map_or(0, |c| {
+                now.duration_since(c.last_transition_time.0)
+                    .as_secs()
+                    .max(0)
+            });
+            let l = GateLabels {
+                skyhook_name: name.to_owned(),
+                gate: gate.to_owned(),
+            };
+            self.gate_holding
+                .get_or_create(&l)
+                .set(i64::from(holding.is_some()));
+            self.gate_held_seconds.get_or_create(&l).set(held);
+        }
+        for (state, n) in [
+            ("holding", census.health_holding),
+            ("failed", census.health_failed),
+        ] {
+            let l = HealthLabels {
+                skyhook_name: name.to_owned(),
+                state: state.to_owned(),
+            };
+            self.health_nodes.get_or_create(&l).set(n as i64);
+        }
     }
 
     /// The Skyhook's status, nodes per status, and targeted nodes.
@@ -352,6 +418,20 @@ impl Metrics {
         self.targets.remove(&SkyhookLabels {
             skyhook_name: name.into(),
         });
+        for (gate, _) in GATES {
+            let l = GateLabels {
+                skyhook_name: name.into(),
+                gate: gate.into(),
+            };
+            self.gate_holding.remove(&l);
+            self.gate_held_seconds.remove(&l);
+        }
+        for state in ["holding", "failed"] {
+            self.health_nodes.remove(&HealthLabels {
+                skyhook_name: name.into(),
+                state: state.into(),
+            });
+        }
         self.write_failures.remove(&SkyhookLabels {
             skyhook_name: name.into(),
         });
@@ -474,8 +554,17 @@ mod tests {
                 "skyhook_rollout_progress_percent",
                 "skyhook_operator_leader",
                 "skyhook_rollout_window_open",
+                "skyhook_rollout_gate_holding",
+                "skyhook_rollout_gate_held_seconds",
+                "skyhook_health_gate_nodes",
             ]
         );
+        for gate in ["window", "alert", "soak", "health"] {
+            let line = format!(
+                r#"skyhook_rollout_gate_holding{{skyhook_name="stored-by-go",gate="{gate}"}} 0"#
+            );
+            assert!(has(&text, &line), "{line} missing from\n{text}");
+        }
 
         // A package gone from the spec loses its series; a deleted Skyhook its status series.
         let mut without_dexter = sk.clone();

@@ -11,6 +11,9 @@ pub struct Census {
     pub targeted: usize,
     /// One per spec package.
     pub packages: Vec<PackageCensus>,
+    /// Nodes waiting for the health gate, and past its timeout.
+    pub health_holding: usize,
+    pub health_failed: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +54,8 @@ impl Census {
             statuses,
             targeted: st.node_status.len(),
             packages,
+            health_holding: 0,
+            health_failed: 0,
         }
     }
 }

@@ -93,5 +93,20 @@ pub fn alerts(
             note
         });
     }
-    present_while(list, schema::ALERT_GATE_CONDITION, present, generation, now);
+    // An unreachable source the gate proceeds past is said, with status False: not holding.
+    let holding = alert.is_some_and(|(_, hold)| hold.holds());
+    match present {
+        Some((reason, message)) if !holding => {
+            super::condition::set_condition(
+                list,
+                schema::ALERT_GATE_CONDITION,
+                false,
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+        present => present_while(list, schema::ALERT_GATE_CONDITION, present, generation, now),
+    }
 }

@@ -670,7 +670,10 @@ impl<'a> Planner<'a> {
         }
         let mut desired = status::skyhook_status(facts);
         plan.policy_label = self.policy.label().to_string();
-        plan.census = Some(census::Census::of(self.inp.skyhook, &desired));
+        let mut census = census::Census::of(self.inp.skyhook, &desired);
+        census.health_holding = tally.health_holding.len();
+        census.health_failed = tally.health_failed.len();
+        plan.census = Some(census);
         let budget = self.inp.config.status_node_budget;
         let trim = status_budget::fit(&mut desired, budget);
         let generation = self.inp.skyhook.metadata.generation.unwrap_or(0);

@@ -413,7 +413,10 @@ fn checks<'a>(
 /// Ask `kubectl auth can-i` as `user`; `Err` when kubectl answered neither yes nor no.
 fn can_i(ctx: &TestCtx, user: &str, c: &Check) -> Result<bool, String> {
     let as_user = format!("--as={user}");
+    // `resource=name` asks about one object by name (kubectl's `resource/name`).
+    let named = c.resource.replace('=', "/");
     let (resource, sub) = match c.resource.split_once('/') {
+        _ if c.resource.contains('=') => (named.as_str(), None),
         Some((r, s)) => (r, Some(format!("--subresource={s}"))),
         None => (c.resource, None),
     };
@@ -596,15 +599,13 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     // escalation paths.
     table.extend(checks(&["get", "list", "watch"], "secrets", op, false));
     // The rollout gates' credentials, by name only.
-    for name in ["skyhook-alert-credentials", "skyhook-notifications"] {
-        table.push(check(
-            "get",
-            Box::leak(format!("secrets/{name}").into_boxed_str()),
-            op,
-            true,
-        ));
+    for name in [
+        "secrets=skyhook-alert-credentials",
+        "secrets=skyhook-notifications",
+    ] {
+        table.push(check("get", name, op, true));
     }
-    table.push(check("get", "secrets/other", op, false));
+    table.push(check("get", "secrets=other", op, false));
     table.push(check("list", "secrets", AllNamespaces, false));
     table.extend(checks(&["create", "delete"], "nodes", Cluster, false));
     table.extend(checks(

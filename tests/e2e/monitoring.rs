@@ -364,6 +364,16 @@ fn dashboard_exprs(v: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The PromQL of this project's own dashboard (`deploy/monitoring/skyhook-gates-dashboard.json`).
+fn our_dashboard_exprs() -> Vec<String> {
+    let path = repo().join("deploy/monitoring/skyhook-gates-dashboard.json");
+    let text = std::fs::read_to_string(&path).expect("read our dashboard");
+    let dashboard: Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let mut exprs = Vec::new();
+    dashboard_exprs(&dashboard, &mut exprs);
+    exprs
+}
+
 fn rule_exprs() -> Vec<String> {
     let path = repo().join("deploy/monitoring/prometheus-rule.yaml");
     let text = std::fs::read_to_string(&path).expect("read the PrometheusRule");
@@ -539,8 +549,15 @@ fn dashboard_uses() -> Vec<Use> {
 async fn dashboard_and_alert_metrics_are_served_during_a_rollout() {
     // What is queried.
     let dash_uses = dashboard_uses();
-    let rules = rule_exprs();
-    assert!(rules.len() >= 8, "only {} alert expressions", rules.len());
+    let mut rules = rule_exprs();
+    assert!(rules.len() >= 10, "only {} alert expressions", rules.len());
+    let ours = our_dashboard_exprs();
+    assert!(
+        ours.len() >= 8,
+        "only {} expressions in our dashboard",
+        ours.len()
+    );
+    rules.extend(ours);
     let dash_metrics: BTreeSet<&str> = dash_uses.iter().map(|u| u.metric.as_str()).collect();
     assert_eq!(
         dash_metrics,
@@ -665,4 +682,68 @@ async fn dashboard_and_alert_metrics_are_served_during_a_rollout() {
         "the operator's /metrics lacks what the dashboard or the alerts query:\n  {}",
         missing.join("\n  ")
     );
+}
+
+/// Prometheus itself (the one built for the alert gate's tests) loads every alert rule and
+/// parses every query of our dashboard.
+#[tokio::test]
+async fn prometheus_accepts_our_rules_and_dashboard_queries() {
+    crate::support::install_crds();
+    let ctx = crate::support::TestCtx::new("monitoring-promql").await;
+    let path = repo().join("deploy/monitoring/prometheus-rule.yaml");
+    let rule: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path).expect("read")).expect("YAML");
+    let groups = json!({"groups": rule["spec"]["groups"]});
+    let prom = crate::support::prometheus::Prometheus::start(
+        &ctx,
+        &[],
+        &serde_json::to_string(&groups).expect("rules"),
+    )
+    .await;
+    let rules = prom.get("/api/v1/rules");
+    for r in rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+    {
+        let name = r["alert"].as_str().expect("alert name");
+        assert!(
+            rules.contains(&format!("\"name\":\"{name}\"")),
+            "Prometheus did not load {name}:\n{rules}\n{}",
+            prom.log_tail()
+        );
+    }
+    // Grafana's `label_values(metric, label)` is a query of the series API, not PromQL.
+    for expr in our_dashboard_exprs() {
+        if let Some(args) = expr.strip_prefix("label_values(") {
+            let metric = args.rsplit_once(',').map_or(args, |(m, _)| m).trim();
+            let answer = prom.get(&format!(
+                "/api/v1/series?match[]={}",
+                urlencode(&metric.replace("$namespace", "skyhook"))
+            ));
+            assert!(
+                answer.contains("\"status\":\"success\""),
+                "Prometheus refused {metric}: {answer}"
+            );
+            continue;
+        }
+        let q = expr
+            .replace("$namespace", "skyhook")
+            .replace("$skyhook", ".*");
+        let answer = prom.get(&format!("/api/v1/query?query={}", urlencode(&q)));
+        assert!(
+            answer.contains("\"status\":\"success\""),
+            "Prometheus refused {q}: {answer}"
+        );
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

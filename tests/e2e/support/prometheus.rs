@@ -122,6 +122,11 @@ impl Prometheus {
         get(self.port, "/api/v1/alerts")
     }
 
+    /// Any path of its HTTP API, as it answers it (status line, headers, body).
+    pub fn get(&self, path: &str) -> String {
+        get(self.port, path)
+    }
+
     /// Stops the process (the gate then cannot read it).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
