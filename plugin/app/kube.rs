@@ -41,8 +41,8 @@ pub struct NodeMeta {
     /// what `node status` kept of a thousand nodes.
     #[serde(default, deserialize_with = "skyhook_labels")]
     pub labels: BTreeMap<String, String>,
-    /// The node-state annotations (`nodeState_<sh>`) and upstream's `runtimeRequiredCordon`
-    /// mark only: nothing else of a node's annotations is read, and at a thousand nodes the
+    /// The node-state annotations (`nodeState_<sh>`), upstream's `runtimeRequiredCordon` mark,
+    /// and the status and health gate annotations (`status_<sh>`, `healthGate_<sh>`) only: nothing else of a node's annotations is read, and at a thousand nodes the
     /// others (our own bookkeeping among them) would be most of what a list keeps.
     #[serde(default, deserialize_with = "node_states")]
     pub annotations: BTreeMap<String, String>,
@@ -89,6 +89,7 @@ fn node_states<'de, D: serde::Deserializer<'de>>(
     d.deserialize_any(Kept(|k| {
         schema::skyhook_of_node_state_annotation(k).is_some()
             || k == schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
+            || schema::is_gate_or_status_annotation(k)
     }))
 }
 

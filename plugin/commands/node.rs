@@ -102,9 +102,11 @@ pub fn list_entries(ctx: &Ctx, nodes: &[NodeMeta], skyhook: &str) -> Vec<NodeLis
             let raw = n.annotations.get(&key)?;
             let state = parse_state(ctx, &n.name, None, raw)?;
             let s = summarize(&state);
+            // A node held by the health gate is not complete.
+            let (status, _) = health_gate(n, skyhook, s.status);
             Some(NodeListEntry {
                 node_name: n.name.clone(),
-                status: s.status,
+                status,
                 packages_complete: s.complete,
                 packages_total: s.total,
                 restarts: s.restarts,
@@ -223,6 +225,10 @@ pub struct NodeSkyhookSummary {
     /// The node carries `nodewright.nvidia.com/runtimeRequiredCordon`: its cordon stays until
     /// an administrator lifts it and the mark together (upstream CLI v0.4).
     pub runtime_required_cordon: bool,
+    /// Held by the Skyhook's health gate after its last stage (this project's extension):
+    /// `waiting since <time>`, or `failed` past the gate's timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_gate: Option<String>,
 }
 
 impl NodeSkyhookSummary {
@@ -238,6 +244,7 @@ impl NodeSkyhookSummary {
             "compartment",
             "cordoned",
             "runtimeRequiredCordon",
+            "healthGate",
         ],
         name_field: "nodeName",
     };
@@ -291,6 +298,7 @@ pub fn status_summaries(
                 continue;
             };
             let s = summarize(&state);
+            let (status, health_gate) = health_gate(node, sh, s.status);
             let mut packages: Vec<NodePackage> = match packages {
                 true => state.iter().map(|(_, p)| NodePackage::from(p)).collect(),
                 false => Vec::new(),
@@ -299,7 +307,7 @@ pub fn status_summaries(
             out.push(NodeSkyhookSummary {
                 node_name: node.name.clone(),
                 skyhook_name: sh.to_string(),
-                status: s.status,
+                status,
                 packages_complete: s.complete,
                 packages_total: s.total,
                 packages,
@@ -308,11 +316,43 @@ pub fn status_summaries(
                 runtime_required_cordon: node
                     .annotations
                     .contains_key(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
+                health_gate,
             });
         }
     }
     out.sort_by(|a, b| (&a.node_name, &a.skyhook_name).cmp(&(&b.node_name, &b.skyhook_name)));
     out
+}
+
+/// A node whose packages are all complete but which waits for its health gate is not complete:
+/// in progress while it waits, erroring once the operator says it failed.
+fn health_gate(node: &NodeMeta, skyhook: &str, status: State) -> (State, Option<String>) {
+    let Some(since) = node
+        .annotations
+        .get(&schema::health_gate_annotation(skyhook))
+    else {
+        return (status, None);
+    };
+    let failed = node
+        .annotations
+        .get(&schema::status_annotation(skyhook))
+        .is_some_and(|s| s == schema::Status::Erroring.as_str());
+    let held = if failed {
+        State::Erroring
+    } else {
+        State::InProgress
+    };
+    let status = if status == State::Complete {
+        held
+    } else {
+        status
+    };
+    let words = if failed {
+        format!("failed (waiting since {since})")
+    } else {
+        format!("waiting since {since}")
+    };
+    (status, Some(words))
 }
 
 pub fn render_status(
@@ -367,20 +407,27 @@ pub fn render_status(
             .collect();
         return Ok(painter.table(&headers, &rows));
     }
+    // The health gate's column shows only when a node is held by one (this project's
+    // extension): the table is otherwise upstream CLI's.
+    let gated = summaries.iter().any(|s| s.health_gate.is_some());
     let rows: Vec<Vec<Field>> = summaries
         .iter()
         .map(|s| {
-            vec![
+            let mut row = vec![
                 Field::from(s.node_name.as_str()),
                 Field::from(s.skyhook_name.as_str()),
                 Field::toned(s.status.as_str(), tone(s.status)),
                 Field::from(format!("{}/{}", s.packages_complete, s.packages_total)),
                 yes_no(s.cordoned),
                 yes_no(s.runtime_required_cordon),
-            ]
+            ];
+            if gated {
+                row.push(Field::from(s.health_gate.as_deref().unwrap_or("-")));
+            }
+            row
         })
         .collect();
-    let headers = [
+    let mut headers = vec![
         "NODE",
         "SKYHOOK",
         "STATUS",
@@ -388,6 +435,9 @@ pub fn render_status(
         "CORDONED",
         "RUNTIME-REQUIRED-CORDON",
     ];
+    if gated {
+        headers.push("HEALTH-GATE");
+    }
     Ok(painter.table(&headers, &rows))
 }
 
@@ -784,6 +834,7 @@ mod tests {
             status_summaries(&ctx(), &fixture(), &cordoned(), None, Some("sh"), true).remove(0);
         // Only read for -o wide or a sort by it, so the fixture has none.
         summary.compartment = Some("rack-1".into());
+        summary.health_gate = Some("waiting since 2026-11-28T10:00:00Z".into());
         let sortable = NodeSkyhookSummary::SORTABLE;
         assert_eq!(sortable.absent_from(&summary), Vec::<&str>::new());
         let json = serde_json::to_value(&summary).unwrap();
@@ -791,6 +842,31 @@ mod tests {
             render_status(&p, OutputFormat::Name, std::slice::from_ref(&summary)).unwrap(),
             format!("node/{}\n", json[sortable.name_field].as_str().unwrap())
         );
+    }
+
+    /// Complete packages held by the health gate read in progress (erroring once it failed),
+    /// with the gate's column.
+    #[test]
+    fn a_node_held_by_its_health_gate_is_not_complete() {
+        let mut node = NodeMeta {
+            name: "n1".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            health_gate(&node, "sh", State::Complete),
+            (State::Complete, None)
+        );
+        let clock = schema::health_gate_annotation("sh");
+        node.annotations
+            .insert(clock, "2026-11-28T10:00:00Z".into());
+        let (status, words) = health_gate(&node, "sh", State::Complete);
+        assert_eq!(status, State::InProgress);
+        assert_eq!(words.as_deref(), Some("waiting since 2026-11-28T10:00:00Z"));
+        node.annotations
+            .insert(schema::status_annotation("sh"), "erroring".into());
+        let (status, words) = health_gate(&node, "sh", State::Complete);
+        assert_eq!(status, State::Erroring);
+        assert!(words.is_some_and(|w| w.starts_with("failed")));
     }
 
     #[test]

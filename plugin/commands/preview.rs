@@ -30,6 +30,10 @@ pub struct Preview {
     /// The DeploymentPolicy, or `legacy` (the Skyhook's interruptionBudget).
     pub policy: String,
     pub compartments: Vec<CompartmentPlan>,
+    /// The rollout gates besides the windows (shown per compartment): soak, alert gate, health
+    /// gate, and those holding the Skyhook now (from its conditions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<String>,
 }
 
 pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliError> {
@@ -75,10 +79,16 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
             policy: policy.to_string(),
         });
     }
+    let policy = sk
+        .spec
+        .deployment_policy
+        .as_deref()
+        .and_then(|p| world.policies.iter().find(|x| x.name_any() == p));
     let preview = Preview {
         skyhook: name.to_string(),
         policy: plan.policy_label.clone(),
         compartments: plan.compartments,
+        gates: gates(&sk, policy.map(|p| &**p)),
     };
     if let Some(text) = structured(ctx.global.output, &preview)? {
         write!(out, "{text}")?;
@@ -173,6 +183,73 @@ impl World {
     }
 }
 
+/// The gates in words, one line each.
+fn gates(sk: &Skyhook, policy: Option<&DeploymentPolicy>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(p) = policy {
+        if let Some(s) = &p.spec.soak {
+            out.push(format!("soak: {s} after each batch"));
+        }
+        for c in &p.spec.compartments {
+            if let Some(s) = &c.soak {
+                out.push(format!("soak of compartment {}: {s}", c.name));
+            }
+        }
+        if let Some(a) = &p.spec.alert_gate {
+            let api = a.api.unwrap_or_default();
+            let matchers = if a.matchers.is_empty() {
+                "any firing alert".to_string()
+            } else {
+                a.matchers.join(", ")
+            };
+            let unreachable = a.on_unreachable.unwrap_or_default();
+            out.push(format!(
+                "alert gate: {api:?} at {} ({matchers}); unreachable: {unreachable:?}",
+                a.url
+            ));
+        }
+    }
+    if let Some(h) = &sk.spec.health_gate {
+        let mut checks = vec!["node Ready".to_string()];
+        if let Some(c) = &h.node_condition {
+            checks.push(format!("condition {}={}", c.type_, c.status));
+        }
+        if let Some(p) = &h.pods {
+            let ns = p.namespace.as_deref().unwrap_or("any namespace");
+            let labels: Vec<String> = p
+                .selector
+                .match_labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            checks.push(format!("pods {} in {ns} Ready", labels.join(",")));
+        }
+        if let Some(c) = &h.check {
+            checks.push(format!("check Job {}", c.image));
+        }
+        let timeout = h.timeout.as_deref().unwrap_or("10m");
+        out.push(format!(
+            "health gate: {} within {timeout}",
+            checks.join(", ")
+        ));
+    }
+    let holding = sk.status.iter().flat_map(|s| &s.conditions).filter(|c| {
+        c.status == "True"
+            && [
+                schema::MAINTENANCE_WINDOW_CONDITION,
+                schema::ALERT_GATE_CONDITION,
+                schema::SOAKING_CONDITION,
+                schema::HEALTH_GATE_CONDITION,
+            ]
+            .contains(&c.type_.as_str())
+    });
+    for c in holding {
+        out.push(format!("holding now: {}: {}", c.reason, c.message));
+    }
+    out
+}
+
 fn budget(b: &DeploymentBudget) -> String {
     match (b.percent, b.count) {
         (_, Some(c)) => format!("count {c}"),
@@ -231,8 +308,9 @@ fn table(ctx: &Ctx, p: &Preview) -> String {
             row
         })
         .collect();
+    let gates: String = p.gates.iter().map(|g| format!("Gate: {g}\n")).collect();
     format!(
-        "Skyhook: {}\nPolicy: {}\n\n{}",
+        "Skyhook: {}\nPolicy: {}\n{gates}\n{}",
         p.skyhook,
         p.policy,
         ctx.painter.table(&headers, &rows)

@@ -105,6 +105,15 @@ pub const HEALTH_CHECK_STAGE: &str = "health-check";
 /// `healthGate_<sh>` value when it was created).
 pub const HEALTH_CHECK_SINCE_ANNOTATION: &str = "skyhook.nvidia.com/health-check-since";
 
+/// A health gate clock or a status annotation of some Skyhook: what `node status` reads
+/// besides the node states to show a node its health gate holds.
+pub fn is_gate_or_status_annotation(key: &str) -> bool {
+    key.starts_with(STATUS_PREFIX)
+        || key
+            .strip_prefix(PREFIX)
+            .is_some_and(|k| k.starts_with("/healthGate_"))
+}
+
 /// Annotation `folded_<skyhook>`: per package version and stage, the newest Job attempt whose
 /// outcome the node state holds (`{"<pkg>|<ver>|<stage>":<attempt>}`, see [`super::folded`]). New
 /// in this implementation; the reference operator ignores it.

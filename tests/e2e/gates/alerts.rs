@@ -99,6 +99,16 @@ async fn the_rollout_holds_while_a_matching_alert_fires_and_while_prometheus_is_
         e.reason.as_deref() == Some(schema::ALERTS_FIRING_REASON)
     })
     .await;
+    // The preview shows the gate and that it holds now.
+    let ran =
+        crate::support::plugin::plugin_async(&env.ctx, &["deployment-policy", "preview", &sk])
+            .await;
+    let out = ran.ok();
+    assert!(
+        out.contains("Gate: alert gate: Prometheus at")
+            && out.contains("holding now: AlertsFiring"),
+        "{out}"
+    );
     env.ctx
         .holds_for(
             "no Job while the alert fires",

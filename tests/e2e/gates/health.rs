@@ -160,6 +160,17 @@ async fn a_pod_that_stays_not_ready_fails_the_node_and_stops_the_rollout() {
         )
         .await;
     wait_holding(&env, &sk, &first).await;
+    // `node status` shows the hold: not complete, the gate's column saying since when.
+    let ran = crate::support::plugin::plugin_async(
+        &env.ctx,
+        &["node", "status", &first, "--skyhook", &sk],
+    )
+    .await;
+    let out = ran.ok();
+    assert!(
+        out.contains("HEALTH-GATE") && out.contains("waiting since") && out.contains("in_progress"),
+        "{out}"
+    );
     let i = env.nodes.iter().position(|n| *n == first).expect("index");
     let (reason, message) = gate_condition(&env, &sk)
         .await
