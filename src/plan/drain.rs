@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
 
-use super::health::PodGate;
+use super::pod_gate::PodGate;
 use super::select::{targeted, tolerates_cordon};
 use crate::crd::{DrainConfig, Skyhook};
 use crate::node::NodeView;

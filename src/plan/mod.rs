@@ -43,6 +43,7 @@ pub mod launch;
 pub mod metadata;
 pub mod node_order;
 pub mod notify;
+pub mod pod_gate;
 pub mod release;
 pub mod select;
 pub mod spec;
