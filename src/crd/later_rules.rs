@@ -11,7 +11,8 @@ use super::cel::{
 };
 use super::messages::{
     MSG_DRAIN_GRACE_PERIOD, MSG_DRAIN_TIMEOUT, MSG_HEALTH_CONDITION_STATUS, MSG_HEALTH_SELECTOR,
-    MSG_HEALTH_TIMEOUT, MSG_SOAK, MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
+    MSG_HEALTH_TIMEOUT, MSG_SOAK, MSG_WINDOW_CRON, MSG_WINDOW_DURATION, MSG_WINDOW_SHAPE,
+    MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
 };
 
 /// Rules on `drainConfig` (upstream v0.18).
@@ -68,17 +69,23 @@ pub const MAX_TIME_ZONE_LENGTH: i64 = 64;
 /// zone makes CEL's `getHours` fail: the API server refuses the object naming the field.
 pub(super) fn window_rules() -> Vec<CelRule> {
     let mut rules = Vec::new();
-    for (start, end, zone) in [
-        (
+    for [root, start, end, zone, cron, duration] in [
+        [
+            "spec.windows.[]",
             "spec.windows.[].start",
             "spec.windows.[].end",
             "spec.windows.[].timeZone",
-        ),
-        (
+            "spec.windows.[].cron",
+            "spec.windows.[].duration",
+        ],
+        [
+            "spec.compartments.[].windows.[]",
             "spec.compartments.[].windows.[].start",
             "spec.compartments.[].windows.[].end",
             "spec.compartments.[].windows.[].timeZone",
-        ),
+            "spec.compartments.[].windows.[].cron",
+            "spec.compartments.[].windows.[].duration",
+        ],
     ] {
         let time = format!("self.matches('{WINDOW_TIME_PATTERN}')");
         rules.push(rule(
@@ -91,6 +98,21 @@ pub(super) fn window_rules() -> Vec<CelRule> {
             zone,
             "timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",
             format!("timeZone: {MSG_WINDOW_TIME_ZONE}"),
+        ));
+        rules.push(rule(
+            root,
+            "(has(self.cron) && has(self.duration) && !has(self.start) && !has(self.end) && !has(self.days)) || (!has(self.cron) && !has(self.duration) && has(self.start) && has(self.end))",
+            MSG_WINDOW_SHAPE.to_string(),
+        ));
+        rules.push(rule(
+            cron,
+            "self.matches('^\\\\s*\\\\S+(\\\\s+\\\\S+){4}\\\\s*$')",
+            format!("cron: {MSG_WINDOW_CRON}"),
+        ));
+        rules.push(duration_rule(
+            duration,
+            MAX_STAGE_TIMEOUT_TEXT,
+            format!("duration: {MSG_WINDOW_DURATION}"),
         ));
     }
     rules
@@ -162,6 +184,12 @@ pub(super) fn policy_tightenings() -> Vec<SchemaPatch> {
             format!("{root}.[].timeZone"),
             "maxLength",
             json!(MAX_TIME_ZONE_LENGTH),
+        ));
+        patches.push(patch(format!("{root}.[].cron"), "maxLength", json!(128)));
+        patches.push(patch(
+            format!("{root}.[].duration"),
+            "maxLength",
+            json!(MAX_GO_DURATION_LENGTH),
         ));
     }
     for soak in ["spec.soak", "spec.compartments.[].soak"] {

@@ -59,6 +59,13 @@ pub const MSG_WINDOW_TIME_ZONE: &str =
     "must be a time zone of the IANA database, such as Europe/Berlin or UTC";
 /// A maintenance window's start or end not HH:MM.
 pub const MSG_WINDOW_TIME: &str = "must be a time of day HH:MM (24-hour), such as 22:00";
+/// A window that is neither start and end nor cron and duration.
+pub const MSG_WINDOW_SHAPE: &str =
+    "a window has either start and end (and optional days) or cron and duration";
+/// A cron window's duration.
+pub const MSG_WINDOW_DURATION: &str = "must be a Go duration such as 4h, above 0 and at most 168h";
+/// A cron expression without five fields.
+pub const MSG_WINDOW_CRON: &str = "must be a cron expression of five fields (minute hour day-of-month month day-of-week), such as 0 22 * * 1-5";
 /// A soak not a Go duration within a week.
 pub const MSG_SOAK: &str = "must be a Go duration such as 10m, at most 168h";
 /// A health gate's timeout.

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod alert_gate;
 mod cel;
 pub mod config_size;
+pub mod cron;
 pub mod generate;
 mod go_int;
 pub mod health_gate;

@@ -75,10 +75,20 @@ pub struct MaintenanceWindow {
     /// Days the window opens on, in its time zone; none: every day.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub days: Vec<WindowDay>,
-    /// Opening time of day, HH:MM (24-hour).
+    /// Opening time of day, HH:MM (24-hour); with `end`, instead of `cron` and `duration`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub start: String,
     /// Closing time of day, HH:MM (24-hour); not after `start`: on the next day.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub end: String,
+    /// A five-field cron expression (minute hour day-of-month month day-of-week) in the time
+    /// zone: the window opens at each time it fires; with `duration`, instead of `start` and
+    /// `end` (and `days`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// How long a `cron` window stays open, as a Go duration (at most 168h).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
     /// IANA time zone of `days`, `start` and `end`, such as Europe/Berlin; default UTC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,

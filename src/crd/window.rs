@@ -4,7 +4,8 @@
 //! A window opens on each of its `days` (every day when none) at `start` and closes at `end` in
 //! its time zone; an `end` not after `start` closes on the next day. The edges are guarded by
 //! [`EDGE_GUARD`]: nothing starts in the first or last seconds of a window, so a clock a few
-//! seconds off (ours or the API server's) never starts a node outside it.
+//! seconds off (ours or the API server's) never starts a node outside it. A window may instead
+//! open at each time a cron expression fires and stay open for a duration ([`super::cron`]).
 
 use std::time::Duration;
 
@@ -12,7 +13,10 @@ use jiff::civil::{Date, Time, Weekday};
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
 
-use super::messages::{MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE};
+use super::cron::Cron;
+use super::messages::{
+    MSG_WINDOW_CRON, MSG_WINDOW_DURATION, MSG_WINDOW_SHAPE, MSG_WINDOW_TIME, MSG_WINDOW_TIME_ZONE,
+};
 use super::{MaintenanceWindow, WindowDay};
 
 /// No node starts this close to a window's opening or closing.
@@ -21,12 +25,26 @@ pub const EDGE_GUARD: Duration = Duration::from_secs(10);
 /// A window, parsed.
 #[derive(Debug, Clone)]
 pub struct Window {
-    days: Vec<Weekday>,
-    start: Time,
-    end: Time,
+    shape: Shape,
     tz: TimeZone,
     /// The time zone's name, for messages.
     pub zone: String,
+}
+
+/// When a window opens and how long it lasts.
+#[derive(Debug, Clone)]
+enum Shape {
+    /// On `days` (every day when none), from `start` to `end`.
+    Daily {
+        days: Vec<Weekday>,
+        start: Time,
+        end: Time,
+    },
+    /// At each time `cron` fires, for `duration`.
+    Cron {
+        cron: Box<Cron>,
+        duration: jiff::SignedDuration,
+    },
 }
 
 /// Whether new nodes may start now.
@@ -56,37 +74,76 @@ impl Window {
                 )
             })
         };
-        Ok(Window {
-            days: w.days.iter().map(|d| d.weekday()).collect(),
-            start: time(&w.start, "start")?,
-            end: time(&w.end, "end")?,
-            tz,
-            zone,
-        })
+        let daily = !w.start.is_empty() || !w.end.is_empty();
+        let shape = match (&w.cron, &w.duration, daily) {
+            (None, None, true) => Shape::Daily {
+                days: w.days.iter().map(|d| d.weekday()).collect(),
+                start: time(&w.start, "start")?,
+                end: time(&w.end, "end")?,
+            },
+            (Some(cron), Some(duration), false) if w.days.is_empty() => {
+                let cron = Cron::parse(cron).map_err(|why| {
+                    (
+                        format!("{field}.cron"),
+                        format!("cron: {MSG_WINDOW_CRON}: {why}"),
+                    )
+                })?;
+                let duration = crate::schema::parse_go_duration(duration)
+                    .ok()
+                    .filter(|d| !d.is_zero() && *d <= Duration::from_secs(168 * 3600))
+                    .and_then(|d| jiff::SignedDuration::try_from(d).ok())
+                    .ok_or_else(|| {
+                        (
+                            format!("{field}.duration"),
+                            format!("duration: {MSG_WINDOW_DURATION}, got {duration:?}"),
+                        )
+                    })?;
+                Shape::Cron {
+                    cron: Box::new(cron),
+                    duration,
+                }
+            }
+            _ => return Err((field.to_string(), MSG_WINDOW_SHAPE.to_string())),
+        };
+        Ok(Window { shape, tz, zone })
     }
 
     /// The (open, close) intervals that start on the day before `now`'s through eight days
     /// after it, in order.
+    /// For a cron window, those that start from its duration (and a day) before `now`.
     fn intervals(&self, now: Timestamp) -> Vec<(Timestamp, Timestamp)> {
         let today = now.to_zoned(self.tz.clone()).date();
-        (-1i64..=8)
-            .filter_map(|offset| today.checked_add(offset.days()).ok())
-            .filter(|d| self.days.is_empty() || self.days.contains(&d.weekday()))
-            .filter_map(|d| self.interval(d))
-            .collect()
+        match &self.shape {
+            Shape::Daily { days, start, end } => (-1i64..=8)
+                .filter_map(|offset| today.checked_add(offset.days()).ok())
+                .filter(|d| days.is_empty() || days.contains(&d.weekday()))
+                .filter_map(|d| self.interval(d, *start, *end))
+                .collect(),
+            Shape::Cron { cron, duration } => {
+                let back = -(duration.as_hours() / 24 + 1);
+                (back..=8)
+                    .filter_map(|offset| today.checked_add(offset.days()).ok())
+                    .filter(|d| cron.fires_on(*d))
+                    .flat_map(|d| {
+                        cron.times().filter_map(move |t| {
+                            let open = d.to_datetime(t).to_zoned(self.tz.clone()).ok()?;
+                            let open = open.timestamp();
+                            Some((open, open.checked_add(*duration).ok()?))
+                        })
+                    })
+                    .collect()
+            }
+        }
     }
 
-    fn interval(&self, day: Date) -> Option<(Timestamp, Timestamp)> {
-        let open = day.to_datetime(self.start).to_zoned(self.tz.clone()).ok()?;
-        let close_day = if self.end > self.start {
+    fn interval(&self, day: Date, start: Time, end: Time) -> Option<(Timestamp, Timestamp)> {
+        let open = day.to_datetime(start).to_zoned(self.tz.clone()).ok()?;
+        let close_day = if end > start {
             day
         } else {
             day.checked_add(1.day()).ok()?
         };
-        let close = close_day
-            .to_datetime(self.end)
-            .to_zoned(self.tz.clone())
-            .ok()?;
+        let close = close_day.to_datetime(end).to_zoned(self.tz.clone()).ok()?;
         Some((open.timestamp(), close.timestamp()))
     }
 }
@@ -147,6 +204,7 @@ mod tests {
             start: start.into(),
             end: end.into(),
             time_zone: Some(tz.into()),
+            ..Default::default()
         };
         Window::parse(&w, "spec.windows[0]").unwrap()
     }
@@ -220,5 +278,53 @@ mod tests {
         assert!(Window::parse(&w, "w").is_err());
         w.end = "23:59".into();
         assert!(Window::parse(&w, "w").is_ok());
+    }
+
+    #[test]
+    fn a_cron_window_opens_when_it_fires_for_its_duration() {
+        // Weekdays 22:30 for 2h, New York time (UTC-5 in November).
+        let w = MaintenanceWindow {
+            cron: Some("30 22 * * 1-5".into()),
+            duration: Some("2h".into()),
+            time_zone: Some("America/New_York".into()),
+            ..Default::default()
+        };
+        let w = [Window::parse(&w, "spec.windows[0]").unwrap()];
+        // Friday 2026-11-27 22:30 New York = Saturday 03:30 UTC.
+        assert_eq!(gate(&w, at("2026-11-28T03:31:00Z")), Gate::Open);
+        assert_eq!(gate(&w, at("2026-11-28T05:29:45Z")), Gate::Open);
+        // Closed over the weekend: next Monday 22:30 = Tuesday 03:30 UTC.
+        assert_eq!(
+            gate(&w, at("2026-11-28T06:00:00Z")),
+            Gate::Closed {
+                next: Some(at("2026-12-01T03:30:10Z"))
+            }
+        );
+    }
+
+    #[test]
+    fn a_window_is_either_daily_or_cron() {
+        let both = MaintenanceWindow {
+            start: "22:00".into(),
+            end: "23:00".into(),
+            cron: Some("0 22 * * *".into()),
+            duration: Some("1h".into()),
+            ..Default::default()
+        };
+        let (field, why) = Window::parse(&both, "spec.windows[0]").unwrap_err();
+        assert_eq!(field, "spec.windows[0]");
+        assert!(why.contains("either"), "{why}");
+        let bad_cron = MaintenanceWindow {
+            cron: Some("0 25 * * *".into()),
+            duration: Some("1h".into()),
+            ..Default::default()
+        };
+        assert_eq!(Window::parse(&bad_cron, "w").unwrap_err().0, "w.cron");
+        let long = MaintenanceWindow {
+            cron: Some("0 22 * * *".into()),
+            duration: Some("200h".into()),
+            ..Default::default()
+        };
+        assert_eq!(Window::parse(&long, "w").unwrap_err().0, "w.duration");
     }
 }

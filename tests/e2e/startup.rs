@@ -96,13 +96,7 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         c
     };
     run(kubectl().arg("apply").arg("-f").arg(&crds));
-    run(kubectl().args([
-        "wait",
-        "--for=condition=Established",
-        "crd/skyhooks.skyhook.nvidia.com",
-        "crd/deploymentpolicies.skyhook.nvidia.com",
-        "--timeout=60s",
-    ]));
+    crate::support::wait_crds(kubectl, &crate::support::SKYHOOK_CRDS);
 
     let client = pc.client().await;
     let skyhooks: Api<Skyhook> = Api::all(client);

@@ -153,3 +153,112 @@ async fn nodes_start_only_inside_the_window_and_work_in_flight_finishes() {
         )
         .await;
 }
+
+#[tokio::test]
+async fn a_cron_window_holds_until_it_fires() {
+    let env = setup("gates-window-cron", 1, &[]).await;
+    let policy_name = env.ctx.name("policy");
+    let policy = |cron: &str| -> DeploymentPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+            "metadata": {"name": policy_name},
+            "spec": {
+                "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+                "windows": [{"cron": cron, "duration": "1h", "timeZone": ZONE}],
+            },
+        }))
+        .expect("policy")
+    };
+    let policies = Api::<DeploymentPolicy>::all(env.ctx.client.clone());
+    // Every day at a time twelve hours from now in Kolkata, for an hour: closed now.
+    let later = Timestamp::now()
+        .checked_add(12.hours())
+        .expect("time")
+        .to_zoned(TimeZone::get(ZONE).expect("zone"));
+    let daily = format!("{} {} * * *", later.minute(), later.hour());
+    policies
+        .create(&PostParams::default(), &policy(&daily))
+        .await
+        .expect("create the policy");
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"deploymentPolicy": policy_name, "packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+    env.ctx
+        .eventually(
+            "held by the cron window",
+            Duration::from_secs(60),
+            || async {
+                let s = env.skyhooks.get(&sk).await.map_err(|e| e.to_string())?;
+                let c = s
+                    .status
+                    .unwrap_or_default()
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == schema::MAINTENANCE_WINDOW_CONDITION);
+                match c {
+                    Some(c)
+                        if c.message
+                            .contains("waits for its maintenance window opening at") =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    assert!(
+        env.jobs_of(&sk).await.is_empty(),
+        "nothing starts outside the window"
+    );
+    // Every minute, for an hour: open now.
+    let mut open = policy("* * * * *");
+    let current = policies.get(&policy_name).await.expect("policy");
+    open.metadata.resource_version = current.metadata.resource_version;
+    policies
+        .replace(&policy_name, &PostParams::default(), &open)
+        .await
+        .expect("open the window");
+    env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))
+        .await;
+}
+
+#[tokio::test]
+async fn a_bad_window_is_refused_naming_the_field() {
+    crate::support::install_crds();
+    let ctx = crate::support::TestCtx::new("gates-window-bad").await;
+    let cases = [
+        (
+            json!({"start": "22:00", "end": "04:00", "timeZone": "Mars/Olympus"}),
+            "timeZone",
+        ),
+        (json!({"start": "9:00", "end": "10:00"}), "start"),
+        (json!({"cron": "0 22 * *", "duration": "1h"}), "cron"),
+        (
+            json!({"cron": "0 22 * * *", "duration": "200h"}),
+            "duration",
+        ),
+        (
+            json!({"cron": "0 22 * * *", "duration": "1h", "start": "22:00", "end": "23:00"}),
+            "either",
+        ),
+    ];
+    for (window, field) in cases {
+        let p: DeploymentPolicy = serde_json::from_value(json!({
+            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+            "metadata": {"name": ctx.name("bad")},
+            "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+                "windows": [window]},
+        }))
+        .expect("policy");
+        let err = Api::<DeploymentPolicy>::all(ctx.client.clone())
+            .create(&PostParams::default(), &p)
+            .await
+            .expect_err("a bad window is refused");
+        assert!(err.to_string().contains(field), "{field}: {err}");
+    }
+}

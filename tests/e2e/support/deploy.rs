@@ -82,15 +82,8 @@ pub fn kubectl_retrying(ctx: &TestCtx, args: &[&str]) -> Output {
 /// Wait until both CRDs are Established (served).
 pub fn wait_established(ctx: &TestCtx) {
     let crds: Vec<String> = CRD_NAMES.iter().map(|n| format!("crd/{n}")).collect();
-    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
-    args.extend(crds.iter().map(String::as_str));
-    let out = ctx.kubectl(&args);
-    assert!(
-        out.status.success(),
-        "the CRDs did not become Established:\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    let crds: Vec<&str> = crds.iter().map(String::as_str).collect();
+    super::wait_crds(|| ctx.cluster.kubectl(), &crds);
 }
 
 /// Install (or refresh) just the two CRDs from `deploy/crds/` and wait until they are served.

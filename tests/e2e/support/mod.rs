@@ -428,14 +428,37 @@ pub fn install_crds() {
         // server-side apply over a client-side applied CRD makes kubectl 1.36's next client-side
         // apply fail ("expected a struct, but received a nil").
         run(c.kubectl().arg("apply").arg("-f").arg(&dir));
-        run(c.kubectl().args([
-            "wait",
-            "--for=condition=Established",
-            "crd/skyhooks.skyhook.nvidia.com",
-            "crd/deploymentpolicies.skyhook.nvidia.com",
-            "--timeout=60s",
-        ]));
+        wait_crds(|| c.kubectl(), &SKYHOOK_CRDS);
     });
+}
+
+/// The project's two CRDs, as `kubectl wait` names them.
+pub const SKYHOOK_CRDS: [&str; 2] = [
+    "crd/skyhooks.skyhook.nvidia.com",
+    "crd/deploymentpolicies.skyhook.nvidia.com",
+];
+
+/// Waits up to 60 s until the CRDs are Established. `kubectl wait` fails at once, rather than
+/// waiting, on a CRD whose status has no conditions yet (the larger the CRD, the longer the API
+/// server takes to set them), so it is asked again until it answers.
+pub fn wait_crds(kubectl: impl Fn() -> Command, crds: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl()
+            .args(["wait", "--for=condition=Established", "--timeout=60s"])
+            .args(crds)
+            .output()
+            .expect("run kubectl wait");
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            err.contains("accessor error") && Instant::now() < deadline,
+            "the CRDs {crds:?} did not become Established: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// A ServiceAccount in the test's namespace, with no permissions, and a token for it.
