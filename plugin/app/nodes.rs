@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use skyhook::schema::{self, NodePattern, NodeState};
+use skyhook::schema::{self, NodePattern, NodeState, State};
 
 use super::Ctx;
 use super::error::CliError;
@@ -33,6 +33,37 @@ pub fn parse_state(ctx: &Ctx, node: &str, skyhook: Option<&str>, raw: &str) -> O
 }
 
 /// Fails on the first bad pattern, before any request is made.
+/// A node whose packages are all complete but which waits for its health gate is not complete:
+/// in progress while it waits, erroring once the operator says it failed.
+pub fn health_gate(node: &NodeMeta, skyhook: &str, status: State) -> (State, Option<String>) {
+    let Some(since) = node
+        .annotations
+        .get(&schema::health_gate_annotation(skyhook))
+    else {
+        return (status, None);
+    };
+    let failed = node
+        .annotations
+        .get(&schema::status_annotation(skyhook))
+        .is_some_and(|s| s == schema::Status::Erroring.as_str());
+    let held = if failed {
+        State::Erroring
+    } else {
+        State::InProgress
+    };
+    let status = if status == State::Complete {
+        held
+    } else {
+        status
+    };
+    let words = if failed {
+        format!("failed (waiting since {since})")
+    } else {
+        format!("waiting since {since}")
+    };
+    (status, Some(words))
+}
+
 pub fn check_patterns(patterns: &[String]) -> Result<(), CliError> {
     for p in patterns {
         NodePattern::new(p)?;

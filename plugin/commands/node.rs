@@ -18,7 +18,9 @@ use crate::app::Ctx;
 use crate::app::access::{Change, Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
-use crate::app::nodes::{check_patterns, list_selected, parse_state, select_nodes, skyhook_states};
+use crate::app::nodes::{
+    check_patterns, health_gate, list_selected, parse_state, select_nodes, skyhook_states,
+};
 use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
 use crate::app::sort::{Sortable, sort_by_key};
 
@@ -324,35 +326,46 @@ pub fn status_summaries(
     out
 }
 
-/// A node whose packages are all complete but which waits for its health gate is not complete:
-/// in progress while it waits, erroring once the operator says it failed.
-fn health_gate(node: &NodeMeta, skyhook: &str, status: State) -> (State, Option<String>) {
-    let Some(since) = node
-        .annotations
-        .get(&schema::health_gate_annotation(skyhook))
-    else {
-        return (status, None);
-    };
-    let failed = node
-        .annotations
-        .get(&schema::status_annotation(skyhook))
-        .is_some_and(|s| s == schema::Status::Erroring.as_str());
-    let held = if failed {
-        State::Erroring
-    } else {
-        State::InProgress
-    };
-    let status = if status == State::Complete {
-        held
-    } else {
-        status
-    };
-    let words = if failed {
-        format!("failed (waiting since {since})")
-    } else {
-        format!("waiting since {since}")
-    };
-    (status, Some(words))
+/// `-o wide`: a row per package.
+fn wide_table(painter: &Painter, summaries: &[NodeSkyhookSummary]) -> String {
+    let headers = [
+        "NODE",
+        "SKYHOOK",
+        "COMPARTMENT",
+        "PACKAGE",
+        "VERSION",
+        "STAGE",
+        "STATE",
+        "RESTARTS",
+        "IMAGE",
+        "CORDONED",
+        "RUNTIME-REQUIRED-CORDON",
+    ];
+    let rows: Vec<Vec<Field>> = summaries
+        .iter()
+        .flat_map(|s| {
+            s.packages.iter().map(|p| {
+                let state = match p.state.parse::<State>() {
+                    Ok(st) => Field::toned(p.state, tone(st)),
+                    Err(_) => Field::from(p.state),
+                };
+                vec![
+                    Field::from(s.node_name.as_str()),
+                    Field::from(s.skyhook_name.as_str()),
+                    Field::from(s.compartment.as_deref().unwrap_or("-")),
+                    Field::from(p.name.as_str()),
+                    Field::from(p.version.as_str()),
+                    Field::from(p.stage.as_str()),
+                    state,
+                    Field::from(p.restarts.to_string()),
+                    Field::from(p.image.as_str()),
+                    yes_no(s.cordoned),
+                    yes_no(s.runtime_required_cordon),
+                ]
+            })
+        })
+        .collect();
+    painter.table(&headers, &rows)
 }
 
 pub fn render_status(
@@ -368,44 +381,7 @@ pub fn render_status(
         return Ok("No Skyhook activity found on specified nodes\n".to_string());
     }
     if format == OutputFormat::Wide {
-        let headers = [
-            "NODE",
-            "SKYHOOK",
-            "COMPARTMENT",
-            "PACKAGE",
-            "VERSION",
-            "STAGE",
-            "STATE",
-            "RESTARTS",
-            "IMAGE",
-            "CORDONED",
-            "RUNTIME-REQUIRED-CORDON",
-        ];
-        let rows: Vec<Vec<Field>> = summaries
-            .iter()
-            .flat_map(|s| {
-                s.packages.iter().map(|p| {
-                    let state = match p.state.parse::<State>() {
-                        Ok(st) => Field::toned(p.state, tone(st)),
-                        Err(_) => Field::from(p.state),
-                    };
-                    vec![
-                        Field::from(s.node_name.as_str()),
-                        Field::from(s.skyhook_name.as_str()),
-                        Field::from(s.compartment.as_deref().unwrap_or("-")),
-                        Field::from(p.name.as_str()),
-                        Field::from(p.version.as_str()),
-                        Field::from(p.stage.as_str()),
-                        state,
-                        Field::from(p.restarts.to_string()),
-                        Field::from(p.image.as_str()),
-                        yes_no(s.cordoned),
-                        yes_no(s.runtime_required_cordon),
-                    ]
-                })
-            })
-            .collect();
-        return Ok(painter.table(&headers, &rows));
+        return Ok(wide_table(painter, summaries));
     }
     // The health gate's column shows only when a node is held by one (this project's
     // extension): the table is otherwise upstream CLI's.

@@ -69,22 +69,50 @@ pub struct Source<'a> {
 /// The notifications of the change from `before` to `after`.
 pub fn changes(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus) -> Vec<Notification> {
     let mut out = Vec::new();
-    let mut note = |kind: Kind,
-                    subject: String,
-                    compartment: Option<String>,
-                    node: Option<String>,
-                    message: String| {
-        out.push(Notification {
-            id: format!("{}/{}/{}/{subject}", src.uid, src.version, kind.as_str()),
-            skyhook: src.skyhook.to_string(),
+    batches(src, before, after, &mut out);
+    for (n, s) in &after.node_status {
+        if *s == Status::Erroring && before.node_status.get(n) != Some(&Status::Erroring) {
+            let message = format!("Skyhook {}: node {n} is erroring", src.skyhook);
+            out.push(src.note(Kind::NodeErroring, n, None, Some(n), message));
+        }
+    }
+    gates(src, before, after, &mut out);
+    if after.status == Some(Status::Complete) && before.status != Some(Status::Complete) {
+        let message = format!("Skyhook {}: the rollout is complete", src.skyhook);
+        out.push(src.note(Kind::RolloutComplete, "", None, None, message));
+    }
+    out
+}
+
+impl Source<'_> {
+    fn note(
+        &self,
+        kind: Kind,
+        subject: &str,
+        compartment: Option<&str>,
+        node: Option<&str>,
+        message: String,
+    ) -> Notification {
+        Notification {
+            id: format!("{}/{}/{}/{subject}", self.uid, self.version, kind.as_str()),
+            skyhook: self.skyhook.to_string(),
             kind,
-            compartment,
-            node,
+            compartment: compartment.map(str::to_string),
+            node: node.map(str::to_string),
             message,
-            time: src.time.clone(),
-        });
-    };
-    let batches = |s: &SkyhookStatus| -> BTreeMap<String, (i64, bool)> {
+            time: self.time.clone(),
+        }
+    }
+}
+
+/// Batches started and compartments stopped.
+fn batches(
+    src: &Source,
+    before: &SkyhookStatus,
+    after: &SkyhookStatus,
+    out: &mut Vec<Notification>,
+) {
+    let of = |s: &SkyhookStatus| -> BTreeMap<String, (i64, bool)> {
         s.compartment_statuses
             .iter()
             .filter_map(|(c, st)| {
@@ -93,7 +121,7 @@ pub fn changes(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus) -> V
             })
             .collect()
     };
-    let (was, now) = (batches(before), batches(after));
+    let (was, now) = (of(before), of(after));
     for (c, (batch, stop)) in &now {
         let (old_batch, old_stop) = was.get(c).copied().unwrap_or((0, false));
         if *batch > old_batch && *batch > 0 {
@@ -101,40 +129,21 @@ pub fn changes(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus) -> V
                 "Skyhook {}: compartment {c} started batch {batch}",
                 src.skyhook
             );
-            note(
-                Kind::BatchStarted,
-                format!("{c}/{batch}"),
-                Some(c.clone()),
-                None,
-                message,
-            );
+            let subject = format!("{c}/{batch}");
+            out.push(src.note(Kind::BatchStarted, &subject, Some(c), None, message));
         }
         if *stop && !old_stop {
             let message = format!(
                 "Skyhook {}: compartment {c} stopped its rollout (the batch failure threshold was reached)",
                 src.skyhook
             );
-            note(
-                Kind::RolloutStopped,
-                c.clone(),
-                Some(c.clone()),
-                None,
-                message,
-            );
+            out.push(src.note(Kind::RolloutStopped, c, Some(c), None, message));
         }
     }
-    for (n, s) in &after.node_status {
-        if *s == Status::Erroring && before.node_status.get(n) != Some(&Status::Erroring) {
-            let message = format!("Skyhook {}: node {n} is erroring", src.skyhook);
-            note(
-                Kind::NodeErroring,
-                n.clone(),
-                None,
-                Some(n.clone()),
-                message,
-            );
-        }
-    }
+}
+
+/// A gate's condition appearing, or its reason changing.
+fn gates(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus, out: &mut Vec<Notification>) {
     for gate in GATES {
         let reason = |s: &SkyhookStatus| {
             s.conditions
@@ -146,20 +155,10 @@ pub fn changes(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus) -> V
             && reason(before).map(|(r, _)| r) != Some(r.clone())
         {
             let message = format!("Skyhook {}: {r}: {m}", src.skyhook);
-            note(
-                Kind::GateHolding,
-                format!("{gate}/{r}"),
-                None,
-                None,
-                message,
-            );
+            let subject = format!("{gate}/{r}");
+            out.push(src.note(Kind::GateHolding, &subject, None, None, message));
         }
     }
-    if after.status == Some(Status::Complete) && before.status != Some(Status::Complete) {
-        let message = format!("Skyhook {}: the rollout is complete", src.skyhook);
-        note(Kind::RolloutComplete, String::new(), None, None, message);
-    }
-    out
 }
 
 #[cfg(test)]

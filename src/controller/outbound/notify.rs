@@ -231,7 +231,18 @@ async fn targets(secrets: &Api<Secret>) -> Result<Vec<Target>, String> {
         .and_then(|d| d.get(TARGETS_KEY))
         .map(|v| String::from_utf8_lossy(&v.0).to_string())
         .ok_or_else(|| format!("Secret {name} has no key {TARGETS_KEY}"))?;
-    serde_saphyr::from_str(&raw).map_err(|e| format!("Secret {name} key {TARGETS_KEY}: {e}"))
+    let targets: Vec<Target> = serde_saphyr::from_str(&raw)
+        .map_err(|e| format!("Secret {name} key {TARGETS_KEY}: {e}"))?;
+    for t in &targets {
+        let http = t.url.starts_with("http://") || t.url.starts_with("https://");
+        if !http || t.url.parse::<http::Uri>().is_err() {
+            return Err(format!(
+                "Secret {name} key {TARGETS_KEY}: target {:?}: url {:?} is not an http:// or https:// URL",
+                t.name, t.url
+            ));
+        }
+    }
+    Ok(targets)
 }
 
 /// One outbox: every entry due is sent to every target that wants it and has not had it; the

@@ -44,6 +44,7 @@
 pub mod event_queue;
 pub mod event_series;
 mod evict;
+mod gates;
 pub mod job_creations;
 mod outcomes;
 mod parallel;
@@ -146,16 +147,7 @@ pub async fn execute(
         w.stamp(job);
     }
     create(creations);
-    each(&plan.health_check_jobs, |job| {
-        async move {
-            match w.jobs.create(&Default::default(), job).await {
-                Err(e) if !is_status(&e, 409) => Err(e.into()),
-                _ => Ok(()),
-            }
-        }
-        .boxed()
-    })
-    .await?;
+    w.create_health_checks(&plan).await?;
     each(&plan.evictions, |e| w.evict(e).boxed()).await?;
     each(&plan.stale_configmaps, |name| {
         async move {
@@ -165,12 +157,7 @@ pub async fn execute(
         .boxed()
     })
     .await?;
-    // Before the status: a status that announces a change is never stored without its
-    // notifications (a failed append fails the pass, which repeats them under the same ids).
-    if !plan.notifications.is_empty() {
-        crate::controller::outbound::notify::append(w.client, namespace, sk, &plan.notifications)
-            .await?;
-    }
+    w.append_notifications(&plan, namespace).await?;
     let status_started = Instant::now();
     let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
     let stored = stored.map(|sk| (sk, status_started.elapsed()));
