@@ -49,6 +49,9 @@ pub struct Notification {
     pub time: String,
 }
 
+/// Most nodes a `NodeErroring` message names (it counts the rest).
+const NODES_NAMED: usize = 20;
+
 /// The gate conditions whose appearance (or new reason) is a `GateHolding` notification.
 const GATES: [&str; 4] = [
     schema::MAINTENANCE_WINDOW_CONDITION,
@@ -70,11 +73,36 @@ pub struct Source<'a> {
 pub fn changes(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus) -> Vec<Notification> {
     let mut out = Vec::new();
     batches(src, before, after, &mut out);
-    for (n, s) in &after.node_status {
-        if *s == Status::Erroring && before.node_status.get(n) != Some(&Status::Erroring) {
-            let message = format!("Skyhook {}: node {n} is erroring", src.skyhook);
-            out.push(src.note(Kind::NodeErroring, n, None, Some(n), message));
-        }
+    // The nodes that became erroring in one pass are one message (a thousand nodes failing
+    // together must not be a thousand messages, nor outgrow the outbox).
+    let erroring: Vec<&String> = after
+        .node_status
+        .iter()
+        .filter(|(n, s)| {
+            **s == Status::Erroring && before.node_status.get(*n) != Some(&Status::Erroring)
+        })
+        .map(|(n, _)| n)
+        .collect();
+    if let Some(first) = erroring.first() {
+        let named: Vec<&str> = erroring
+            .iter()
+            .take(NODES_NAMED)
+            .map(|n| n.as_str())
+            .collect();
+        let more = erroring.len().saturating_sub(NODES_NAMED);
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let message = format!(
+            "Skyhook {}: {} node(s) erroring: {}{tail}",
+            src.skyhook,
+            erroring.len(),
+            named.join(", ")
+        );
+        let node = (erroring.len() == 1).then_some(first.as_str());
+        out.push(src.note(Kind::NodeErroring, first, None, node, message));
     }
     gates(src, before, after, &mut out);
     if after.status == Some(Status::Complete) && before.status != Some(Status::Complete) {
@@ -215,5 +243,14 @@ mod tests {
             changes(&src, &after, &after).is_empty(),
             "no change, no notification"
         );
+        let mut many = SkyhookStatus::default();
+        for i in 0..30 {
+            many.node_status
+                .insert(format!("n{i:02}"), Status::Erroring);
+        }
+        let got = changes(&src, &SkyhookStatus::default(), &many);
+        assert_eq!(got.len(), 1, "one message for the nodes of one pass");
+        assert!(got[0].message.contains("30 node(s)") && got[0].message.contains("and 10 more"));
+        assert_eq!(got[0].node, None);
     }
 }

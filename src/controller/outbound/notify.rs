@@ -40,6 +40,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Delivered entries are kept this long (then forgotten), undelivered ones at most this long.
 const KEEP_SENT: Duration = Duration::from_secs(3600);
 const GIVE_UP: Duration = Duration::from_secs(24 * 3600);
+/// Most entries an outbox keeps: past it the oldest delivered go first, then the oldest
+/// undelivered (a ConfigMap holds at most 1 MiB; an entry is well under 1 KiB).
+const MAX_ENTRIES: usize = 500;
 
 /// One notification in the outbox, with its delivery so far.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +100,18 @@ impl Target {
 
 /// Adds the notifications not yet in the outbox; `true` when anything was added.
 pub fn merge(outbox: &mut Vec<Entry>, new: &[Notification]) -> bool {
+    let added = add(outbox, new);
+    while outbox.len() > MAX_ENTRIES {
+        let oldest_done = outbox.iter().position(|e| e.done_at.is_some());
+        let dropped = outbox.remove(oldest_done.unwrap_or(0));
+        if dropped.done_at.is_none() {
+            warn!(id = %dropped.notification.id, "notification outbox full: the oldest undelivered notification is dropped");
+        }
+    }
+    added
+}
+
+fn add(outbox: &mut Vec<Entry>, new: &[Notification]) -> bool {
     let mut added = false;
     for n in new {
         if outbox.iter().all(|e| e.notification.id != n.id) {
@@ -350,6 +365,18 @@ mod tests {
             "a repeated pass adds nothing"
         );
         assert_eq!(outbox.len(), 2);
+        outbox[1].done_at = Some("2026-11-28T10:00:01Z".into());
+        let more: Vec<Notification> = (0..MAX_ENTRIES).map(|i| note(&format!("x{i}"))).collect();
+        merge(&mut outbox, &more);
+        assert_eq!(outbox.len(), MAX_ENTRIES);
+        assert!(
+            outbox.iter().all(|e| e.notification.id != "b"),
+            "the delivered one goes first"
+        );
+        assert!(
+            outbox.iter().all(|e| e.notification.id != "a"),
+            "then the oldest"
+        );
     }
 
     #[test]
