@@ -277,6 +277,15 @@ async fn foreground_deletion_waits_for_dependents() {
     jobs.create(&PostParams::default(), &j)
         .await
         .expect("create job");
+    // The garbage collector must know the dependent before the owner goes: with no dependent in
+    // its graph yet it deletes the owner at once (seen under a loaded run). The controller
+    // manager's Job controller having started the Job is the sign its informers have it.
+    ctx.wait_for("the Job started", Duration::from_secs(30), || async {
+        let j = jobs.get_opt(&dependent).await.ok()??;
+        j.status?.start_time.map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     cms.delete(&owner, &foreground())
         .await
