@@ -47,6 +47,22 @@ impl Seen {
     }
 }
 
+impl Seen {
+    /// As the health gate sees the node: waiting for it, the node is at work in its batch;
+    /// past the timeout it is a failed node of the batch, which may then be judged.
+    pub fn gated(mut self, health: &super::health::Health, active: bool) -> Self {
+        match health {
+            super::health::Health::Holding { .. } => self.busy = true,
+            super::health::Health::Failed { .. } => {
+                self.busy = active;
+                self.erroring = true;
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
 /// What a pass's batch choice knows beside the compartment.
 pub struct BatchPass<'a> {
     pub can_run: bool,

@@ -328,18 +328,8 @@ impl<'a> Planner<'a> {
         for (f, node) in facts.iter().zip(folds) {
             let o = node.outcome();
             let (settled, health) = self.gate(f, o);
-            let mut s = Seen::of(f, o, settled);
+            let mut s = Seen::of(f, o, settled).gated(&health, o.active);
             s.unhealthy |= self.sick(f);
-            // Waiting for its health gate, a node is at work in its batch; past the timeout it
-            // is a failed node of the batch, which may then be judged.
-            match health {
-                health::Health::Holding { .. } => s.busy = true,
-                health::Health::Failed { .. } => {
-                    s.busy = o.active;
-                    s.erroring = true;
-                }
-                _ => {}
-            }
             if self.may_have_fresh_work(f, &s) {
                 let ahead = node.advance();
                 s.busy = has_fresh_work(o, &ahead);

@@ -85,8 +85,15 @@ pub fn health_gate_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/healthGate_{skyhook}")
 }
 
-/// The Secret in the operator's namespace with the notification targets (key `targets.yaml`).
+/// The Secret in the operator's namespace with the notification targets (key
+/// [`NOTIFICATIONS_TARGETS_KEY`]).
 pub const NOTIFICATIONS_SECRET: &str = "skyhook-notifications";
+/// The key of [`NOTIFICATIONS_SECRET`] that lists the targets (YAML or JSON).
+pub const NOTIFICATIONS_TARGETS_KEY: &str = "targets.yaml";
+/// The key of an outbox ConfigMap that holds its entries (JSON).
+pub const NOTIFICATIONS_OUTBOX_KEY: &str = "outbox.json";
+/// The header every notification carries, its id (receivers may de-duplicate on it).
+pub const NOTIFICATION_ID_HEADER: &str = "x-skyhook-notification-id";
 /// The Secret the alert gate's credentials are expected in by default (the install lets the
 /// operator read it, and [`NOTIFICATIONS_SECRET`], by name).
 pub const ALERT_CREDENTIALS_SECRET: &str = "skyhook-alert-credentials";

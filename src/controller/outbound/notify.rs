@@ -27,10 +27,8 @@ use crate::crd::Skyhook;
 use crate::plan::notify::{Kind, Notification};
 use crate::schema;
 
-/// The outbox's data key.
-const OUTBOX_KEY: &str = "outbox.json";
-/// The Secret's data key.
-const TARGETS_KEY: &str = "targets.yaml";
+const OUTBOX_KEY: &str = schema::NOTIFICATIONS_OUTBOX_KEY;
+const TARGETS_KEY: &str = schema::NOTIFICATIONS_TARGETS_KEY;
 /// How often the sender looks at the outboxes.
 const TICK: Duration = Duration::from_secs(1);
 /// How long one delivery may take.
@@ -282,7 +280,7 @@ async fn deliver(cms: &Api<ConfigMap>, http: &Outbound, targets: &[Target], mut 
             let headers = [
                 ("content-type".to_string(), "application/json".to_string()),
                 (
-                    "x-skyhook-notification-id".to_string(),
+                    schema::NOTIFICATION_ID_HEADER.to_string(),
                     e.notification.id.clone(),
                 ),
             ];

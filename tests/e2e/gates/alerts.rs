@@ -10,7 +10,7 @@ use skyhook::crd::DeploymentPolicy;
 use skyhook::schema;
 
 use crate::support::prometheus::{Gauge, Prometheus};
-use crate::support::{Env, label, pkg, setup, skyhook, sleep};
+use crate::support::{Env, create_policy, label, pkg, setup, skyhook, sleep};
 
 const RULES: &str = "groups:
 - name: e2e
@@ -20,16 +20,6 @@ const RULES: &str = "groups:
     labels:
       severity: critical
 ";
-
-/// The Skyhook's `AlertGate` condition: (reason, message).
-async fn alert_condition(env: &Env, sk: &str) -> Option<(String, String)> {
-    let s = env.skyhooks.get(sk).await.ok()?.status?;
-    let c = s
-        .conditions
-        .iter()
-        .find(|c| c.type_ == schema::ALERT_GATE_CONDITION)?;
-    Some((c.reason.clone(), c.message.clone()))
-}
 
 async fn jobs_on(env: &Env, sk: &str, node: &str) -> usize {
     env.jobs_of(sk)
@@ -58,19 +48,11 @@ async fn the_rollout_holds_while_a_matching_alert_fires_and_while_prometheus_is_
             },
         )
         .await;
-    let policy = env.ctx.name("policy");
-    let p: DeploymentPolicy = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": policy},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
-            "alertGate": {"url": prom.url(),
-                "matchers": ["severity=\"critical\"", "alertname=~\"E2E.*\""]}},
-    }))
-    .expect("policy");
-    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
-        .create(&PostParams::default(), &p)
-        .await
-        .expect("create the policy");
+    let spec = json!({
+        "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+        "alertGate": {"url": prom.url(),
+            "matchers": ["severity=\"critical\"", "alertname=~\"E2E.*\""]}});
+    let policy = create_policy(&env.ctx, spec).await;
     let sk = env.ctx.name("sk");
     env.create(&skyhook(
         &env.ctx,
@@ -84,7 +66,7 @@ async fn the_rollout_holds_while_a_matching_alert_fires_and_while_prometheus_is_
             "the AlertsFiring condition",
             Duration::from_secs(60),
             || async {
-                match alert_condition(&env, &sk).await {
+                match env.condition(&sk, schema::ALERT_GATE_CONDITION).await {
                     Some((r, m))
                         if r == schema::ALERTS_FIRING_REASON && m.contains("E2EGpuXidErrors") =>
                     {
@@ -148,7 +130,7 @@ async fn the_rollout_holds_while_a_matching_alert_fires_and_while_prometheus_is_
             "the AlertSourceUnreachable condition",
             Duration::from_secs(90),
             || async {
-                match alert_condition(&env, &sk).await {
+                match env.condition(&sk, schema::ALERT_GATE_CONDITION).await {
                     Some((r, m))
                         if r == schema::ALERT_SOURCE_UNREACHABLE_REASON && m.contains("Hold") =>
                     {

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
-use skyhook::crd::DeploymentPolicy;
+use serde_json::json;
 use skyhook::schema::{self, Status};
 
-use crate::support::{Env, label, reboot_pkg, setup, skyhook};
+use crate::support::{Env, create_policy, label, reboot_pkg, setup, skyhook};
 
 /// A device-plugin-like pod `name` on `node` (it tolerates the cordon, as a DaemonSet's pods do,
 /// so the drain leaves it), once kwok runs it.
@@ -71,31 +70,6 @@ fn cordoned(n: &Node) -> bool {
         .unwrap_or(false)
 }
 
-/// The `HealthGate` condition of the Skyhook: (reason, message).
-async fn gate_condition(env: &Env, sk: &str) -> Option<(String, String)> {
-    let s = env.skyhooks.get(sk).await.ok()?.status?;
-    let c = s
-        .conditions
-        .iter()
-        .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)?;
-    Some((c.reason.clone(), c.message.clone()))
-}
-
-async fn policy(env: &Env, strategy: Value) -> String {
-    let name = env.ctx.name("policy");
-    let policy: DeploymentPolicy = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": name},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": strategy}},
-    }))
-    .expect("policy");
-    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("create the policy");
-    name
-}
-
 /// Waits until `node` waits for its health gate: in progress, cordoned, its clock started.
 async fn wait_holding(env: &Env, sk: &str, node: &str) {
     let clock = schema::health_gate_annotation(sk);
@@ -133,7 +107,11 @@ async fn a_pod_that_stays_not_ready_fails_the_node_and_stops_the_rollout() {
     }
     let pods = pods.expect("pods");
     let strategy = json!({"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}});
-    let policy = policy(&env, strategy).await;
+    let policy = create_policy(
+        &env.ctx,
+        json!({"default": {"budget": {"count": 1}, "strategy": strategy}}),
+    )
+    .await;
     let sk = env.ctx.name("sk");
     let gate = json!({"timeout": "25s",
         "pods": {"namespace": env.ctx.ns, "selector": {"matchLabels": {"app": app}}}});
@@ -172,7 +150,8 @@ async fn a_pod_that_stays_not_ready_fails_the_node_and_stops_the_rollout() {
         "{out}"
     );
     let i = env.nodes.iter().position(|n| *n == first).expect("index");
-    let (reason, message) = gate_condition(&env, &sk)
+    let (reason, message) = env
+        .condition(&sk, schema::HEALTH_GATE_CONDITION)
         .await
         .expect("HealthGate condition");
     assert_eq!(reason, schema::HEALTH_GATE_HOLDING_REASON, "{message}");
@@ -279,7 +258,8 @@ async fn a_node_passes_once_its_condition_holds_and_its_pod_is_ready() {
     ))
     .await;
     wait_holding(&env, &sk, &node).await;
-    let (_, message) = gate_condition(&env, &sk)
+    let (_, message) = env
+        .condition(&sk, schema::HEALTH_GATE_CONDITION)
         .await
         .expect("HealthGate condition");
     assert!(
@@ -298,7 +278,7 @@ async fn a_node_passes_once_its_condition_holds_and_its_pod_is_ready() {
             "the gate waiting for the pod",
             Duration::from_secs(30),
             || async {
-                match gate_condition(&env, &sk).await {
+                match env.condition(&sk, schema::HEALTH_GATE_CONDITION).await {
                     Some((_, m)) if m.contains("no pod matching") => Ok(()),
                     other => Err(format!("{other:?}")),
                 }
@@ -316,7 +296,10 @@ async fn a_node_passes_once_its_condition_holds_and_its_pod_is_ready() {
     let n = node_of(&env, &node).await;
     assert!(!cordoned(&n), "a node that passed is uncordoned");
     assert_eq!(annotation(&n, &schema::health_gate_annotation(&sk)), None);
-    assert_eq!(gate_condition(&env, &sk).await, None);
+    assert_eq!(
+        env.condition(&sk, schema::HEALTH_GATE_CONDITION).await,
+        None
+    );
 }
 
 #[tokio::test]
@@ -393,7 +376,7 @@ async fn a_check_job_that_fails_then_succeeds_passes_the_gate() {
             "the gate naming the failed check",
             Duration::from_secs(30),
             || async {
-                match gate_condition(&env, &sk).await {
+                match env.condition(&sk, schema::HEALTH_GATE_CONDITION).await {
                     Some((_, m)) if m.contains("check Job") && m.contains("failed") => Ok(()),
                     other => Err(format!("{other:?}")),
                 }
@@ -429,7 +412,10 @@ async fn a_check_job_that_fails_then_succeeds_passes_the_gate() {
         runs.iter()
             .all(|j| pod_node(j).as_deref() == Some(node.as_str()))
     );
-    assert_eq!(gate_condition(&env, &sk).await, None);
+    assert_eq!(
+        env.condition(&sk, schema::HEALTH_GATE_CONDITION).await,
+        None
+    );
 }
 
 #[tokio::test]
@@ -440,18 +426,9 @@ async fn a_pod_failing_during_the_soak_fails_the_batch() {
     for (i, node) in env.nodes.iter().enumerate() {
         apis.push(plugin_pod(&env, &format!("dp-{i}"), node, &app).await);
     }
-    let name = env.ctx.name("policy");
     let strategy = json!({"fixed": {"initialBatch": 1, "failureThreshold": 1, "safetyLimit": 100}});
-    let policy: DeploymentPolicy = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": name},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": strategy}, "soak": "5m"},
-    }))
-    .expect("policy");
-    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("create the policy");
+    let spec = json!({"default": {"budget": {"count": 1}, "strategy": strategy}, "soak": "5m"});
+    let name = create_policy(&env.ctx, spec).await;
     let sk = env.ctx.name("sk");
     let gate =
         json!({"pods": {"namespace": env.ctx.ns, "selector": {"matchLabels": {"app": app}}}});
@@ -468,12 +445,7 @@ async fn a_pod_failing_during_the_soak_fails_the_batch() {
             "batch 1 passed its gate and soaking",
             Duration::from_secs(120),
             || async {
-                let s = env.skyhooks.get(&sk).await.ok()?.status?;
-                let b = s
-                    .compartment_statuses
-                    .get("__default__")?
-                    .batch_state
-                    .clone()?;
+                let b = env.batch_state(&sk).await?;
                 (b.soak_until.is_some() && b.soak_nodes.len() == 1).then_some(b)
             },
         )
@@ -486,16 +458,6 @@ async fn a_pod_failing_during_the_soak_fails_the_batch() {
             && e.message.as_deref().is_some_and(|m| m.contains(&sick))
     })
     .await;
-    let s = env
-        .skyhooks
-        .get(&sk)
-        .await
-        .expect("skyhook")
-        .status
-        .expect("status");
-    let b = s.compartment_statuses["__default__"]
-        .batch_state
-        .clone()
-        .expect("batch state");
+    let b = env.batch_state(&sk).await.expect("batch state");
     assert!(b.should_stop && b.last_batch_failed, "{b:?}");
 }

@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use skyhook::crd::DeploymentPolicy;
 use skyhook::schema::{self, Status};
 
-use crate::support::{Env, pkg, setup, skyhook, sleep};
+use crate::support::{Env, create_policy, pkg, setup, skyhook, sleep};
 
 /// What the receiver got: (path, notification id, body), in order.
 type Received = Arc<Mutex<Vec<(String, String, Value)>>>;
@@ -43,7 +42,7 @@ impl Receiver {
                         return axum::http::StatusCode::INTERNAL_SERVER_ERROR;
                     }
                     let id = headers
-                        .get("x-skyhook-notification-id")
+                        .get(schema::NOTIFICATION_ID_HEADER)
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or_default()
                         .to_string();
@@ -96,7 +95,7 @@ async fn targets(env: &Env, port: u16) {
     );
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": schema::NOTIFICATIONS_SECRET},
-        "stringData": {"targets.yaml": yaml},
+        "stringData": {schema::NOTIFICATIONS_TARGETS_KEY: yaml},
     }))
     .expect("secret");
     Api::<Secret>::namespaced(env.ctx.client.clone(), &env.ctx.ns)
@@ -106,17 +105,9 @@ async fn targets(env: &Env, port: u16) {
 }
 
 async fn rollout(env: &Env, sleep_s: &str) -> String {
-    let policy = env.ctx.name("policy");
-    let p: DeploymentPolicy = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": policy},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}}},
-    }))
-    .expect("policy");
-    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
-        .create(&PostParams::default(), &p)
-        .await
-        .expect("create the policy");
+    let spec =
+        json!({"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}}});
+    let policy = create_policy(&env.ctx, spec).await;
     let sk = env.ctx.name("sk");
     env.create(&skyhook(
         &env.ctx,
@@ -125,6 +116,19 @@ async fn rollout(env: &Env, sleep_s: &str) -> String {
     ))
     .await;
     sk
+}
+
+/// Waits until both batches and the completion were announced (as JSON).
+async fn wait_announced(env: &Env, receiver: &Receiver, step: &str) {
+    env.ctx
+        .eventually(step, Duration::from_secs(60), || async {
+            let kinds = receiver.kinds();
+            match (kinds.get("BatchStarted"), kinds.get("RolloutComplete")) {
+                (Some(2), Some(1)) => Ok(()),
+                _ => Err(format!("{kinds:?}")),
+            }
+        })
+        .await;
 }
 
 /// Every (target, id) once, and the JSON and Slack targets got the same notifications.
@@ -167,19 +171,7 @@ async fn each_notification_arrives_once_across_a_sigkill() {
     env.op.restart(&env.ctx);
     env.wait_status(&sk, Status::Complete, Duration::from_secs(120))
         .await;
-    env.ctx
-        .eventually(
-            "the rollout announced complete",
-            Duration::from_secs(60),
-            || async {
-                let kinds = receiver.kinds();
-                match (kinds.get("BatchStarted"), kinds.get("RolloutComplete")) {
-                    (Some(2), Some(1)) => Ok(()),
-                    _ => Err(format!("{kinds:?}")),
-                }
-            },
-        )
-        .await;
+    wait_announced(&env, &receiver, "the rollout announced complete").await;
     // Nothing more comes later, and nothing came twice.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let got = receiver.got();
@@ -216,19 +208,7 @@ async fn a_failing_receiver_delays_nothing_and_gets_its_messages_after() {
     let minute = Duration::from_secs(60).saturating_sub(started.elapsed());
     tokio::time::sleep(minute).await;
     receiver.failing.store(false, Ordering::Relaxed);
-    env.ctx
-        .eventually(
-            "the messages after the receiver recovered",
-            Duration::from_secs(60),
-            || async {
-                let kinds = receiver.kinds();
-                match (kinds.get("BatchStarted"), kinds.get("RolloutComplete")) {
-                    (Some(2), Some(1)) => Ok(()),
-                    _ => Err(format!("{kinds:?}")),
-                }
-            },
-        )
-        .await;
+    wait_announced(&env, &receiver, "the messages after the receiver recovered").await;
     assert_exactly_once(&receiver.got());
     eprintln!("rollout with a failing receiver took {took:?}");
 }

@@ -7,26 +7,15 @@ use std::time::Duration;
 use jiff::{Timestamp, ToSpan};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use skyhook::crd::DeploymentPolicy;
 use skyhook::schema::{self, Status};
 
-use crate::support::{Env, label, pkg, setup, skyhook, sleep};
+use crate::support::{Env, create_policy, label, pkg, setup, skyhook, sleep};
 
 async fn policy_with(env: &Env, strategy: Value, soak: &str) -> String {
-    let name = env.ctx.name("policy");
-    let policy: DeploymentPolicy = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": name},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": strategy}, "soak": soak},
-    }))
-    .expect("policy");
-    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("create the policy");
-    name
+    let spec = json!({"default": {"budget": {"count": 1}, "strategy": strategy}, "soak": soak});
+    create_policy(&env.ctx, spec).await
 }
 
 fn at(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Timestamp {
@@ -95,12 +84,7 @@ async fn a_node_going_not_ready_during_the_soak_fails_the_batch() {
     let soaking = env
         .ctx
         .wait_for("a batch soaking", Duration::from_secs(120), || async {
-            let s = env.skyhooks.get(&sk).await.ok()?.status?;
-            let b = s
-                .compartment_statuses
-                .get("__default__")?
-                .batch_state
-                .clone()?;
+            let b = env.batch_state(&sk).await?;
             (b.soak_until.is_some() && b.soak_nodes.len() == 1).then_some(b)
         })
         .await;
@@ -136,17 +120,7 @@ async fn a_node_going_not_ready_during_the_soak_fails_the_batch() {
             && e.message.as_deref().is_some_and(|m| m.contains(&sick))
     })
     .await;
-    let s = env
-        .skyhooks
-        .get(&sk)
-        .await
-        .expect("skyhook")
-        .status
-        .expect("status");
-    let b = s.compartment_statuses["__default__"]
-        .batch_state
-        .clone()
-        .expect("batch state");
+    let b = env.batch_state(&sk).await.expect("batch state");
     assert!(
         b.should_stop && b.last_batch_failed && b.consecutive_failures == 1,
         "{b:?}"

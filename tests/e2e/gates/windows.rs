@@ -13,7 +13,7 @@ use skyhook::crd::DeploymentPolicy;
 use skyhook::schema;
 
 use crate::support::plugin::plugin;
-use crate::support::{label, pkg, setup, skyhook, sleep};
+use crate::support::{create_policy, label, pkg, setup, skyhook, sleep};
 
 const ZONE: &str = "Asia/Kolkata";
 
@@ -45,20 +45,11 @@ async fn nodes_start_only_inside_the_window_and_work_in_flight_finishes() {
     let opens = start.timestamp().checked_add(10.seconds()).expect("guard");
     let closes = end.timestamp().checked_sub(10.seconds()).expect("guard");
 
-    let policy_name = env.ctx.name("policy");
-    let policy: DeploymentPolicy = serde_json::from_value(json!({
-        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": policy_name},
-        "spec": {
-            "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
-            "windows": [{"start": hhmm(&start), "end": hhmm(&end), "timeZone": ZONE}],
-        },
-    }))
-    .expect("policy");
-    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("create the policy");
+    let spec = json!({
+        "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+        "windows": [{"start": hhmm(&start), "end": hhmm(&end), "timeZone": ZONE}],
+    });
+    let policy_name = create_policy(&env.ctx, spec).await;
     let sk = env.ctx.name("sk");
     env.create(&skyhook(
         &env.ctx,
@@ -157,29 +148,18 @@ async fn nodes_start_only_inside_the_window_and_work_in_flight_finishes() {
 #[tokio::test]
 async fn a_cron_window_holds_until_it_fires() {
     let env = setup("gates-window-cron", 1, &[]).await;
-    let policy_name = env.ctx.name("policy");
-    let policy = |cron: &str| -> DeploymentPolicy {
-        serde_json::from_value(json!({
-            "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-            "metadata": {"name": policy_name},
-            "spec": {
-                "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
-                "windows": [{"cron": cron, "duration": "1h", "timeZone": ZONE}],
-            },
-        }))
-        .expect("policy")
-    };
-    let policies = Api::<DeploymentPolicy>::all(env.ctx.client.clone());
+    let window = |cron: &str| json!([{"cron": cron, "duration": "1h", "timeZone": ZONE}]);
     // Every day at a time twelve hours from now in Kolkata, for an hour: closed now.
     let later = Timestamp::now()
         .checked_add(12.hours())
         .expect("time")
         .to_zoned(TimeZone::get(ZONE).expect("zone"));
     let daily = format!("{} {} * * *", later.minute(), later.hour());
-    policies
-        .create(&PostParams::default(), &policy(&daily))
-        .await
-        .expect("create the policy");
+    let spec = json!({
+        "default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
+        "windows": window(&daily),
+    });
+    let policy_name = create_policy(&env.ctx, spec).await;
     let sk = env.ctx.name("sk");
     env.create(&skyhook(
         &env.ctx,
@@ -192,18 +172,11 @@ async fn a_cron_window_holds_until_it_fires() {
             "held by the cron window",
             Duration::from_secs(60),
             || async {
-                let s = env.skyhooks.get(&sk).await.map_err(|e| e.to_string())?;
-                let c = s
-                    .status
-                    .unwrap_or_default()
-                    .conditions
-                    .into_iter()
-                    .find(|c| c.type_ == schema::MAINTENANCE_WINDOW_CONDITION);
-                match c {
-                    Some(c)
-                        if c.message
-                            .contains("waits for its maintenance window opening at") =>
-                    {
+                match env
+                    .condition(&sk, schema::MAINTENANCE_WINDOW_CONDITION)
+                    .await
+                {
+                    Some((_, m)) if m.contains("waits for its maintenance window opening at") => {
                         Ok(())
                     }
                     other => Err(format!("{other:?}")),
@@ -216,11 +189,12 @@ async fn a_cron_window_holds_until_it_fires() {
         "nothing starts outside the window"
     );
     // Every minute, for an hour: open now.
-    let mut open = policy("* * * * *");
-    let current = policies.get(&policy_name).await.expect("policy");
-    open.metadata.resource_version = current.metadata.resource_version;
-    policies
-        .replace(&policy_name, &PostParams::default(), &open)
+    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
+        .patch(
+            &policy_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"spec": {"windows": window("* * * * *")}})),
+        )
         .await
         .expect("open the window");
     env.wait_status(&sk, schema::Status::Complete, Duration::from_secs(90))

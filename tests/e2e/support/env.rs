@@ -7,7 +7,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
-use skyhook::crd::Skyhook;
+use serde_json::{Value, json};
+use skyhook::crd::{BatchState, DeploymentPolicy, Skyhook};
 use skyhook::schema::{self, NodeState};
 
 use super::{Operator, TestCtx, install_crds};
@@ -49,6 +50,22 @@ impl Env {
             op,
             nodes,
         }
+    }
+
+    /// The Skyhook's condition `kind`: (reason, message).
+    pub async fn condition(&self, sk: &str, kind: &str) -> Option<(String, String)> {
+        let s = self.skyhooks.get(sk).await.ok()?.status?;
+        let c = s.conditions.iter().find(|c| c.type_ == kind)?;
+        Some((c.reason.clone(), c.message.clone()))
+    }
+
+    /// The batch state of the Skyhook's default compartment.
+    pub async fn batch_state(&self, sk: &str) -> Option<BatchState> {
+        let s = self.skyhooks.get(sk).await.ok()?.status?;
+        s.compartment_statuses
+            .get("__default__")?
+            .batch_state
+            .clone()
     }
 
     pub async fn create(&self, sk: &Skyhook) {
@@ -153,4 +170,20 @@ impl Env {
 /// A Job's label `k`, or "" when it has none.
 pub fn label<'a>(j: &'a Job, k: &str) -> &'a str {
     j.labels().get(k).map(String::as_str).unwrap_or("")
+}
+
+/// A DeploymentPolicy of the test with `spec`, created; its name.
+pub async fn create_policy(ctx: &TestCtx, spec: Value) -> String {
+    let name = ctx.name("policy");
+    let policy: DeploymentPolicy = serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("valid DeploymentPolicy");
+    Api::<DeploymentPolicy>::all(ctx.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the DeploymentPolicy");
+    name
 }

@@ -14,7 +14,9 @@
 //!   and Node APIs; [`Env::new`] wraps an operator started by hand ([`Operator::start_named`]).
 //!   Without an operator: [`TestCtx::new`] and [`TestCtx::add_test_nodes`].
 //! - Objects: [`skyhook`]`(&env.ctx, name, spec)` selects exactly the test's nodes, with
-//!   packages from [`pkg`]`(version, `[`sleep`]`("1"))`; create it with [`Env::create`].
+//!   packages from [`pkg`]`(version, `[`sleep`]`("1"))`; create it with [`Env::create`]; a
+//!   DeploymentPolicy with [`create_policy`]. Read back: [`Env::condition`],
+//!   [`Env::batch_state`].
 //! - Waits: [`TestCtx::wait_for`] (probe returns `Option`), [`TestCtx::eventually`] (probe
 //!   returns `Result`, the panic carries the last reason), [`TestCtx::holds_for`];
 //!   [`wait_complete`] with [`Complete::current`] or [`Complete::any_generation`];
@@ -28,6 +30,7 @@
 //! - Identities: [`service_account_token`] (a ServiceAccount without permissions, and a token).
 //! - Interrupts: [`interrupts::SlowInterrupts`] keeps interrupt pods running (or fails them).
 //! - Refused writes: [`refusal::Refusal`] (a ValidatingAdmissionPolicy of the test).
+//! - Prometheus: [`prometheus::Prometheus`] (a real one, scraping a [`prometheus::Gauge`]).
 //! - Elsewhere: [`deploy`] (the `deploy/` manifests), [`plugin`] (the kubectl plugin),
 //!   [`private`] (a cluster of one's own), [`proxy`] (a faulty API server in between).
 
@@ -48,7 +51,7 @@ pub mod real;
 pub mod refusal;
 pub mod wait;
 
-pub use env::{Env, label, setup};
+pub use env::{Env, create_policy, label, setup};
 pub use expect::{NodeExpect, PackageExpect, SkyhookExpect, wait_node, wait_skyhook};
 pub use objects::{pkg, reboot_pkg, skyhook, sleep};
 pub use wait::{Complete, wait_complete, wait_metric};
