@@ -1,7 +1,8 @@
 //! HTTP to services other than the API server (an alert source, notification receivers): one
-//! pooled client, http or https (the system's roots), every request bounded by a timeout and
+//! pooled client, http or https (built-in and system roots), every request bounded by a timeout and
 //! every answer by a size, so a slow or chatty service never stalls or bloats the operator.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,6 +12,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
 
 /// Largest answer read (an alert list of a large fleet fits; anything larger is refused).
 pub const MAX_ANSWER: usize = 8 * 1024 * 1024;
@@ -42,13 +45,30 @@ pub struct Call<'a> {
 }
 
 impl Outbound {
-    /// Errors only when the system's root certificates cannot be read at all.
+    /// Trusts the system's roots (or those `SSL_CERT_FILE`/`SSL_CERT_DIR` name) and the Mozilla
+    /// roots built in, since the operator's image is `scratch`, with no certificate files; a
+    /// receiver behind a private CA is reached by mounting its CA and naming it in
+    /// `SSL_CERT_FILE`. Unreadable system roots are logged, never fatal.
     pub fn new() -> Result<Outbound, OutboundError> {
+        let native = rustls_native_certs::load_native_certs();
+        for e in &native.errors {
+            tracing::debug!(error = %e, "a system root certificate could not be read");
+        }
+        let (roots, refused) = trust(native.certs);
+        tracing::info!(
+            roots = roots.len(),
+            refused,
+            "outbound HTTPS trusts the built-in Mozilla roots and the system's"
+        );
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| OutboundError::Transport(format!("setting up TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| {
-                OutboundError::Transport(format!("reading the system's root certificates: {e}"))
-            })?
+            .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .build();
@@ -92,6 +112,15 @@ impl Outbound {
     }
 }
 
+/// The built-in Mozilla roots and the system's; how many system certificates were refused
+/// (not CA certificates rustls can use).
+fn trust(system: Vec<CertificateDer<'static>>) -> (RootCertStore, usize) {
+    let mut roots = RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let (_, refused) = roots.add_parsable_certificates(system);
+    (roots, refused)
+}
+
 /// hyper-util's error with its cause (its own words alone are "client error (Connect)").
 fn transport_words(e: &hyper_util::client::legacy::Error) -> String {
     let mut words = e.to_string();
@@ -102,4 +131,23 @@ fn transport_words(e: &hyper_util::client::legacy::Error) -> String {
         source = s.source();
     }
     words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_without_certificate_files_still_trusts_the_built_in_roots() {
+        let (roots, refused) = trust(Vec::new());
+        assert_eq!(refused, 0);
+        assert!(roots.len() > 100, "{} roots", roots.len());
+    }
+
+    #[test]
+    fn a_system_file_that_is_no_certificate_is_counted_and_skipped() {
+        let (roots, refused) = trust(vec![CertificateDer::from(b"not a certificate".to_vec())]);
+        assert_eq!(refused, 1);
+        assert_eq!(roots.len(), webpki_roots::TLS_SERVER_ROOTS.len());
+    }
 }

@@ -1,9 +1,10 @@
 //! Notifications (issue 38, acceptance 5) to a test receiver: exactly one message per event
 //! across an operator SIGKILL and restart; a receiver answering 500 for a minute delays nothing
-//! in the rollout, and the messages arrive after it recovers.
+//! in the rollout, and the messages arrive after it recovers; HTTPS receivers are verified
+//! against the roots the operator is given.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,13 +23,20 @@ struct Receiver {
     port: u16,
     got: Received,
     failing: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Receiver {
     async fn start(failing: bool) -> Receiver {
+        Receiver::serve(failing, None).await
+    }
+
+    /// With `tls`, over HTTPS: connections whose handshake fails are counted in `refused`.
+    async fn serve(failing: bool, tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
         let got: Received = Arc::default();
         let failing = Arc::new(AtomicBool::new(failing));
+        let refused = Arc::new(AtomicUsize::new(0));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .expect("bind the receiver");
@@ -54,13 +62,33 @@ impl Receiver {
                 }
             },
         );
+        let r = refused.clone();
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let Some(tls) = tls else {
+                let _ = axum::serve(listener, app).await;
+                return;
+            };
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (tls, app, r) = (tls.clone(), app.clone(), r.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = tls.accept(tcp).await else {
+                        r.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    };
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(
+                            hyper_util::rt::TokioIo::new(stream),
+                            hyper_util::service::TowerToHyperService::new(app),
+                        )
+                        .await;
+                });
+            }
         });
         Receiver {
             port,
             got,
             failing,
+            refused,
             task,
         }
     }
@@ -93,6 +121,10 @@ async fn targets(env: &Env, port: u16) {
     let yaml = format!(
         "- name: json\n  url: http://127.0.0.1:{port}/json\n- name: chat\n  url: http://127.0.0.1:{port}/slack\n  format: slack\n"
     );
+    put_targets(env, yaml).await;
+}
+
+async fn put_targets(env: &Env, yaml: String) {
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": schema::NOTIFICATIONS_SECRET},
         "stringData": {schema::NOTIFICATIONS_TARGETS_KEY: yaml},
@@ -211,4 +243,91 @@ async fn a_failing_receiver_delays_nothing_and_gets_its_messages_after() {
     wait_announced(&env, &receiver, "the messages after the receiver recovered").await;
     assert_exactly_once(&receiver.got());
     eprintln!("rollout with a failing receiver took {took:?}");
+}
+
+/// A CA (PEM, for the operator's `SSL_CERT_FILE`) and a server certificate for 127.0.0.1 it
+/// signed, made by the openssl CLI in `dir`; the acceptor serves that certificate.
+fn private_ca(dir: &std::path::Path) -> (std::path::PathBuf, tokio_rustls::TlsAcceptor) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    std::fs::create_dir_all(dir).expect("create the CA's directory");
+    let script = r#"set -e
+key="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+openssl req -x509 $key -keyout ca.key -out ca.pem -days 2 -subj /CN=e2e-private-ca
+openssl req $key -keyout srv.key -out srv.csr -subj /CN=127.0.0.1
+printf '[v]\nbasicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >ext.cnf
+openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 \
+  -extfile ext.cnf -extensions v
+"#;
+    let out = std::process::Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let certs = CertificateDer::pem_file_iter(dir.join("srv.pem"))
+        .expect("read srv.pem")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("parse srv.pem");
+    let key = PrivateKeyDer::from_pem_file(dir.join("srv.key")).expect("read srv.key");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("protocol versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("server certificate");
+    (
+        dir.join("ca.pem"),
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    )
+}
+
+/// HTTPS receivers: one behind a private CA the operator is told of (`SSL_CERT_FILE`) gets every
+/// message; one behind a CA it does not know is refused at the handshake and gets none.
+#[tokio::test]
+async fn https_receivers_are_verified_against_the_ca_named_in_ssl_cert_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, trusted_tls) = private_ca(&dir.path().join("trusted"));
+    let (_, unknown_tls) = private_ca(&dir.path().join("unknown"));
+    let ca = ca.display().to_string();
+    let env = setup(
+        "gates-notify-tls",
+        2,
+        &[("NOTIFICATIONS", "true"), ("SSL_CERT_FILE", &ca)],
+    )
+    .await;
+    let trusted = Receiver::serve(false, Some(trusted_tls)).await;
+    let unknown = Receiver::serve(false, Some(unknown_tls)).await;
+    put_targets(
+        &env,
+        format!(
+            "- name: json\n  url: https://127.0.0.1:{}/json\n- name: chat\n  url: https://127.0.0.1:{}/slack\n  format: slack\n- name: stranger\n  url: https://127.0.0.1:{}/json\n",
+            trusted.port, trusted.port, unknown.port
+        ),
+    )
+    .await;
+    let sk = rollout(&env, "1").await;
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(90))
+        .await;
+    wait_announced(&env, &trusted, "the messages over HTTPS").await;
+    assert_exactly_once(&trusted.got());
+    env.ctx
+        .eventually(
+            "the unknown CA refused",
+            Duration::from_secs(30),
+            || async {
+                match unknown.refused.load(Ordering::Relaxed) {
+                    0 => Err("no handshake yet".to_string()),
+                    _ => Ok(()),
+                }
+            },
+        )
+        .await;
+    assert!(unknown.got().is_empty(), "{:?}", unknown.got());
 }

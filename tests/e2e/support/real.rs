@@ -128,6 +128,37 @@ impl TestCtx {
                 out.push_str(&all[all.len().saturating_sub(lines)..].join("\n"));
                 out.push('\n');
             }
+            out.push_str(&self.container_logs(node, lines / 3));
+        }
+        out
+    }
+
+    /// The tail of the latest log of every container the kubelet ran on `node` (an operator pod
+    /// that exits at once says why only there).
+    fn container_logs(&self, node: &str, lines: usize) -> String {
+        let mut out = String::new();
+        let pods = self.node_root(node).join("var/log/pods");
+        for pod in self.list_on_node(node, "var/log/pods") {
+            for container in self.list_on_node(node, &format!("var/log/pods/{pod}")) {
+                let dir = pods.join(&pod).join(&container);
+                let latest = std::fs::read_dir(&dir)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        Some((name.strip_suffix(".log")?.parse::<u32>().ok()?, e.path()))
+                    })
+                    .max();
+                let Some((_, path)) = latest else { continue };
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                let all: Vec<&str> = text.lines().collect();
+                out.push_str(&format!("==> {} <==\n", path.display()));
+                out.push_str(&all[all.len().saturating_sub(lines)..].join("\n"));
+                out.push('\n');
+            }
         }
         out
     }
