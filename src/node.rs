@@ -76,12 +76,12 @@ impl From<Node> for NodeView {
         let not_ready = all.iter().any(|c| c.type_ == "Ready" && c.status != "True");
         let other_conditions = all
             .iter()
-            .filter(|c| !schema::is_skyhook_key(&c.type_) && !is_kubelet_condition(&c.type_))
+            .filter(|c| !schema::is_operator_key(&c.type_) && !is_kubelet_condition(&c.type_))
             .map(|c| (Shared::new(&c.type_), Shared::new(&c.status)))
             .collect();
         let conditions = all
             .into_iter()
-            .filter(|c| schema::is_skyhook_key(&c.type_))
+            .filter(|c| schema::is_operator_key(&c.type_))
             .map(Condition::from)
             .collect();
         NodeView {
@@ -109,6 +109,45 @@ pub fn is_kubelet_condition(type_: &str) -> bool {
 }
 
 impl NodeView {
+    /// The node as a pass of an object of `api` reads it: its labels, annotations and conditions
+    /// under the canonical keys, without those of the other API. Shared for the legacy API.
+    pub fn in_api(self: &std::sync::Arc<Self>, api: schema::Api) -> std::sync::Arc<NodeView> {
+        if api == schema::Api::Skyhook {
+            return self.clone();
+        }
+        let pairs = |p: &Pairs| {
+            Pairs(
+                p.0.iter()
+                    .filter_map(|(k, v)| {
+                        let key = api.canonical(k)?;
+                        Some((Shared::new(&key), v.clone()))
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        let conditions = self
+            .conditions
+            .iter()
+            .filter_map(|c| {
+                let type_ = api.canonical(&c.type_)?;
+                Some(Condition {
+                    type_: Shared::new(&type_),
+                    ..c.clone()
+                })
+            })
+            .collect();
+        std::sync::Arc::new(NodeView {
+            labels: pairs(&self.labels),
+            annotations: pairs(&self.annotations),
+            conditions,
+            ..(**self).clone()
+        })
+    }
+
     /// The status of a condition neither the kubelet nor a Skyhook sets.
     pub fn other_condition(&self, type_: &str) -> Option<&str> {
         self.other_conditions

@@ -6,6 +6,8 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum Error {
+    #[error("SERVE_APIS names no API to reconcile; set it to skyhook, nodewright or both")]
+    NoApis,
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
     #[error("cannot encode an object: {0}")]
@@ -17,10 +19,10 @@ pub enum Error {
     #[error("SKYHOOK_SELECTOR {0:?} was refused by the API server: {1}")]
     Selector(String, kube::Error),
     #[error(
-        "the API server does not serve skyhooks.skyhook.nvidia.com after {0:?}: install the CRDs \
-         (kubectl apply -f deploy/crds/) and start the operator again"
+        "the API server does not serve {0} after {1:?}: install the CRDs (kubectl apply -f \
+         deploy/crds/) and start the operator again, or leave its API out of SERVE_APIS"
     )]
-    CrdMissing(Duration),
+    CrdMissing(String, Duration),
     #[error(
         "the API server refused to list Skyhooks ({0}): grant the operator's ServiceAccount the \
          ClusterRole in deploy/rbac-operator.yaml"

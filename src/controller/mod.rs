@@ -50,6 +50,7 @@ use write::job_creations::JobCreations;
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::metrics::Metrics;
 use crate::plan;
+use crate::schema::Api;
 use crate::settings::{Config, MetricsAuth};
 
 /// Shared by every pass.
@@ -62,17 +63,29 @@ pub struct Ctx {
     pub ready: AtomicBool,
     /// Waiting to lead: ready (as a follower), not reconciling.
     pub standby: AtomicBool,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// Jobs handed to the API server by earlier passes and not yet in the Job cache.
     pub creations: Arc<JobCreations>,
     pub pacing: Pacing,
     /// When the operator started (the caches' deadline counts from here).
     pub started: Instant,
     /// The alert gates' sources, each read at most every few seconds.
-    pub alerts: outbound::alerts::AlertSources,
+    pub alerts: Arc<outbound::alerts::AlertSources>,
+    /// The API of the objects this engine reconciles.
+    pub api: Api,
 }
 
 impl Ctx {
+    /// Where this engine's passes write.
+    fn target(&self) -> write::Target<'_> {
+        write::Target {
+            client: &self.client,
+            events: &self.events,
+            namespace: &self.config.namespace,
+            api: self.api,
+        }
+    }
+
     /// For the readiness probe: waits for the caches, at most [`CACHE_WAIT`].
     async fn wait_ready(&self) -> Result<(), Error> {
         if self.ready.load(Ordering::Relaxed) {
@@ -100,16 +113,6 @@ impl Ctx {
     }
 }
 
-impl probes::Served for Ctx {
-    fn metrics(&self) -> String {
-        self.metrics.encode()
-    }
-
-    fn ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed) || self.standby.load(Ordering::Relaxed)
-    }
-}
-
 /// How long the caches may take to fill before the operator says so.
 const CACHE_WAIT: Duration = Duration::from_secs(60);
 
@@ -125,43 +128,84 @@ pub async fn run(
     // SIGTERM that arrives before them would be ignored until the kubelet's SIGKILL.
     tokio::spawn(shutdown.clone());
     let ns = config.namespace.clone();
-    let (caches, triggers) = Caches::start(&client, &ns, config.skyhook_selector.clone());
-    let skyhooks = caches.skyhooks.clone();
-    // Each watch pauses on its own after an error (`watch::streams::paced`); kube's default
-    // pause of all triggers at once froze every cache for minutes after an API server restart.
-    let controller =
-        Controller::for_stream(triggers.skyhooks, skyhooks.clone()).trigger_backoff(NoPause);
+    let apis: Vec<Api> = config.serve_apis.apis().collect();
+    let engines = Caches::start(&client, &ns, config.skyhook_selector.clone(), &apis);
     let events = Arc::new(EventSink::start(Publisher::new(client.clone(), reporter())));
-    let (creations, created_again) = JobCreations::new(client.clone(), ns.clone(), events.clone());
     let http = outbound::http::Outbound::new()?;
     let notifier = notifications_task(&client, &config, http.clone());
-    let ctx = Arc::new(Ctx {
-        client: client.clone(),
-        config,
-        version,
-        events,
-        caches,
-        ready: AtomicBool::new(false),
-        standby: AtomicBool::new(false),
-        metrics: Metrics::default(),
-        creations,
-        pacing: Pacing::default(),
-        started: Instant::now(),
-        alerts: outbound::alerts::AlertSources::new(http.clone()),
-    });
-    let Some(leadership) = prepare(&ctx, &client, shutdown.clone()).await? else {
+    let metrics = Arc::new(Metrics::default());
+    let alerts = Arc::new(outbound::alerts::AlertSources::new(http.clone()));
+    let mut ctxs = Vec::new();
+    let mut parts = Vec::new();
+    for (caches, triggers) in engines {
+        let (creations, created_again) =
+            JobCreations::new(client.clone(), ns.clone(), events.clone());
+        let ctx = Arc::new(Ctx {
+            client: client.clone(),
+            config: config.clone(),
+            version: version.clone(),
+            events: events.clone(),
+            api: caches.api,
+            caches,
+            ready: AtomicBool::new(false),
+            standby: AtomicBool::new(false),
+            metrics: metrics.clone(),
+            creations,
+            pacing: Pacing::default(),
+            started: Instant::now(),
+            alerts: alerts.clone(),
+        });
+        ctxs.push(ctx.clone());
+        parts.push((ctx, triggers, created_again));
+    }
+    let engines = Engines(ctxs);
+    let Some(leadership) = prepare(&engines, &client, shutdown.clone()).await? else {
         return Ok(());
     };
-    let (for_nodes, for_policies) = (skyhooks.clone(), skyhooks);
-    let finalizer = policy_finalizer_task(&ctx);
-    info!(namespace = %ns, "skyhook operator starting");
-    let reconciling = controller
+    info!(namespace = %ns, apis = ?apis, "skyhook operator starting");
+    let mut running = Vec::new();
+    for (ctx, triggers, created_again) in parts {
+        running.push(policy_finalizer_task(&ctx).boxed());
+        let (client, down) = (client.clone(), shutdown.clone());
+        running.push(
+            async move {
+                if !ctx.config.serve_apis.required(ctx.api) {
+                    startup::wait_until_served(&client, ctx.api).await;
+                }
+                mark_ready_when_synced(&ctx);
+                engine(ctx, triggers, created_again, down).await;
+            }
+            .boxed(),
+        );
+    }
+    let all = futures::future::select_all(running).map(drop);
+    supervise(beside(all, notifier), leadership).await?;
+    info!("skyhook operator stopped");
+    Ok(())
+}
+
+/// The reconcile loop of one API's objects, until `shutdown`.
+async fn engine(
+    ctx: Arc<Ctx>,
+    triggers: watch::caches::Triggers,
+    created_again: impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<Skyhook>>
+    + Send
+    + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api = ctx.api;
+    let skyhooks = ctx.caches.skyhooks.clone();
+    let (for_nodes, for_policies) = (skyhooks.clone(), skyhooks.clone());
+    // Each watch pauses on its own after an error (`watch::streams::paced`); kube's default
+    // pause of all triggers at once froze every cache for minutes after an API server restart.
+    Controller::for_stream(triggers.skyhooks, skyhooks)
+        .trigger_backoff(NoPause)
         .watches_stream(triggers.nodes, move |node: Node| {
             skyhooks_selecting(&for_nodes, &node)
         })
-        .watches_stream(triggers.jobs, |job: Job| owner_of(&job))
-        .watches_stream(triggers.pods, |pod: Pod| owner_of(&pod))
-        .watches_stream(triggers.configmaps, |cm: ConfigMap| owner_of(&cm))
+        .watches_stream(triggers.jobs, move |job: Job| owner_of(api, &job))
+        .watches_stream(triggers.pods, move |pod: Pod| owner_of(api, &pod))
+        .watches_stream(triggers.configmaps, move |cm: ConfigMap| owner_of(api, &cm))
         .watches_stream(triggers.policies, move |p: DeploymentPolicy| {
             skyhooks_using(&for_policies, &p)
         })
@@ -173,10 +217,34 @@ pub async fn run(
             if let Err(e) = res {
                 warn!(error = %e, "reconcile failed");
             }
-        });
-    supervise(beside(reconciling, beside(finalizer, notifier)), leadership).await?;
-    info!("skyhook operator stopped");
-    Ok(())
+        })
+        .await
+}
+
+/// Every engine, as the probes and metrics server sees them.
+struct Engines(Vec<Arc<Ctx>>);
+
+impl probes::Served for Engines {
+    fn metrics(&self) -> String {
+        self.0
+            .first()
+            .map(|c| c.metrics.encode())
+            .unwrap_or_default()
+    }
+
+    /// Waiting to lead (the first engine's flag: there is one lease), or the caches of every
+    /// engine whose API is required filled. One that serves its API once installed
+    /// (`SERVE_APIS=auto`) holds nothing back, waiting for its CRD or filling after it.
+    fn ready(&self) -> bool {
+        let standby = self
+            .0
+            .first()
+            .is_some_and(|c| c.standby.load(Ordering::Relaxed));
+        let required = |c: &&Arc<Ctx>| c.config.serve_apis.required(c.api);
+        let mut required = self.0.iter().filter(required).peekable();
+        let any = required.peek().is_some();
+        standby || (any && required.all(|c| c.ready.load(Ordering::Relaxed)))
+    }
 }
 
 /// The notification sender (with `NOTIFICATIONS`), for as long as reconciling runs; without it,
@@ -201,6 +269,7 @@ fn notifications_task(
 fn policy_finalizer_task(ctx: &Ctx) -> impl std::future::Future<Output = ()> + use<> {
     policy_finalizer::run(
         ctx.client.clone(),
+        ctx.api,
         ctx.config.skyhook_selector.clone(),
         ctx.caches.skyhooks.clone(),
         ctx.caches.policies.clone(),
@@ -222,25 +291,34 @@ async fn beside(
 /// liveness probe must not kill an operator that waits), the API and its CRDs, then leadership.
 /// `None` when shut down while waiting to lead.
 async fn prepare(
-    ctx: &Arc<Ctx>,
+    engines: &Engines,
     client: &Client,
     shutdown: impl std::future::Future<Output = ()> + Clone,
 ) -> Result<Option<Leadership>, Error> {
-    let serving = &ctx.config.serving;
+    let Some(first) = engines.0.first() else {
+        return Err(Error::NoApis);
+    };
+    let serving = &first.config.serving;
     let auth = (serving.metrics_auth == MetricsAuth::TokenReview)
         .then(|| metrics_auth::Authorizer::new(client.clone()));
-    probes::spawn(serving, auth, ctx.clone()).await?;
-    let selector = ctx.config.skyhook_selector.as_deref();
-    tokio::select! {
-        waited = startup::wait_for_skyhook_api(client, selector, CRD_WAIT) => waited?,
-        _ = shutdown.clone() => return Ok(None),
+    probes::spawn(serving, auth, Arc::new(Engines(engines.0.clone()))).await?;
+    let selector = first.config.skyhook_selector.as_deref();
+    let required = engines
+        .0
+        .iter()
+        .filter(|c| c.config.serve_apis.required(c.api));
+    for ctx in required {
+        tokio::select! {
+            waited = startup::wait_for_skyhook_api(client, ctx.api, selector, CRD_WAIT) => waited?,
+            _ = shutdown.clone() => return Ok(None),
+        }
     }
-    let (timings, ns) = (ctx.config.leader, &ctx.config.namespace);
-    let Some(leadership) = lead(timings, ns, &ctx.standby, client, shutdown).await else {
+    let (timings, ns) = (first.config.leader, &first.config.namespace);
+    let standby = &first.standby;
+    let Some(leadership) = lead(timings, ns, standby, client, shutdown).await else {
         return Ok(None);
     };
-    ctx.metrics.leader.set(1);
-    mark_ready_when_synced(ctx);
+    first.metrics.leader.set(1);
     Ok(Some(leadership))
 }
 
@@ -326,6 +404,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     let started = Instant::now();
     let name = sk.name_any();
     let snapshot = Snapshot::take(
+        ctx.api,
         &ctx.caches,
         &ctx.creations,
         &ctx.client,
@@ -356,8 +435,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     let planned = Instant::now();
     let (creates, patches) = (plan.create_jobs.len(), plan.node_patches.len());
     let create = |jobs| ctx.creations.start(sk, jobs);
-    let ns = &ctx.config.namespace;
-    let written = write::execute(&ctx.client, &ctx.events, ns, sk, plan, create).await;
+    let written = write::execute(ctx.target(), sk, plan, create).await;
     let (plan_s, write_s) = (planned - started, planned.elapsed());
     ctx.metrics.pass_phase("plan", plan_s.as_secs_f64());
     ctx.metrics.pass_phase("write", write_s.as_secs_f64());
@@ -405,13 +483,19 @@ async fn deletion_pass(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
         .jobs
         .all()
         .iter()
-        .filter(|j| j.skyhook == name)
+        .filter(|j| j.api == ctx.api && j.skyhook == name)
         .map(|j| j.node.to_string())
         .collect();
     let waiting = !jobs_on.is_empty();
-    let plan = plan::plan_delete(sk, &ctx.caches.nodes.all(), &jobs_on);
-    let ns = &ctx.config.namespace;
-    let done = write::execute(&ctx.client, &ctx.events, ns, sk, plan, |_| {}).await?;
+    let nodes: Vec<_> = ctx
+        .caches
+        .nodes
+        .all()
+        .iter()
+        .map(|n| n.in_api(ctx.api))
+        .collect();
+    let plan = plan::plan_delete(sk, &nodes, &jobs_on);
+    let done = write::execute(ctx.target(), sk, plan, |_| {}).await?;
     Ok(match done.written {
         write::Written::Conflict => Action::requeue(CONFLICT_REQUEUE),
         // The Jobs' removal wakes the next pass; the requeue is the fallback.

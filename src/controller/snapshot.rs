@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kube::api::Api;
+use kube::api::Api as KubeApi;
 use kube::{Client, ResourceExt};
 
 use super::error::Error;
@@ -20,7 +20,7 @@ use crate::jobs::{CheckRun, GoPod, JobView};
 use crate::node::NodeView;
 use crate::plan::alerts::AlertReading;
 use crate::plan::{self, Elsewhere, Inputs};
-use crate::schema;
+use crate::schema::{self, Api};
 use crate::settings::Config;
 
 /// The objects one pass plans from, owned, so that [`Inputs`] can borrow them.
@@ -46,6 +46,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Reads the caches for `sk`, and lists the pods on its cordoned nodes.
     pub async fn take(
+        api: Api,
         caches: &Caches,
         creations: &JobCreations,
         client: &Client,
@@ -61,7 +62,8 @@ impl Snapshot {
         };
         crd::normalize(&mut normalized);
         let policies = caches.policies.state();
-        let nodes = caches.nodes.all();
+        // In the canonical keys, without the other API's (shared, for the legacy API).
+        let nodes: Vec<Arc<NodeView>> = caches.nodes.all().iter().map(|n| n.in_api(api)).collect();
         let soaking: Vec<String> = sk
             .status
             .iter()
@@ -70,7 +72,7 @@ impl Snapshot {
             .flat_map(|b| b.soak_nodes.iter().cloned())
             .collect();
         let pods_on_nodes = drain_view(client, &normalized, &nodes, &soaking).await?;
-        let health_checks = health_checks(client, namespace, &normalized, &nodes).await?;
+        let health_checks = health_checks(client, namespace, api, &normalized, &nodes).await?;
         let gate = normalized
             .spec
             .deployment_policy
@@ -81,20 +83,26 @@ impl Snapshot {
             Some(g) => Some(alerts.read(client, namespace, g).await),
             None => None,
         };
-        let elsewhere = elsewhere(caches, creations, &name);
+        let elsewhere = elsewhere(caches, creations, api, &name);
+        let label = api.local(schema::NAME_LABEL);
         Ok(Snapshot {
             invalid: problems(&normalized, &policies),
             skyhooks: caches.skyhooks.state(),
-            jobs: job_views(caches, creations, &name),
+            jobs: job_views(caches, creations, api, &name),
             configmaps: caches
                 .configmaps
                 .state()
                 .into_iter()
-                .filter(|c| c.labels().get(schema::NAME_LABEL) == Some(&name))
+                .filter(|c| c.labels().get(label.as_ref()) == Some(&name))
+                .map(|c| canonical_configmap(c, api))
                 .collect(),
             busy_nodes: elsewhere.busy,
             interrupting_nodes: elsewhere.interrupting,
-            go_pods: go_pods(caches, &name),
+            go_pods: match api {
+                Api::Skyhook => go_pods(caches, &name),
+                // The Go operator before v0.18 ran Skyhooks only.
+                Api::NodeWright => BTreeMap::new(),
+            },
             skyhook: normalized,
             policies,
             nodes,
@@ -142,7 +150,12 @@ impl Snapshot {
 
 /// This Skyhook's Jobs, each running one with its pod's stuck container (a wait the Job cannot
 /// see).
-fn job_views(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Vec<Arc<JobView>> {
+fn job_views(
+    caches: &Caches,
+    creations: &JobCreations,
+    api: Api,
+    skyhook: &str,
+) -> Vec<Arc<JobView>> {
     let pods = caches.pods.all();
     let stuck: HashMap<&str, &(String, String, String)> = pods
         .iter()
@@ -152,7 +165,7 @@ fn job_views(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Vec<Ar
         .jobs
         .all()
         .into_iter()
-        .filter(|j| j.skyhook == skyhook)
+        .filter(|j| j.api == api && j.skyhook == skyhook)
         .map(|j| match stuck.get(&*j.name) {
             // Only a running Job with a stuck pod is copied, to carry the pod's reason.
             Some(s) if !j.finished() => Arc::new(JobView {
@@ -166,26 +179,29 @@ fn job_views(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Vec<Ar
     views.extend(
         on_the_way
             .into_iter()
-            .filter(|v| v.skyhook == skyhook)
+            .filter(|v| v.api == api && v.skyhook == skyhook)
             .map(Arc::new),
     );
     views
 }
 
-/// Nodes where a Job of another Skyhook runs, or a pod of the Go operator for another Skyhook
-/// (unless it failed: it waits for that Skyhook's pass to replace it).
-fn elsewhere(caches: &Caches, creations: &JobCreations, skyhook: &str) -> Elsewhere {
+/// Nodes where a Job of another Skyhook (or NodeWright) runs, or a pod of the Go operator for
+/// another Skyhook (unless it failed: it waits for that Skyhook's pass to replace it).
+fn elsewhere(caches: &Caches, creations: &JobCreations, api: Api, skyhook: &str) -> Elsewhere {
     let mut at_work = Elsewhere::default();
     let jobs = caches.jobs.all();
     let on_the_way = creations.unseen(|name| caches.jobs.get(name).is_some());
     let running = jobs.iter().map(|j| &**j).filter(|j| !j.finished());
-    for j in running.chain(&on_the_way).filter(|j| j.skyhook != skyhook) {
+    for j in running
+        .chain(&on_the_way)
+        .filter(|j| j.api != api || j.skyhook != skyhook)
+    {
         at_work.add(&j.node, j.stage);
     }
     let go_pods = caches.go_pods.all();
     let go = go_pods
         .iter()
-        .filter(|p| p.skyhook != skyhook)
+        .filter(|p| api != Api::Skyhook || p.skyhook != skyhook)
         .filter_map(|p| p.go.as_ref())
         .filter(|p| p.deleting || !p.failed());
     for p in go {
@@ -214,7 +230,7 @@ async fn drain_view(
     soaking: &[String],
 ) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
     let listing = plan::drain::Listing::of(sk, nodes, soaking);
-    let pods: Api<Pod> = Api::all(client.clone());
+    let pods: KubeApi<Pod> = KubeApi::all(client.clone());
     let mut out = BTreeMap::new();
     for node in &listing.nodes {
         let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
@@ -229,6 +245,7 @@ async fn drain_view(
 async fn health_checks(
     client: &Client,
     namespace: &str,
+    api: Api,
     sk: &Skyhook,
     nodes: &[Arc<NodeView>],
 ) -> Result<BTreeMap<String, Vec<CheckRun>>, Error> {
@@ -242,24 +259,35 @@ async fn health_checks(
     if !has_check || !nodes.iter().any(|n| n.annotations.contains_key(&clock)) {
         return Ok(out);
     }
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), namespace);
+    let jobs: KubeApi<k8s_openapi::api::batch::v1::Job> =
+        KubeApi::namespaced(client.clone(), namespace);
     let lp = kube::api::ListParams::default().labels(&format!(
         "{}={},{}={}",
-        schema::NAME_LABEL,
+        api.local(schema::NAME_LABEL),
         sk.name_any(),
-        schema::STAGE_LABEL,
+        api.local(schema::STAGE_LABEL),
         schema::HEALTH_CHECK_STAGE
     ));
-    for run in jobs
-        .list(&lp)
-        .await?
-        .items
-        .iter()
-        .filter_map(CheckRun::from_job)
-    {
+    let mut listed = jobs.list(&lp).await?.items;
+    for job in &mut listed {
+        api.canonicalize(&mut job.metadata.labels);
+        api.canonicalize(&mut job.metadata.annotations);
+    }
+    for run in listed.iter().filter_map(CheckRun::from_job) {
         out.entry(run.node.clone()).or_default().push(run);
     }
     Ok(out)
+}
+
+/// A ConfigMap of ours in the canonical keys (shared, for the legacy API).
+fn canonical_configmap(cm: Arc<ConfigMap>, api: Api) -> Arc<ConfigMap> {
+    if api == Api::Skyhook {
+        return cm;
+    }
+    let mut cm = ConfigMap::clone(&cm);
+    api.canonicalize(&mut cm.metadata.labels);
+    api.canonicalize(&mut cm.metadata.annotations);
+    Arc::new(cm)
 }
 
 /// What the operator-side validation finds wrong with the Skyhook and the policy it names (the

@@ -24,11 +24,16 @@ use serde_json::{Map, Value, json};
 
 use super::admission::{self, CelRule, QUANTITY_PATTERN, SchemaPatch};
 use super::{DeploymentPolicy, Skyhook};
+use crate::schema::Api;
 
 /// File name of the Skyhook CRD under `deploy/crds`.
 pub const SKYHOOK_CRD_FILE: &str = "skyhook.nvidia.com_skyhooks.yaml";
 /// File name of the DeploymentPolicy CRD under `deploy/crds`.
 pub const DEPLOYMENT_POLICY_CRD_FILE: &str = "skyhook.nvidia.com_deploymentpolicies.yaml";
+/// File name of the NodeWright CRD under `deploy/crds`.
+pub const NODEWRIGHT_CRD_FILE: &str = "nodewright.nvidia.com_nodewrights.yaml";
+/// File name of the new group's DeploymentPolicy CRD under `deploy/crds`.
+pub const NODEWRIGHT_POLICY_CRD_FILE: &str = "nodewright.nvidia.com_deploymentpolicies.yaml";
 /// How to regenerate `deploy/crds` after changing the types or rules.
 pub const REGENERATE_COMMAND: &str = "cargo run --bin skyhook-operator -- crd --write deploy/crds";
 
@@ -90,9 +95,44 @@ pub fn deployment_policy_crd() -> Result<CustomResourceDefinition, GenerateError
     )
 }
 
-/// Both CRDs, Skyhook first.
+/// The NodeWright CRD: the Skyhook CRD in upstream's new group and kind (delta D23: the same
+/// schema, printer columns and scope).
+pub fn nodewright_crd() -> Result<CustomResourceDefinition, GenerateError> {
+    Ok(in_group(skyhook_crd()?, Api::NodeWright))
+}
+
+/// The DeploymentPolicy CRD of the new group.
+pub fn nodewright_policy_crd() -> Result<CustomResourceDefinition, GenerateError> {
+    Ok(in_group(deployment_policy_crd()?, Api::NodeWright))
+}
+
+/// `crd` served in `api`'s group; its kind renamed when it is the Skyhook kind.
+fn in_group(mut crd: CustomResourceDefinition, api: Api) -> CustomResourceDefinition {
+    let names = &mut crd.spec.names;
+    if names.kind == Api::Skyhook.kind() {
+        names.kind = api.kind().to_string();
+        names.list_kind = Some(format!("{}List", api.kind()));
+        names.plural = api.plural().to_string();
+        names.singular = Some(api.kind().to_lowercase());
+    }
+    crd.spec.group = api.group().to_string();
+    crd.metadata.name = Some(format!("{}.{}", names.plural, api.group()));
+    // Upstream's chart keeps the CRDs of both groups on uninstall (delta D2).
+    crd.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("helm.sh/resource-policy".into(), "keep".into());
+    crd
+}
+
+/// Every CRD: Skyhook and DeploymentPolicy, then NodeWright and its DeploymentPolicy.
 pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, GenerateError> {
-    Ok(vec![skyhook_crd()?, deployment_policy_crd()?])
+    Ok(vec![
+        skyhook_crd()?,
+        deployment_policy_crd()?,
+        nodewright_crd()?,
+        nodewright_policy_crd()?,
+    ])
 }
 
 /// One CRD as YAML, with the "generated" header.
@@ -115,6 +155,11 @@ pub fn crd_files() -> Result<Vec<(&'static str, String)>, GenerateError> {
         (
             DEPLOYMENT_POLICY_CRD_FILE,
             crd_yaml(&deployment_policy_crd()?)?,
+        ),
+        (NODEWRIGHT_CRD_FILE, crd_yaml(&nodewright_crd()?)?),
+        (
+            NODEWRIGHT_POLICY_CRD_FILE,
+            crd_yaml(&nodewright_policy_crd()?)?,
         ),
     ])
 }

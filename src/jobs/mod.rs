@@ -16,6 +16,7 @@ mod configmaps;
 pub mod go_pod;
 mod health_check;
 mod interrupt;
+pub mod localize;
 mod planned;
 mod pod;
 mod stage;

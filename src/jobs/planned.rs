@@ -41,10 +41,25 @@ impl PlannedJob {
         serde_json::from_slice(&self.body)
     }
 
+    /// The Job as an object of `api` writes it: its keys under that API's prefix, owned by the
+    /// object of that kind. The view keeps the canonical keys the planner reads.
+    pub fn localize(&mut self, api: schema::Api) -> Result<(), serde_json::Error> {
+        if api == self.view.api {
+            return Ok(());
+        }
+        let mut job = self.job()?;
+        super::localize::localize_job(&mut job, api);
+        self.body = serde_json::to_vec(&job)?;
+        self.view.api = api;
+        Ok(())
+    }
+
     /// Records `version` as the node's resourceVersion that stores this stage
     /// ([`schema::NODE_VERSION_ANNOTATION`]), in the body and the view.
     pub fn stamp_node_version(&mut self, version: &str) -> Result<(), serde_json::Error> {
-        let key = schema::NODE_VERSION_ANNOTATION;
+        let api = self.view.api;
+        let key = api.local(schema::NODE_VERSION_ANNOTATION);
+        let key = key.as_ref();
         // The view read the annotation when the Job was built; as text it is the number's.
         let old = self.view.node_version.map(|v| v.to_string());
         if old.as_deref() == Some(version) {

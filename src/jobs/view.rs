@@ -41,6 +41,8 @@ pub enum Outcome {
 pub struct JobView {
     /// Shared with the Job cache's key.
     pub name: Arc<str>,
+    /// The API of the object that owns it (its labels' prefix).
+    pub api: schema::Api,
     pub skyhook: Shared,
     pub package: Shared,
     pub version: Shared,
@@ -66,7 +68,15 @@ impl JobView {
     /// Read a Job the operator created; `None` for anything else (missing or foreign metadata).
     pub fn from_job(job: &Job, pod: Option<&Pod>) -> Option<JobView> {
         let meta = &job.metadata;
-        let annotations = meta.annotations.as_ref()?;
+        let api = schema::Api::of_owned(meta.labels.as_ref());
+        let canonical;
+        let annotations = match api {
+            schema::Api::Skyhook => meta.annotations.as_ref()?,
+            schema::Api::NodeWright => {
+                canonical = api.canonical_map(meta.annotations.as_ref()?);
+                &canonical
+            }
+        };
         let pkg = PackageAnnotation::parse(annotations.get(schema::PACKAGE_ANNOTATION)?).ok()?;
         let node = Shared::new(annotations.get(schema::NODE_ANNOTATION)?);
         let attempt = annotations.get(schema::ATTEMPT_ANNOTATION)?.parse().ok()?;
@@ -77,6 +87,7 @@ impl JobView {
         };
         Some(JobView {
             name: meta.name.as_deref()?.into(),
+            api,
             skyhook: pkg.skyhook.into(),
             package: pkg.name.into(),
             version: pkg.version.into(),
@@ -109,6 +120,8 @@ impl JobView {
 /// stuck waiting, or a pod of the Go operator. Every other pod says nothing its Job does not.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodView {
+    /// The API of its owner (its labels' prefix).
+    pub api: schema::Api,
     /// The Skyhook its `skyhook.nvidia.com/name` label names.
     pub skyhook: String,
     /// The Job it runs for (`batch.kubernetes.io/job-name`).
@@ -122,13 +135,15 @@ impl PodView {
     /// `None` for a pod that says nothing worth keeping.
     pub fn from_pod(pod: &Pod) -> Option<PodView> {
         let labels = pod.metadata.labels.as_ref()?;
-        let skyhook = labels.get(schema::NAME_LABEL)?.clone();
+        let api = schema::Api::of_owned(Some(labels));
+        let skyhook = labels.get(api.local(schema::NAME_LABEL).as_ref())?.clone();
         let go = GoPod::from_pod(pod);
         let stuck = stuck_container(pod);
         if go.is_none() && stuck.is_none() {
             return None;
         }
         Some(PodView {
+            api,
             skyhook,
             job: labels.get(schema::JOB_NAME_LABEL).cloned(),
             stuck,

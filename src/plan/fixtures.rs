@@ -442,6 +442,7 @@ pub(crate) struct JobB(JobView);
 pub(crate) fn job(p: &Package, stage: Stage) -> JobB {
     JobB(JobView {
         name: "".into(),
+        api: schema::Api::Skyhook,
         skyhook: "sh".into(),
         package: p.name.as_str().into(),
         version: p.version.as_str().into(),

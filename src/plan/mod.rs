@@ -40,6 +40,7 @@ pub mod health;
 pub mod inputs;
 pub mod interrupt;
 pub mod launch;
+pub mod localize;
 pub mod metadata;
 pub mod node_order;
 pub mod notify;

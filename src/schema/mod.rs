@@ -10,6 +10,7 @@
 //! The modules are re-exported flat, so callers write `schema::node_state_annotation(..)`.
 
 pub mod agent;
+pub mod api;
 pub mod conditions;
 pub mod digest;
 pub mod duration;
@@ -34,6 +35,10 @@ pub mod validation;
 mod wire_enum;
 
 pub use agent::*;
+pub use api::{
+    Api, NODEWRIGHT_FINALIZER, NODEWRIGHT_PREFIX, Served, is_operator_key,
+    notifications_configmap_name_in,
+};
 pub use conditions::*;
 pub use digest::sha256_hex;
 pub use duration::{DurationError, MAX_GO_DURATION, parse_go_duration};

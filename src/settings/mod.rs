@@ -83,6 +83,11 @@ pub struct Settings {
     /// operator's namespace.
     #[arg(long, env = "NOTIFICATIONS", default_value_t = false, action = clap::ArgAction::Set)]
     pub notifications: bool,
+    /// Which APIs to reconcile, comma-separated: `skyhook` (Skyhooks, `skyhook.nvidia.com`),
+    /// `nodewright` (NodeWrights, `nodewright.nvidia.com`, upstream v0.18 and later), or both;
+    /// `auto`: Skyhooks, and NodeWrights once their CRD is installed.
+    #[arg(long, env = "SERVE_APIS", default_value = "auto")]
+    pub serve_apis: String,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -131,6 +136,13 @@ pub struct Settings {
     pub log_level: String,
 }
 
+/// `SERVE_APIS=auto`: Skyhooks, and NodeWrights once their CRD is installed.
+const AUTO: schema::Served = schema::Served {
+    skyhook: true,
+    nodewright: true,
+    nodewright_when_installed: true,
+};
+
 /// STATUS_NODE_BUDGET's default: about 1,200 nodes with four packages listed whole; the stored
 /// object, managedFields included, measured 1.24 MiB at this budget, under etcd's default
 /// 1.5 MiB request limit with room for the spec (docs/performance.md, "5,000 nodes").
@@ -160,6 +172,8 @@ pub struct Config {
     pub failed_jobs_kept: usize,
     /// Notifications go to the outbox and the targets of `skyhook-notifications`.
     pub notifications: bool,
+    /// The APIs whose objects are reconciled.
+    pub serve_apis: schema::Served,
     /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
     pub status_node_budget: usize,
     pub retry_base: Duration,
@@ -250,8 +264,12 @@ impl Settings {
         if self.namespace.is_empty() {
             errs.push("NAMESPACE must not be empty".to_string());
         }
+        let serve_apis = self.serve_apis(&mut errs);
         match (taint, errs.is_empty()) {
-            (Some(taint), true) => Ok(self.config(durations, taint, log_json, budget, serving)),
+            (Some(taint), true) => Ok(Config {
+                serve_apis,
+                ..self.config(durations, taint, log_json, budget, serving)
+            }),
             _ => Err(SettingsError(errs)),
         }
     }
@@ -302,6 +320,41 @@ impl Settings {
                 t.retry_period, t.renew_deadline, t.lease_duration
             ));
         }
+    }
+
+    /// SERVE_APIS: `auto`, or at least one of `skyhook` and `nodewright`.
+    fn serve_apis(&self, errs: &mut Vec<String>) -> schema::Served {
+        if self.serve_apis.trim() == "auto" {
+            return AUTO;
+        }
+        let mut served = schema::Served {
+            skyhook: false,
+            nodewright: false,
+            nodewright_when_installed: false,
+        };
+        for word in self
+            .serve_apis
+            .split(',')
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+        {
+            match schema::Api::from_word(word) {
+                Some(schema::Api::Skyhook) => served.skyhook = true,
+                Some(schema::Api::NodeWright) => served.nodewright = true,
+                None => errs.push(format!(
+                    "SERVE_APIS: {word:?} is no API; use auto, skyhook, nodewright or \
+                     skyhook,nodewright"
+                )),
+            }
+        }
+        if !served.skyhook && !served.nodewright {
+            errs.push(format!(
+                "SERVE_APIS names no API ({:?}); use auto, skyhook, nodewright or \
+                 skyhook,nodewright",
+                self.serve_apis
+            ));
+        }
+        served
     }
 
     /// STATUS_NODE_BUDGET in bytes (its default when invalid, and reported).
@@ -373,6 +426,7 @@ impl Settings {
             completed_job_ttl: d.completed_job_ttl,
             failed_jobs_kept: self.failed_jobs_kept.max(1),
             notifications: self.notifications,
+            serve_apis: AUTO,
             status_node_budget,
             retry_base: d.retry_base,
             retry_max: d.retry_max,

@@ -540,6 +540,31 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         Cluster,
         true,
     ));
+    // The same engine serves NodeWrights (upstream's API after v0.18).
+    table.extend(checks(
+        &["get", "list", "watch", "patch", "update"],
+        "nodewrights.nodewright.nvidia.com",
+        Cluster,
+        true,
+    ));
+    table.extend(checks(
+        &["get", "list", "watch", "patch"],
+        "deploymentpolicies.nodewright.nvidia.com",
+        Cluster,
+        true,
+    ));
+    table.extend(checks(
+        &["get", "patch", "update"],
+        "nodewrights.nodewright.nvidia.com/status",
+        Cluster,
+        true,
+    ));
+    table.push(check(
+        "update",
+        "nodewrights.nodewright.nvidia.com/finalizers",
+        Cluster,
+        true,
+    ));
     table.extend(checks(
         &[
             "create",
@@ -617,6 +642,18 @@ async fn operator_service_account_has_exactly_what_it_needs() {
     table.extend(checks(
         &["create", "update", "delete"],
         "deploymentpolicies.skyhook.nvidia.com",
+        Cluster,
+        false,
+    ));
+    table.extend(checks(
+        &["create", "delete"],
+        "nodewrights.nodewright.nvidia.com",
+        Cluster,
+        false,
+    ));
+    table.extend(checks(
+        &["create", "update", "delete"],
+        "deploymentpolicies.nodewright.nvidia.com",
         Cluster,
         false,
     ));

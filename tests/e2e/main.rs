@@ -14,6 +14,7 @@ mod leader;
 mod metrics_security;
 mod monitoring;
 mod node_release;
+mod nodewright;
 mod operator;
 mod plugin;
 mod plugin_completion;

@@ -115,7 +115,11 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         .expect("create Skyhook");
     let within = Complete::any_generation(Duration::from_secs(120)).while_running(&mut op, &log);
     wait_complete(&skyhooks, "the Skyhook complete", "late", within).await;
-    assert!(http_ok(probe_port, "/readyz"), "not ready after the CRDs");
+    assert!(
+        http_ok(probe_port, "/readyz"),
+        "not ready after the CRDs:\n{}",
+        log_text()
+    );
     drop(op);
     pc.down();
 }

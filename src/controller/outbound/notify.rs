@@ -150,6 +150,7 @@ fn outbox_data(entries: &[Entry]) -> BTreeMap<String, String> {
 pub async fn append(
     client: &Client,
     namespace: &str,
+    api: schema::Api,
     sk: &Skyhook,
     new: &[Notification],
 ) -> Result<(), Error> {
@@ -158,7 +159,12 @@ pub async fn append(
     }
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let sk_name = sk.meta().name.clone().unwrap_or_default();
-    let name = schema::notifications_configmap_name(&sk_name);
+    let name = schema::notifications_configmap_name_in(api, &sk_name);
+    let mut owner = sk.controller_owner_ref(&());
+    if let Some(o) = owner.as_mut() {
+        o.api_version = api.api_version().to_string();
+        o.kind = api.kind().to_string();
+    }
     for _ in 0..5 {
         match cms.get_opt(&name).await? {
             Some(mut cm) => {
@@ -183,7 +189,7 @@ pub async fn append(
                             schema::NOTIFICATIONS_LABEL.to_string(),
                             schema::label_value(&sk_name),
                         )])),
-                        owner_references: sk.controller_owner_ref(&()).map(|r| vec![r]),
+                        owner_references: owner.clone().map(|r| vec![r]),
                         ..Default::default()
                     },
                     data: Some(outbox_data(&outbox)),

@@ -22,10 +22,17 @@ use crate::schema;
 
 const PERIOD: Duration = Duration::from_secs(2);
 
+/// The DeploymentPolicies of one group.
+struct Policies {
+    api: Api<kube::api::DynamicObject>,
+    kind: schema::Api,
+}
+
 /// Runs until dropped. With a Skyhook selector, only the policies carrying the same labels are
 /// guarded (an operator owning a subset of Skyhooks cannot tell who else uses a policy).
 pub async fn run(
     client: Client,
+    kind: schema::Api,
     skyhook_selector: Option<String>,
     skyhooks: Store<Skyhook>,
     policies: Store<DeploymentPolicy>,
@@ -46,7 +53,17 @@ pub async fn run(
             }
         },
     };
-    let api: Api<DeploymentPolicy> = Api::all(client);
+    let resource = kube::api::ApiResource {
+        group: kind.group().to_string(),
+        version: "v1alpha1".to_string(),
+        api_version: kind.api_version().to_string(),
+        kind: "DeploymentPolicy".to_string(),
+        plural: "deploymentpolicies".to_string(),
+    };
+    let api = Policies {
+        api: Api::all_with(client, &resource),
+        kind,
+    };
     let mut held: HashMap<String, Vec<String>> = HashMap::new();
     // An empty Skyhook cache would read as "nobody uses it" and release every policy.
     let _ = skyhooks.wait_until_ready().await;
@@ -64,7 +81,7 @@ pub async fn run(
                 Guard::Release => set_finalizer(&api, &p, false).await,
                 Guard::Hold { users } => {
                     if held.get(&name) != Some(users) {
-                        publish(&recorder, &p, users).await;
+                        publish(&recorder, api.kind, &p, users).await;
                         held.insert(name.clone(), users.clone());
                     }
                     Ok(())
@@ -102,22 +119,20 @@ fn equality_selector(text: &str) -> Option<Selector> {
 
 /// Adds or removes the finalizer, guarded by the resourceVersion read (a concurrent edit makes
 /// the next scan try again).
-async fn set_finalizer(
-    api: &Api<DeploymentPolicy>,
-    p: &DeploymentPolicy,
-    on: bool,
-) -> Result<(), kube::Error> {
+async fn set_finalizer(api: &Policies, p: &DeploymentPolicy, on: bool) -> Result<(), kube::Error> {
+    // The cache holds the finalizers in the canonical keys; they are written in the group's.
     let mut list: Vec<String> = p
         .finalizers()
         .iter()
         .filter(|f| *f != schema::POLICY_FINALIZER)
-        .cloned()
+        .map(|f| api.kind.local(f).into_owned())
         .collect();
     if on {
-        list.push(schema::POLICY_FINALIZER.to_string());
+        list.push(api.kind.local(schema::POLICY_FINALIZER).into_owned());
     }
     let patch = json!({"metadata": {"finalizers": list, "resourceVersion": p.resource_version()}});
     match api
+        .api
         .patch(
             &p.name_any(),
             &PatchParams::default(),
@@ -130,7 +145,7 @@ async fn set_finalizer(
     }
 }
 
-async fn publish(recorder: &Publisher, p: &DeploymentPolicy, users: &[String]) {
+async fn publish(recorder: &Publisher, kind: schema::Api, p: &DeploymentPolicy, users: &[String]) {
     let ev = Event {
         type_: EventType::Warning,
         reason: schema::POLICY_IN_USE_REASON.to_string(),
@@ -138,7 +153,9 @@ async fn publish(recorder: &Publisher, p: &DeploymentPolicy, users: &[String]) {
         action: "Delete".to_string(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&ev, &p.object_ref(&())).await {
+    let mut reference = p.object_ref(&());
+    reference.api_version = Some(kind.api_version().to_string());
+    if let Err(e) = recorder.publish(&ev, &reference).await {
         warn!(error = %e, "could not publish an event");
     }
 }

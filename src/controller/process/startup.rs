@@ -10,7 +10,6 @@ use tracing_subscriber::EnvFilter;
 
 use crate::controller::api::retry::{Backoff, is_transient};
 use crate::controller::error::Error;
-use crate::crd::Skyhook;
 use crate::settings::Config;
 
 /// Where the operator finds its cluster: `--kubeconfig`/`KUBECONFIG` out of a cluster, the
@@ -65,15 +64,19 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Waits until the API server serves Skyhooks (and accepts the selector, if any). Transient
+/// Waits until the API server serves the kind of `kind` (and accepts the selector, if any). Transient
 /// errors are waited out for as long as they last; a CRD that is not served is waited for up to
 /// `crd_wait` (it may be being installed right now); anything else ends start-up with what to fix.
 pub async fn wait_for_skyhook_api(
     client: &Client,
+    kind: crate::schema::Api,
     selector: Option<&str>,
     crd_wait: Duration,
 ) -> Result<(), Error> {
-    let api: Api<Skyhook> = Api::all(client.clone());
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &crate::controller::watch::decode::api_resource(kind),
+    );
     let mut lp = ListParams::default().limit(1);
     if let Some(sel) = selector {
         lp = lp.labels(sel);
@@ -92,9 +95,15 @@ pub async fn wait_for_skyhook_api(
             kube::Error::Api(s) if s.code == 404 => {
                 let since = *first_missing.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() >= crd_wait {
-                    return Err(Error::CrdMissing(crd_wait));
+                    return Err(Error::CrdMissing(
+                        format!("{}.{}", kind.plural(), kind.group()),
+                        crd_wait,
+                    ));
                 }
-                warn!("the Skyhook CRD is not served yet; waiting for it to be installed");
+                warn!(
+                    "the {} CRD is not served yet; waiting for it to be installed",
+                    kind.kind()
+                );
             }
             kube::Error::Api(s) if s.code == 400 && selector.is_some() => {
                 return Err(Error::Selector(selector.unwrap_or_default().to_string(), e));
@@ -107,3 +116,30 @@ pub async fn wait_for_skyhook_api(
         tokio::time::sleep(backoff.next_delay()).await;
     }
 }
+
+/// Waits, quietly and for as long as it takes, until the API server serves the kind of `kind`:
+/// with `SERVE_APIS=auto` the NodeWright engine starts once its CRD is installed.
+pub async fn wait_until_served(client: &Client, kind: crate::schema::Api) {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &crate::controller::watch::decode::api_resource(kind),
+    );
+    let mut announced = false;
+    loop {
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {
+                tracing::info!("the {} CRD is served; reconciling its objects", kind.kind());
+                return;
+            }
+            Err(e) if !announced => {
+                tracing::info!(error = %e, "the {} CRD is not served; its objects are reconciled once it is installed", kind.kind());
+                announced = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(SERVED_RECHECK).await;
+    }
+}
+
+/// How often an optional API's CRD is looked for.
+const SERVED_RECHECK: Duration = Duration::from_secs(30);

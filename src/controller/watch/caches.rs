@@ -18,6 +18,7 @@ use super::streams::{
     job_record, labelled_events, node_watch, owned_watch, pod_events, pod_triggers, policy_watch,
     prune_meta, skyhook_watch,
 };
+use super::tee::{changes, tee};
 use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::jobs::{JobView, PodView};
 use crate::node::NodeView;
@@ -25,6 +26,8 @@ use crate::schema;
 
 /// The caches a pass reads.
 pub struct Caches {
+    /// The API whose objects these caches hold (nodes, Jobs and pods are every API's).
+    pub api: schema::Api,
     pub skyhooks: Store<Skyhook>,
     pub nodes: Records<NodeView>,
     pub jobs: Records<JobView>,
@@ -50,9 +53,16 @@ pub struct Triggers {
 }
 
 impl Caches {
-    /// Every watch of the operator: all nodes and DeploymentPolicies, the Skyhooks `selector`
-    /// picks, and our Jobs, pods and ConfigMaps in `namespace`.
-    pub fn start(client: &Client, namespace: &str, selector: Option<String>) -> (Caches, Triggers) {
+    /// Every watch of the operator, for each API of `apis`: all nodes, our Jobs and pods in
+    /// `namespace` (one watch each, shared), and per API the objects `selector` picks, its
+    /// DeploymentPolicies and its ConfigMaps.
+    pub fn start(
+        client: &Client,
+        namespace: &str,
+        selector: Option<String>,
+        apis: &[schema::Api],
+    ) -> Vec<(Caches, Triggers)> {
+        let n = apis.len();
         let managed = format!("{}={}", schema::MANAGED_BY_LABEL, schema::MANAGED_BY_VALUE);
         let (nodes, node_stream) = node_watch(client);
         let (jobs, job_events) = recorded(
@@ -66,31 +76,47 @@ impl Caches {
         let [pending, go] = pod_events(&Api::<LeanPod>::namespaced(client.clone(), namespace));
         let (pods, pending) = recorded(pending, |p, _| PodView::from_pod(p));
         let (go_pods, go) = recorded(go, |p, _| PodView::from_pod(p));
-        let (configmaps, cm_events) = owned_watch(
-            Api::<ConfigMap>::namespaced(client.clone(), namespace),
-            schema::NAME_LABEL,
-            prune_meta,
-        );
-        let (policies, policy_stream) = policy_watch(client);
-        let (skyhooks, sk_stream) = skyhook_watch(client, selector);
-        let triggers = Triggers {
-            skyhooks: sk_stream.boxed(),
-            nodes: node_stream.boxed(),
-            jobs: job_events.touched_objects().boxed(),
-            pods: futures::stream::select(pod_triggers(pending), pod_triggers(go)).boxed(),
-            configmaps: cm_events.touched_objects().boxed(),
-            policies: policy_stream.boxed(),
-        };
-        let caches = Caches {
-            skyhooks,
-            nodes,
-            jobs,
-            pods,
-            go_pods,
-            policies,
-            configmaps,
-        };
-        (caches, triggers)
+        let mut node_triggers = tee(node_stream.boxed(), n, changes).into_iter();
+        let mut job_triggers = tee(job_events.touched_objects().boxed(), n, changes).into_iter();
+        let pod_stream = futures::stream::select(pod_triggers(pending), pod_triggers(go));
+        let mut pod_triggers = tee(pod_stream.boxed(), n, changes).into_iter();
+        let mut out = Vec::new();
+        for &api in apis {
+            let (configmaps, cm_events) = owned_watch(
+                Api::<ConfigMap>::namespaced(client.clone(), namespace),
+                &api.local(schema::NAME_LABEL),
+                prune_meta,
+            );
+            let (policies, policy_stream) = policy_watch(client, api);
+            let (skyhooks, sk_stream) = skyhook_watch(client, api, selector.clone());
+            let (Some(nodes_t), Some(jobs_t), Some(pods_t)) = (
+                node_triggers.next(),
+                job_triggers.next(),
+                pod_triggers.next(),
+            ) else {
+                break;
+            };
+            let triggers = Triggers {
+                skyhooks: sk_stream.boxed(),
+                nodes: nodes_t,
+                jobs: jobs_t,
+                pods: pods_t,
+                configmaps: cm_events.touched_objects().boxed(),
+                policies: policy_stream.boxed(),
+            };
+            let caches = Caches {
+                api,
+                skyhooks,
+                nodes: nodes.clone(),
+                jobs: jobs.clone(),
+                pods: pods.clone(),
+                go_pods: go_pods.clone(),
+                policies,
+                configmaps,
+            };
+            out.push((caches, triggers));
+        }
+        out
     }
 
     /// Resolves once every cache holds its first list.
@@ -104,12 +130,12 @@ impl Caches {
     }
 }
 
-/// The Skyhook an object of ours belongs to, by its label.
-pub fn owner_of<K: Resource>(o: &K) -> Option<ObjectRef<Skyhook>> {
+/// The object of `api` an object of ours belongs to, by its name label under that API's prefix.
+pub fn owner_of<K: Resource>(api: schema::Api, o: &K) -> Option<ObjectRef<Skyhook>> {
     o.meta()
         .labels
         .as_ref()?
-        .get(schema::NAME_LABEL)
+        .get(api.local(schema::NAME_LABEL).as_ref())
         .map(|n| ObjectRef::new(n))
 }
 

@@ -22,6 +22,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 
 use crate::crd::{Skyhook, SkyhookSpec, SkyhookStatus};
+use crate::schema::Api;
 
 /// `ObjectMeta` without `managedFields`.
 #[derive(Deserialize)]
@@ -176,13 +177,13 @@ fn skyhook_conditions<'de, D: Deserializer<'de>>(
         // Conditions others set (node-problem-detector, a device plugin) are kept as type and
         // status alone, for health gates; the kubelet's pressure conditions are dropped.
         list.retain(|c| {
-            crate::schema::is_skyhook_key(&c.type_)
+            crate::schema::is_operator_key(&c.type_)
                 || c.type_ == "Ready"
                 || !crate::node::is_kubelet_condition(&c.type_)
         });
         for c in list
             .iter_mut()
-            .filter(|c| !crate::schema::is_skyhook_key(&c.type_))
+            .filter(|c| !crate::schema::is_operator_key(&c.type_))
         {
             *c = NodeCondition {
                 type_: c.type_.clone(),
@@ -247,9 +248,21 @@ pub async fn create_job(
 /// the status as sent and keeps the metadata and spec the guard vouches for, so of the answer
 /// (every node's state again, and managedFields naming each of their fields) only that version
 /// is read; decoding all of it held a second copy of the largest object the operator keeps.
-pub async fn replace_status(client: &Client, mut sk: Skyhook) -> Result<Skyhook, kube::Error> {
-    let body = serde_json::to_vec(&sk).map_err(kube::Error::SerdeError)?;
-    let req = Request::new(Skyhook::url_path(&(), None))
+pub async fn replace_status(
+    client: &Client,
+    api: Api,
+    mut sk: Skyhook,
+) -> Result<Skyhook, kube::Error> {
+    let body = match api {
+        Api::Skyhook => serde_json::to_vec(&sk),
+        Api::NodeWright => serde_json::to_value(&sk).and_then(|mut v| {
+            v["apiVersion"] = api.api_version().into();
+            v["kind"] = api.kind().into();
+            serde_json::to_vec(&v)
+        }),
+    }
+    .map_err(kube::Error::SerdeError)?;
+    let req = Request::new(api.url_path())
         .replace_subresource("status", &sk.name_any(), &PostParams::default(), body)
         .map_err(kube::Error::BuildRequest)?;
     let stored = crate::streamed::request::<VersionOnly>(client, req).await?;
@@ -262,17 +275,30 @@ pub async fn replace_status(client: &Client, mut sk: Skyhook) -> Result<Skyhook,
 /// carries, read as for [`replace_status`].
 pub async fn patch_status(
     client: &Client,
+    api: Api,
     name: &str,
     ops: &[serde_json::Value],
 ) -> Result<Option<String>, kube::Error> {
     let body = serde_json::to_vec(ops).map_err(kube::Error::SerdeError)?;
-    let url = format!("{}/{name}/status", Skyhook::url_path(&(), None));
+    let url = format!("{}/{name}/status", api.url_path());
     let req = http::Request::patch(url)
         .header(http::header::CONTENT_TYPE, "application/json-patch+json")
         .body(body)
         .map_err(kube::Error::HttpError)?;
     let stored = crate::streamed::request::<VersionOnly>(client, req).await?;
     Ok(stored.metadata.resource_version)
+}
+
+/// The kind of `api` for a dynamic client (the writes to the object itself: finalizer, version
+/// annotation).
+pub fn api_resource(api: Api) -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: api.group().to_string(),
+        version: "v1alpha1".to_string(),
+        api_version: api.api_version().to_string(),
+        kind: api.kind().to_string(),
+        plural: api.plural().to_string(),
+    }
 }
 
 /// An answer read for its resourceVersion; serde skips everything else without building it.

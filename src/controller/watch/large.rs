@@ -52,7 +52,19 @@ pub fn watch<K>(
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
 {
-    let url = K::url_path(&(), None);
+    watch_at(client, K::url_path(&(), None), labels)
+}
+
+/// [`watch`] of the objects at `url`: a kind served in another group than `K`'s with the same
+/// shape (a NodeWright read as a Skyhook).
+pub fn watch_at<K>(
+    client: Client,
+    url: String,
+    labels: Option<String>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
+{
     futures::stream::unfold(State::Start, move |state| {
         let (client, url, labels) = (client.clone(), url.clone(), labels.clone());
         async move {

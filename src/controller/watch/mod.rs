@@ -8,3 +8,4 @@ pub mod decode;
 pub mod large;
 pub mod record_cache;
 pub mod streams;
+mod tee;

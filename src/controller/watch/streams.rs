@@ -165,10 +165,13 @@ pub(super) fn node_watch(
 pub(super) fn pod_events(
     api: &Api<LeanPod>,
 ) -> [impl futures::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send + use<>; 2] {
+    // By the managed-by label, not the name label: a NodeWright's pods carry that under its
+    // own prefix.
     let pending = watch_config()
         .labels(&format!(
-            "{},{}",
-            schema::NAME_LABEL,
+            "{}={},{}",
+            schema::MANAGED_BY_LABEL,
+            schema::MANAGED_BY_VALUE,
             schema::JOB_NAME_LABEL
         ))
         .fields("status.phase=Pending");
@@ -226,35 +229,57 @@ where
     (store, events)
 }
 
-/// Every DeploymentPolicy, with the events that concern the Skyhooks naming it.
+/// Every DeploymentPolicy of `api`'s group, with the events that concern the objects naming it.
 pub(super) fn policy_watch(
     client: &Client,
+    api: schema::Api,
 ) -> (
     Store<DeploymentPolicy>,
     impl futures::Stream<Item = Result<DeploymentPolicy, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    let stream = paced(watcher(Api::all(client.clone()), watch_config()))
-        .reflect(writer)
-        .touched_objects();
+    let url = format!("/apis/{}/deploymentpolicies", api.api_version());
+    let stream = paced(large::watch_at::<DeploymentPolicy>(
+        client.clone(),
+        url,
+        None,
+    ))
+    .modify(move |p: &mut DeploymentPolicy| {
+        // Its finalizer in the canonical keys, as the planner and the finalizer task read it.
+        if let Some(f) = p.metadata.finalizers.as_mut() {
+            *f = f
+                .iter()
+                .filter_map(|k| api.canonical(k).map(|c| c.into_owned()))
+                .collect();
+        }
+    })
+    .reflect(writer)
+    .touched_objects();
     (store, stream)
 }
 
-/// The Skyhooks `labels` select (all without), with their changes: the controller's own
-/// trigger. Built here rather than by `Controller::new`, whose watch has no pace of its own
-/// (see [`NoPause`]), and on [`large`], which gives back a large event's buffer.
+/// The objects of `api` that `labels` select (all without), with their changes: the
+/// controller's own trigger, each object in the canonical keys. Built here rather than by
+/// `Controller::new`, whose watch has no pace of its own (see [`NoPause`]), and on [`large`],
+/// which gives back a large event's buffer.
 pub(super) fn skyhook_watch(
     client: &Client,
+    api: schema::Api,
     labels: Option<String>,
 ) -> (
     Store<Skyhook>,
     impl futures::Stream<Item = Result<Skyhook, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    let stream = paced(large::watch::<LeanSkyhook>(client.clone(), labels))
-        .map_ok(full::<LeanSkyhook, Skyhook>)
-        .reflect(writer)
-        .applied_objects();
+    let stream = paced(large::watch_at::<LeanSkyhook>(
+        client.clone(),
+        api.url_path(),
+        labels,
+    ))
+    .map_ok(full::<LeanSkyhook, Skyhook>)
+    .modify(move |sk| crate::plan::localize::canonical(sk, api))
+    .reflect(writer)
+    .applied_objects();
     (store, stream)
 }
 

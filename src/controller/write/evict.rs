@@ -2,7 +2,6 @@
 //! recorded and reported, never bypassed), or with `drainConfig.disableEviction` a deletion.
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Resource;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
 use tracing::info;
@@ -51,7 +50,7 @@ impl Writer<'_> {
                         action: "Evict".to_string(),
                         secondary: None,
                     };
-                    self.events.send(ev, self.sk.object_ref(&()));
+                    self.events.send(ev, self.reference());
                 }
                 Err(e) => return Err(e.into()),
             }

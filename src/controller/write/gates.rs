@@ -32,6 +32,13 @@ impl Writer<'_> {
         plan: &Plan,
         namespace: &str,
     ) -> Result<(), Error> {
-        notify::append(self.client, namespace, self.sk, &plan.notifications).await
+        notify::append(
+            self.client,
+            namespace,
+            self.api,
+            self.sk,
+            &plan.notifications,
+        )
+        .await
     }
 }

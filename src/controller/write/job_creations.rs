@@ -96,7 +96,12 @@ impl JobCreations {
         self.queue.queue(&jobs);
         let this = self.clone();
         let skyhook = ObjectRef::from(sk);
-        let reference = sk.object_ref(&());
+        let mut reference = sk.object_ref(&());
+        // The Jobs are written in the object's API (see `plan::localize`): so is its kind.
+        if let Some(api) = jobs.first().map(|j| j.view.api) {
+            reference.api_version = Some(api.api_version().to_string());
+            reference.kind = Some(api.kind().to_string());
+        }
         tokio::spawn(async move {
             let target = Target {
                 creations: &this,

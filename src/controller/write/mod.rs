@@ -70,7 +70,8 @@ use crate::controller::api::retry;
 use crate::controller::error::Error;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::PlannedJob;
-use crate::plan::{JobOp, NodePatch, Note, Plan, Target};
+use crate::plan::localize::{canonical, localize_status};
+use crate::plan::{JobOp, NodePatch, Note, Plan, Target as About};
 use crate::schema;
 use event_queue::EventSink;
 use outcomes::Outcomes;
@@ -101,20 +102,35 @@ pub struct Executed {
     pub auto_taints: (Vec<String>, Vec<String>),
 }
 
+/// Where a pass writes: the API server, the Event queue, the operator's namespace, and the API
+/// of the object (its plan is written in that API's keys).
+pub struct Target<'a> {
+    pub client: &'a Client,
+    pub events: &'a EventSink,
+    pub namespace: &'a str,
+    pub api: schema::Api,
+}
+
 pub async fn execute(
-    client: &Client,
-    events: &EventSink,
-    namespace: &str,
+    to: Target<'_>,
     sk: &Skyhook,
     mut plan: Plan,
     create: impl FnOnce(Vec<PlannedJob>),
 ) -> Result<Executed, Error> {
+    let Target {
+        client,
+        events,
+        namespace,
+        api,
+    } = to;
+    crate::plan::localize::localize(&mut plan, api).map_err(kube::Error::SerdeError)?;
     let w = Writer {
         client,
         events,
         sk,
+        api,
         name: sk.name_any(),
-        skyhooks: Api::all(client.clone()),
+        skyhooks: Api::all_with(client.clone(), &lean::api_resource(api)),
         jobs: Api::namespaced(client.clone(), namespace),
         cms: Api::namespaced(client.clone(), namespace),
         nodes: Api::all(client.clone()),
@@ -184,8 +200,10 @@ struct Writer<'a> {
     client: &'a Client,
     events: &'a EventSink,
     sk: &'a Skyhook,
+    api: schema::Api,
     name: String,
-    skyhooks: Api<Skyhook>,
+    /// The object's own kind (a Skyhook or a NodeWright).
+    skyhooks: Api<kube::api::DynamicObject>,
     jobs: Api<Job>,
     cms: Api<ConfigMap>,
     /// Node patches answer with the whole node; only its resourceVersion is read.
@@ -206,14 +224,20 @@ impl Writer<'_> {
         version: Option<&str>,
     ) -> Result<Option<String>, Error> {
         let sk = self.sk;
+        let api = self.api;
         let mut patch = json!({"metadata": {"resourceVersion": sk.resource_version()}});
         if add_finalizer {
-            let mut finalizers = sk.finalizers().to_vec();
-            finalizers.push(schema::FINALIZER.to_string());
+            let mut finalizers: Vec<String> = sk
+                .finalizers()
+                .iter()
+                .map(|f| api.local(f).into_owned())
+                .collect();
+            finalizers.push(api.local(schema::FINALIZER).into_owned());
             patch["metadata"]["finalizers"] = json!(finalizers);
         }
         if let Some(v) = version {
-            patch["metadata"]["annotations"] = json!({schema::VERSION_ANNOTATION: v});
+            let key = api.local(schema::VERSION_ANNOTATION);
+            patch["metadata"]["annotations"] = json!({key.as_ref(): v});
         }
         let patched = self
             .skyhooks
@@ -354,8 +378,9 @@ impl Writer<'_> {
                 JobOp::Counted { job } => {
                     // Created with the TTL of a successful Job: a failed one stays for `kubectl
                     // logs` until the planner prunes it.
+                    let key = self.api.local(schema::COUNTED_ANNOTATION);
                     let patch = json!({
-                        "metadata": {"annotations": {schema::COUNTED_ANNOTATION: schema::TRUE_VALUE}},
+                        "metadata": {"annotations": {key.as_ref(): schema::TRUE_VALUE}},
                         "spec": {"ttlSecondsAfterFinished": null},
                     });
                     self.jobs
@@ -371,11 +396,12 @@ impl Writer<'_> {
                     // Shrinking the deadline makes the Job controller fail it (and stop its pod)
                     // while the Job stays for `kubectl describe`; our annotation keeps the real
                     // reason.
+                    let (r, m) = (
+                        self.api.local(schema::FAILURE_REASON_ANNOTATION),
+                        self.api.local(schema::FAILURE_MESSAGE_ANNOTATION),
+                    );
                     let patch = json!({
-                        "metadata": {"annotations": {
-                            schema::FAILURE_REASON_ANNOTATION: reason,
-                            schema::FAILURE_MESSAGE_ANNOTATION: message,
-                        }},
+                        "metadata": {"annotations": {r.as_ref(): reason, m.as_ref(): message}},
                         "spec": {"activeDeadlineSeconds": 1},
                     });
                     warn!(skyhook = %self.name, %job, %reason, "failing a Job whose pod cannot start");
@@ -409,7 +435,11 @@ impl Writer<'_> {
 
     /// On deletion: every Job and ConfigMap labelled with this Skyhook.
     async fn delete_owned(&self) -> Result<(), Error> {
-        let lp = ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, self.name));
+        let lp = ListParams::default().labels(&crate::jobs::localize::selector(
+            self.api,
+            schema::NAME_LABEL,
+            &self.name,
+        ));
         // Foreground: a Job stays until its pod is gone, so the cordon it relies on (an
         // interrupt may be rebooting the node) is kept as long as the Job is seen.
         self.jobs
@@ -418,8 +448,11 @@ impl Writer<'_> {
         self.cms
             .delete_collection(&DeleteParams::default(), &lp)
             .await?;
-        let meta =
-            ListParams::default().labels(&format!("{}={}", schema::NODE_META_LABEL, self.name));
+        let meta = ListParams::default().labels(&crate::jobs::localize::selector(
+            self.api,
+            schema::NODE_META_LABEL,
+            &self.name,
+        ));
         self.cms
             .delete_collection(&DeleteParams::default(), &meta)
             .await?;
@@ -503,20 +536,28 @@ impl Writer<'_> {
     ) -> Result<Skyhook, Error> {
         // A full replace (guarded by resourceVersion) drops map keys a merge patch would keep.
         // Not a clone of the whole object: its old status is as large as the new one.
+        let api = self.api;
+        let mut local = status;
+        localize_status(&mut local, api);
         let mut obj = Skyhook {
             metadata: self.sk.metadata.clone(),
             spec: self.sk.spec.clone(),
-            status: Some(status),
+            status: Some(local),
         };
         obj.metadata.managed_fields = None;
         // Patched when the stored status is known (the common case): only what changed is sent.
         if let (Some(before), Some(rv), Some(after)) =
             (&self.sk.status, &resource_version, &obj.status)
         {
-            let ops = status_patch::ops(before, after, rv).map_err(kube::Error::SerdeError)?;
-            match lean::patch_status(self.client, &self.name, &ops).await {
+            let mut before = std::borrow::Cow::Borrowed(before);
+            if api != schema::Api::Skyhook {
+                localize_status(before.to_mut(), api);
+            }
+            let ops = status_patch::ops(&before, after, rv).map_err(kube::Error::SerdeError)?;
+            match lean::patch_status(self.client, api, &self.name, &ops).await {
                 Ok(stored) => {
                     obj.metadata.resource_version = stored;
+                    canonical(&mut obj, api);
                     return Ok(obj);
                 }
                 // The stored status was not what this pass read it to be (a path to remove is
@@ -528,7 +569,9 @@ impl Writer<'_> {
             }
         }
         obj.metadata.resource_version = resource_version;
-        Ok(lean::replace_status(self.client, obj).await?)
+        let mut stored = lean::replace_status(self.client, api, obj).await?;
+        canonical(&mut stored, api);
+        Ok(stored)
     }
 
     async fn remove_finalizer(&self) -> Result<Written, Error> {
@@ -537,7 +580,7 @@ impl Writer<'_> {
             .finalizers()
             .iter()
             .filter(|f| *f != schema::FINALIZER)
-            .cloned()
+            .map(|f| self.api.local(f).into_owned())
             .collect();
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": sk.resource_version()}});
         match self
@@ -560,9 +603,17 @@ impl Writer<'_> {
         }
     }
 
+    /// The object this pass is about, as an Event names it (its own kind and group).
+    fn reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        let mut r = self.sk.object_ref(&());
+        r.api_version = Some(self.api.api_version().to_string());
+        r.kind = Some(self.api.kind().to_string());
+        r
+    }
+
     fn publish(&self, note: &Note) {
         let reference = match (note.target, &note.node) {
-            (Target::Node, Some(n)) => Node {
+            (About::Node, Some(n)) => Node {
                 metadata: kube::api::ObjectMeta {
                     name: Some(n.clone()),
                     ..Default::default()
@@ -570,7 +621,7 @@ impl Writer<'_> {
                 ..Default::default()
             }
             .object_ref(&()),
-            _ => self.sk.object_ref(&()),
+            _ => self.reference(),
         };
         let ev = Event {
             type_: if note.warning {

@@ -23,7 +23,7 @@ fn deploy_crds_match_the_code() {
 }
 
 #[test]
-fn multi_document_output_holds_both_crds() {
+fn multi_document_output_holds_the_crds_of_both_groups() {
     let yaml = crate::crd::crds_yaml().unwrap();
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
     let names: Vec<&str> = docs
@@ -34,7 +34,9 @@ fn multi_document_output_holds_both_crds() {
         names,
         [
             "skyhooks.skyhook.nvidia.com",
-            "deploymentpolicies.skyhook.nvidia.com"
+            "deploymentpolicies.skyhook.nvidia.com",
+            "nodewrights.nodewright.nvidia.com",
+            "deploymentpolicies.nodewright.nvidia.com"
         ]
     );
 }

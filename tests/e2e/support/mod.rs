@@ -435,10 +435,12 @@ pub fn install_crds() {
     });
 }
 
-/// The project's two CRDs, as `kubectl wait` names them.
-pub const SKYHOOK_CRDS: [&str; 2] = [
+/// The project's CRDs (of both groups), as `kubectl wait` names them.
+pub const SKYHOOK_CRDS: [&str; 4] = [
     "crd/skyhooks.skyhook.nvidia.com",
     "crd/deploymentpolicies.skyhook.nvidia.com",
+    "crd/nodewrights.nodewright.nvidia.com",
+    "crd/deploymentpolicies.nodewright.nvidia.com",
 ];
 
 /// Waits up to 60 s until the CRDs are Established. `kubectl wait` fails at once, rather than
