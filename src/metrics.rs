@@ -454,6 +454,56 @@ impl Metrics {
         }
         out
     }
+
+    /// [`Metrics::encode`], and with `twins` every per-object family again under upstream
+    /// v0.18's names (delta D30): `nodewright_<suffix>`, label `nodewright_name`, the same
+    /// values. The operator's own families (leader, pass time, API requests) are not doubled.
+    pub fn encode_with_twins(&self, twins: bool) -> String {
+        let text = self.encode();
+        if !twins {
+            return text;
+        }
+        let body = text.strip_suffix("# EOF\n").unwrap_or(&text);
+        let mut out = String::with_capacity(text.len() * 2);
+        out.push_str(body);
+        for line in body.lines() {
+            if let Some(twin) = twin_line(line) {
+                out.push_str(&twin);
+                out.push('\n');
+            }
+        }
+        out.push_str("# EOF\n");
+        out
+    }
+}
+
+/// The families of the operator process rather than of the objects it reconciles.
+const PROCESS_FAMILIES: [&str; 3] = [
+    "skyhook_operator_leader",
+    "skyhook_operator_pass_seconds",
+    "skyhook_api_requests",
+];
+
+/// A line of a per-object family under its `nodewright_` name; `None` for any other line.
+fn twin_line(line: &str) -> Option<String> {
+    let (comment, rest) = match line.strip_prefix("# ") {
+        Some(c) => {
+            let (keyword, rest) = c.split_once(' ')?;
+            (Some(keyword), rest)
+        }
+        None => (None, line),
+    };
+    let name_end = rest.find(['{', ' ']).unwrap_or(rest.len());
+    let name = &rest[..name_end];
+    let suffix = name.strip_prefix("skyhook_")?;
+    if PROCESS_FAMILIES.iter().any(|f| name.starts_with(f)) {
+        return None;
+    }
+    let tail = rest[name_end..].replacen("{skyhook_name=\"", "{nodewright_name=\"", 1);
+    Some(match comment {
+        Some(keyword) => format!("# {keyword} nodewright_{suffix}{tail}"),
+        None => format!("nodewright_{suffix}{tail}"),
+    })
 }
 
 fn pl(name: &str, key: &(String, String)) -> PackageLabels {
@@ -494,6 +544,30 @@ mod tests {
 
     fn has(text: &str, line: &str) -> bool {
         text.lines().any(|l| l == line)
+    }
+
+    #[test]
+    fn twins_carry_upstreams_names_and_label_and_leave_the_process_alone() {
+        let sk = stored();
+        let st = sk.status.clone().unwrap();
+        let m = Metrics::default();
+        m.observe(&sk, &st, &Census::of(&sk, &st), "legacy", &[]);
+        m.leader.set(1);
+        assert_eq!(m.encode_with_twins(false), m.encode());
+        let text = m.encode_with_twins(true);
+        for line in [
+            r#"skyhook_status{skyhook_name="stored-by-go",status="in_progress"} 1"#,
+            r#"nodewright_status{nodewright_name="stored-by-go",status="in_progress"} 1"#,
+            r#"nodewright_package_restarts_count{nodewright_name="stored-by-go",package_name="dexter",package_version="1.2.3"} 3"#,
+            "# TYPE nodewright_node_target_count gauge",
+            "skyhook_operator_leader 1",
+        ] {
+            assert!(has(&text, line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("nodewright_operator"), "{text}");
+        assert!(!text.contains("nodewright_api_requests"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert!(text.ends_with("# EOF\n"));
     }
 
     #[test]

@@ -98,7 +98,7 @@ pub enum CliError {
     },
 
     #[error(
-        "skyhook {skyhook:?} names deploymentPolicy {policy:?}, which does not exist, so nothing would start; create it (kubectl get deploymentpolicies lists them) or change spec.deploymentPolicy"
+        "skyhook {skyhook:?} names deploymentPolicy {policy:?}, which does not exist, so nothing would start; create it (kubectl get deploymentpolicies.skyhook.nvidia.com lists them) or change spec.deploymentPolicy"
     )]
     PolicyNotFound { skyhook: String, policy: String },
 

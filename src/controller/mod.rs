@@ -73,6 +73,13 @@ pub struct Ctx {
     pub alerts: Arc<outbound::alerts::AlertSources>,
     /// The API of the objects this engine reconciles.
     pub api: Api,
+    /// Its controller runs (its CRD is served).
+    pub serving: AtomicBool,
+    /// The objects of the other served API: a Skyhook and a NodeWright of one name take turns
+    /// (`plan::api_handover`).
+    pub peer: Option<kube::runtime::reflector::Store<Skyhook>>,
+    /// NodeWrights told they wait for their Skyhook (one Event each).
+    pub waiting: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Ctx {
@@ -137,7 +144,15 @@ pub async fn run(
     let alerts = Arc::new(outbound::alerts::AlertSources::new(http.clone()));
     let mut ctxs = Vec::new();
     let mut parts = Vec::new();
+    let stores: Vec<_> = engines
+        .iter()
+        .map(|(c, _)| (c.api, c.skyhooks.clone()))
+        .collect();
     for (caches, triggers) in engines {
+        let peer = stores
+            .iter()
+            .find(|(api, _)| *api != caches.api)
+            .map(|(_, s)| s.clone());
         let (creations, created_again) =
             JobCreations::new(client.clone(), ns.clone(), events.clone());
         let ctx = Arc::new(Ctx {
@@ -154,6 +169,9 @@ pub async fn run(
             pacing: Pacing::default(),
             started: Instant::now(),
             alerts: alerts.clone(),
+            serving: AtomicBool::new(false),
+            peer,
+            waiting: std::sync::Mutex::new(BTreeSet::new()),
         });
         ctxs.push(ctx.clone());
         parts.push((ctx, triggers, created_again));
@@ -172,6 +190,7 @@ pub async fn run(
                 if !ctx.config.serve_apis.required(ctx.api) {
                     startup::wait_until_served(&client, ctx.api).await;
                 }
+                ctx.serving.store(true, Ordering::Relaxed);
                 mark_ready_when_synced(&ctx);
                 engine(ctx, triggers, created_again, down).await;
             }
@@ -225,10 +244,16 @@ async fn engine(
 struct Engines(Vec<Arc<Ctx>>);
 
 impl probes::Served for Engines {
+    /// One registry for every engine; while NodeWrights are served, every series of an object
+    /// is published under upstream's `nodewright_*` names too.
     fn metrics(&self) -> String {
+        let twins = self
+            .0
+            .iter()
+            .any(|c| c.api == Api::NodeWright && c.serving.load(Ordering::Relaxed));
         self.0
             .first()
-            .map(|c| c.metrics.encode())
+            .map(|c| c.metrics.encode_with_twins(twins))
             .unwrap_or_default()
     }
 
@@ -356,6 +381,21 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let name = sk.name_any();
+    let peer = ctx
+        .peer
+        .as_ref()
+        .and_then(|s| s.get(&kube::runtime::reflector::ObjectRef::new(&name)));
+    match plan::api_handover::turn(ctx.api, &sk, peer.as_deref()) {
+        plan::api_handover::Turn::Run => {}
+        plan::api_handover::Turn::Frozen => return frozen(&sk, &ctx).await,
+        plan::api_handover::Turn::Wait => {
+            wait_for_skyhook(&sk, &ctx);
+            return Ok(Action::requeue(HANDOVER_RECHECK));
+        }
+    }
+    if let Ok(mut w) = ctx.waiting.lock() {
+        w.remove(&name);
+    }
     if let Some(left) = ctx.pacing.wait_left(&name) {
         return Ok(Action::requeue(left));
     }
@@ -376,6 +416,90 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
     }
     action
+}
+
+/// A NodeWright first copies the node keys of the Skyhook of its name it lacks
+/// (`plan::api_handover::copied_keys`), then plans from them in its next pass: planning before
+/// the copy is in the cache would run every stage again. `None` when there is nothing to copy.
+async fn take_over_keys(sk: &Skyhook, ctx: &Ctx) -> Result<Option<Passed>, Error> {
+    if ctx.api != Api::NodeWright {
+        return Ok(None);
+    }
+    let name = sk.name_any();
+    let patches: Vec<plan::NodePatch> = ctx
+        .caches
+        .nodes
+        .all()
+        .iter()
+        .filter_map(|n| plan::api_handover::copied_keys(&name, n))
+        .collect();
+    if patches.is_empty() {
+        return Ok(None);
+    }
+    info!(nodewright = %name, nodes = patches.len(), "taking over the node keys of the Skyhook of the same name");
+    let plan = plan::Plan {
+        node_patches: patches,
+        ..plan::Plan::default()
+    };
+    let done = write::execute(ctx.target(), sk, plan, |_| {}).await?;
+    Ok(Some(Passed {
+        action: Action::requeue(CONFLICT_REQUEUE),
+        stored: None,
+        failures: done.failures,
+        drain_blocks: Vec::new(),
+    }))
+}
+
+/// How often a NodeWright waiting for its Skyhook looks again (upstream's migration hold: 20 s).
+const HANDOVER_RECHECK: Duration = Duration::from_secs(20);
+
+/// A Skyhook its NodeWright has taken over: nothing is written, and a deletion only releases the
+/// finalizer (its nodes are the NodeWright's now). Looked at again now and then: if the
+/// NodeWright goes, the Skyhook is reconciled again.
+async fn frozen(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
+    let name = sk.name_any();
+    ctx.pacing.forget(&name);
+    if sk.meta().deletion_timestamp.is_none() {
+        debug!(skyhook = %name, "taken over by the NodeWright of the same name; not reconciled");
+        return Ok(Action::requeue(ctx.config.default_interval));
+    }
+    let plan = plan::Plan {
+        remove_finalizer: sk
+            .finalizers()
+            .iter()
+            .any(|f| f == crate::schema::FINALIZER),
+        ..plan::Plan::default()
+    };
+    write::execute(ctx.target(), sk, plan, |_| {}).await?;
+    Ok(Action::await_change())
+}
+
+/// Says once, in an Event on the NodeWright, that it waits for its Skyhook to finish.
+fn wait_for_skyhook(nw: &Skyhook, ctx: &Ctx) {
+    let name = nw.name_any();
+    let first = ctx
+        .waiting
+        .lock()
+        .map(|mut w| w.insert(name.clone()))
+        .unwrap_or(false);
+    if !first {
+        return;
+    }
+    info!(nodewright = %name, "waiting for the Skyhook of the same name to finish its rollout");
+    let mut reference = nw.object_ref(&());
+    reference.api_version = Some(ctx.api.api_version().to_string());
+    reference.kind = Some(ctx.api.kind().to_string());
+    let ev = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: crate::schema::WAITING_FOR_SKYHOOK_REASON.to_string(),
+        note: Some(format!(
+            "NodeWright {name} waits for Skyhook {name} to finish its rollout (it is mid-rollout); \
+             then the NodeWright takes its nodes over and the Skyhook is no longer reconciled"
+        )),
+        action: "Wait".to_string(),
+        secondary: None,
+    };
+    ctx.events.send(ev, reference);
 }
 
 /// What a pass leaves: the action for the controller, the Skyhook as its status write stored
@@ -403,6 +527,9 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     }
     let started = Instant::now();
     let name = sk.name_any();
+    if let Some(copied) = take_over_keys(sk, ctx).await? {
+        return Ok(copied);
+    }
     let snapshot = Snapshot::take(
         ctx.api,
         &ctx.caches,

@@ -30,10 +30,15 @@ use crate::schema::Api;
 pub const SKYHOOK_CRD_FILE: &str = "skyhook.nvidia.com_skyhooks.yaml";
 /// File name of the DeploymentPolicy CRD under `deploy/crds`.
 pub const DEPLOYMENT_POLICY_CRD_FILE: &str = "skyhook.nvidia.com_deploymentpolicies.yaml";
-/// File name of the NodeWright CRD under `deploy/crds`.
-pub const NODEWRIGHT_CRD_FILE: &str = "nodewright.nvidia.com_nodewrights.yaml";
-/// File name of the new group's DeploymentPolicy CRD under `deploy/crds`.
-pub const NODEWRIGHT_POLICY_CRD_FILE: &str = "nodewright.nvidia.com_deploymentpolicies.yaml";
+/// The NodeWright CRD under `deploy/crds`: in a directory of its own, which `kubectl apply -f
+/// deploy/crds/` leaves out. With both groups installed, `kubectl get deploymentpolicies` means
+/// the new group's (kubectl prefers `nodewright.nvidia.com` to `skyhook.nvidia.com`), so the new
+/// API is installed on purpose only (`kubectl apply -k deploy/crds/nodewright/`, chart value
+/// `nodewright.crds`).
+pub const NODEWRIGHT_CRD_FILE: &str = "nodewright/nodewright.nvidia.com_nodewrights.yaml";
+/// The new group's DeploymentPolicy CRD under `deploy/crds` (see [`NODEWRIGHT_CRD_FILE`]).
+pub const NODEWRIGHT_POLICY_CRD_FILE: &str =
+    "nodewright/nodewright.nvidia.com_deploymentpolicies.yaml";
 /// How to regenerate `deploy/crds` after changing the types or rules.
 pub const REGENERATE_COMMAND: &str = "cargo run --bin skyhook-operator -- crd --write deploy/crds";
 
@@ -173,6 +178,12 @@ pub fn write_crds(dir: &Path) -> Result<Vec<PathBuf>, GenerateError> {
     let mut written = Vec::new();
     for (name, content) in crd_files()? {
         let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| GenerateError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
         std::fs::write(&path, content).map_err(|source| GenerateError::Io {
             path: path.clone(),
             source,

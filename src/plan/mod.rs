@@ -26,6 +26,7 @@
 
 pub mod actions;
 pub mod alerts;
+pub mod api_handover;
 pub mod batch;
 pub mod census;
 pub mod compartments;

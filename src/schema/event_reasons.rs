@@ -6,6 +6,8 @@ use super::{Stage, State, Status};
 pub const EVENT_COMPONENT: &str = "skyhook-controller";
 
 pub const APPLY_REASON: &str = "Apply";
+/// A NodeWright waits for the Skyhook of its name to finish its rollout before taking over.
+pub const WAITING_FOR_SKYHOOK_REASON: &str = "WaitingForSkyhook";
 pub const INTERRUPT_REASON: &str = "Interrupt";
 pub const STATE_REASON: &str = "State";
 pub const REBOOT_REASON: &str = "Reboot";

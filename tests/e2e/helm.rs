@@ -482,10 +482,12 @@ fn resources_follow_the_sizing_formula() {
 
 #[test]
 fn chart_crds_are_the_deploy_crds() {
+    // The generated CRD files of a directory (not its kustomization or subdirectories).
     let list = |dir: &Path| -> BTreeMap<String, Vec<u8>> {
         std::fs::read_dir(dir)
             .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
             .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && !p.ends_with("kustomization.yaml"))
             .map(|p| {
                 let name = p
                     .file_name()
@@ -495,20 +497,47 @@ fn chart_crds_are_the_deploy_crds() {
             })
             .collect()
     };
-    let deploy = list(&repo().join("deploy/crds"));
-    let chart = list(&PathBuf::from(chart()).join("crds"));
-    assert_eq!(
-        deploy.keys().collect::<Vec<_>>(),
-        chart.keys().collect::<Vec<_>>(),
-        "deploy/helm/skyhook-operator/crds/ must hold exactly the files of deploy/crds/"
-    );
-    for (name, bytes) in &deploy {
-        assert!(
-            chart[name] == *bytes,
-            "deploy/helm/skyhook-operator/crds/{name} differs from deploy/crds/{name}; after \
-             regenerating the CRDs run: cp deploy/crds/*.yaml deploy/helm/skyhook-operator/crds/"
+    // Skyhook's CRDs in crds/ (always installed); the NodeWright API's in nodewright-crds/
+    // (rendered with nodewright.crds=true).
+    for (from, to) in [
+        ("deploy/crds", "crds"),
+        ("deploy/crds/nodewright", "nodewright-crds"),
+    ] {
+        let deploy = list(&repo().join(from));
+        let chart = list(&PathBuf::from(chart()).join(to));
+        assert_eq!(
+            deploy.keys().collect::<Vec<_>>(),
+            chart.keys().collect::<Vec<_>>(),
+            "deploy/helm/skyhook-operator/{to}/ must hold exactly the files of {from}/"
         );
+        for (name, bytes) in &deploy {
+            assert!(
+                chart[name] == *bytes,
+                "deploy/helm/skyhook-operator/{to}/{name} differs from {from}/{name}; after \
+                 regenerating the CRDs run: cp {from}/*.yaml deploy/helm/skyhook-operator/{to}/ \
+                 (keep {from}/kustomization.yaml out)"
+            );
+        }
     }
+    let rendered = template(&["--set", "nodewright.crds=true"]);
+    let crds: Vec<&str> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        crds,
+        [
+            "nodewrights.nodewright.nvidia.com",
+            "deploymentpolicies.nodewright.nvidia.com"
+        ]
+    );
+    assert!(
+        template(&[])
+            .iter()
+            .all(|o| o["kind"] != "CustomResourceDefinition"),
+        "the NodeWright CRDs rendered without nodewright.crds"
+    );
 }
 
 #[test]

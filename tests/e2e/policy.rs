@@ -622,9 +622,12 @@ async fn a_policy_in_use_is_deleted_only_once_unused() {
                 .then_some(())
         })
         .await;
-    let out = env
-        .ctx
-        .kubectl(&["delete", "deploymentpolicy", &pname, "--wait=false"]);
+    let out = env.ctx.kubectl(&[
+        "delete",
+        "deploymentpolicies.skyhook.nvidia.com",
+        &pname,
+        "--wait=false",
+    ]);
     assert!(
         out.status.success(),
         "{}",

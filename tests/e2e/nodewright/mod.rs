@@ -1,7 +1,9 @@
 //! The NodeWright API (`nodewright.nvidia.com`, upstream v0.18 and later) served by the same
 //! engine as Skyhooks (issue 39): `cargo test --test e2e nodewright`.
 
+mod continued;
 mod rollout;
+mod takeover;
 
 use std::time::Duration;
 
@@ -10,7 +12,13 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, Api as Kind};
 
-use crate::support::{Env, TestCtx};
+use crate::support::{Env, TestCtx, install_nodewright_crds, setup};
+
+/// [`setup`] with the NodeWright API's CRDs installed (they are installed on purpose only).
+pub async fn nw_setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
+    install_nodewright_crds();
+    setup(test, nodes, operator_env).await
+}
 
 /// The objects of `kind` (cluster scoped).
 pub fn objects(ctx: &TestCtx, kind: Kind) -> Api<DynamicObject> {
@@ -26,12 +34,17 @@ pub fn objects(ctx: &TestCtx, kind: Kind) -> Api<DynamicObject> {
 
 /// A NodeWright of the test's nodes with `spec`, created.
 pub async fn create_nodewright(ctx: &TestCtx, name: &str, spec: Value) {
+    create_nodewright_with(ctx, name, spec, json!({})).await;
+}
+
+/// [`create_nodewright`] with `annotations`.
+pub async fn create_nodewright_with(ctx: &TestCtx, name: &str, spec: Value, annotations: Value) {
     let (k, v) = ctx.test_label();
     let mut spec = spec;
     spec["nodeSelectors"] = json!({"matchLabels": {k.clone(): v.clone()}});
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": Kind::NodeWright.api_version(), "kind": Kind::NodeWright.kind(),
-        "metadata": {"name": name, "labels": {k: v}},
+        "metadata": {"name": name, "labels": {k: v}, "annotations": annotations},
         "spec": spec,
     }))
     .expect("valid NodeWright");

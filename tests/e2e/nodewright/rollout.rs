@@ -11,13 +11,13 @@ use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 use skyhook::schema::{self, Api as Kind, Status};
 
-use super::{create_nodewright, nodewright, objects, wait_nodewright};
-use crate::support::{pkg, setup, skyhook, sleep};
+use super::{create_nodewright, nodewright, nw_setup, objects, wait_nodewright};
+use crate::support::{pkg, skyhook, sleep};
 
 #[tokio::test]
 async fn a_nodewright_rolls_out_beside_a_skyhook_each_in_its_own_keys() {
     // SERVE_APIS=auto (the default): NodeWrights too, their CRD being installed.
-    let env = setup("nw-rollout", 2, &[]).await;
+    let env = nw_setup("nw-rollout", 2, &[]).await;
     let (nw, sk) = (env.ctx.name("nw"), env.ctx.name("sk"));
     let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
     create_nodewright(&env.ctx, &nw, spec.clone()).await;
@@ -25,6 +25,22 @@ async fn a_nodewright_rolls_out_beside_a_skyhook_each_in_its_own_keys() {
     let done = wait_nodewright(&env, &nw, Status::Complete, Duration::from_secs(90)).await;
     env.wait_status(&sk, Status::Complete, Duration::from_secs(90))
         .await;
+
+    // Metrics: every object's series under both names while NodeWrights are served (upstream
+    // v0.18's dual publishing), the same values.
+    let text = crate::support::metrics::metrics(env.op.metrics_port);
+    for line in [
+        format!(r#"nodewright_status{{nodewright_name="{nw}",status="complete"}} 1"#),
+        format!(r#"skyhook_status{{skyhook_name="{nw}",status="complete"}} 1"#),
+        format!(r#"skyhook_status{{skyhook_name="{sk}",status="complete"}} 1"#),
+        format!(r#"nodewright_status{{nodewright_name="{sk}",status="complete"}} 1"#),
+        format!(r#"nodewright_node_target_count{{nodewright_name="{nw}"}} 2"#),
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from the metrics"
+        );
+    }
 
     // The object: its own finalizer, and its status conditions under its prefix.
     assert_eq!(
@@ -132,7 +148,7 @@ async fn a_nodewright_rolls_out_beside_a_skyhook_each_in_its_own_keys() {
 /// `SERVE_APIS=skyhook`: a NodeWright is left alone (no status, no finalizer, no Job).
 #[tokio::test]
 async fn an_operator_serving_skyhooks_alone_leaves_nodewrights_untouched() {
-    let env = setup("nw-off", 1, &[("SERVE_APIS", "skyhook")]).await;
+    let env = nw_setup("nw-off", 1, &[("SERVE_APIS", "skyhook")]).await;
     let (nw, sk) = (env.ctx.name("nw"), env.ctx.name("sk"));
     let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
     create_nodewright(&env.ctx, &nw, spec.clone()).await;
@@ -148,4 +164,9 @@ async fn an_operator_serving_skyhooks_alone_leaves_nodewrights_untouched() {
         .await
         .expect("list Jobs");
     assert!(theirs.items.is_empty());
+    let text = crate::support::metrics::metrics(env.op.metrics_port);
+    assert!(
+        !text.contains("nodewright_"),
+        "nodewright_ series from an operator that serves Skyhooks alone"
+    );
 }

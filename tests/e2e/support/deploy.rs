@@ -13,19 +13,15 @@ use super::TestCtx;
 
 /// The operator namespace `deploy/` installs into.
 pub const OPERATOR_NS: &str = "skyhook";
-/// The CRDs of both groups, by object name.
-pub const CRD_NAMES: [&str; 4] = [
+/// The two CRDs, by object name.
+pub const CRD_NAMES: [&str; 2] = [
     "skyhooks.skyhook.nvidia.com",
     "deploymentpolicies.skyhook.nvidia.com",
-    "nodewrights.nodewright.nvidia.com",
-    "deploymentpolicies.nodewright.nvidia.com",
 ];
-/// The generated CRD files, relative to the repository root.
-pub const CRD_FILES: [&str; 4] = [
+/// The two generated CRD files, relative to the repository root.
+pub const CRD_FILES: [&str; 2] = [
     "deploy/crds/skyhook.nvidia.com_skyhooks.yaml",
     "deploy/crds/skyhook.nvidia.com_deploymentpolicies.yaml",
-    "deploy/crds/nodewright.nvidia.com_nodewrights.yaml",
-    "deploy/crds/nodewright.nvidia.com_deploymentpolicies.yaml",
 ];
 
 /// Serialises this binary's applies of `deploy/`: two concurrent first-time applies of the same
@@ -90,7 +86,7 @@ pub fn wait_established(ctx: &TestCtx) {
     super::wait_crds(|| ctx.cluster.kubectl(), &crds);
 }
 
-/// Install (or refresh) just the CRDs from `deploy/crds/` and wait until they are served.
+/// Install (or refresh) just the two CRDs from `deploy/crds/` and wait until they are served.
 pub fn apply_crds(ctx: &TestCtx) {
     require_crd_files();
     let files: Vec<String> = CRD_FILES
@@ -157,8 +153,6 @@ pub fn expected_objects() -> BTreeSet<(String, String, String)> {
         ("Namespace", "", ns),
         ("CustomResourceDefinition", "", CRD_NAMES[0]),
         ("CustomResourceDefinition", "", CRD_NAMES[1]),
-        ("CustomResourceDefinition", "", CRD_NAMES[2]),
-        ("CustomResourceDefinition", "", CRD_NAMES[3]),
         ("ServiceAccount", ns, "skyhook-operator"),
         ("ClusterRole", "", "skyhook-operator"),
         ("ClusterRoleBinding", "", "skyhook-operator"),

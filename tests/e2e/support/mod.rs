@@ -435,13 +435,31 @@ pub fn install_crds() {
     });
 }
 
-/// The project's CRDs (of both groups), as `kubectl wait` names them.
-pub const SKYHOOK_CRDS: [&str; 4] = [
+/// The project's two CRDs, as `kubectl wait` names them.
+pub const SKYHOOK_CRDS: [&str; 2] = [
     "crd/skyhooks.skyhook.nvidia.com",
     "crd/deploymentpolicies.skyhook.nvidia.com",
-    "crd/nodewrights.nodewright.nvidia.com",
-    "crd/deploymentpolicies.nodewright.nvidia.com",
 ];
+
+static NODEWRIGHT_CRDS: OnceLock<()> = OnceLock::new();
+
+/// Install the NodeWright API's CRDs (`deploy/crds/nodewright/`, installed on purpose only) once
+/// per test run, and wait until they are served.
+pub fn install_nodewright_crds() {
+    install_crds();
+    NODEWRIGHT_CRDS.get_or_init(|| {
+        let c = cluster();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/nodewright");
+        run(c.kubectl().arg("apply").arg("-k").arg(&dir));
+        wait_crds(
+            || c.kubectl(),
+            &[
+                "crd/nodewrights.nodewright.nvidia.com",
+                "crd/deploymentpolicies.nodewright.nvidia.com",
+            ],
+        );
+    });
+}
 
 /// Waits up to 60 s until the CRDs are Established. `kubectl wait` fails at once, rather than
 /// waiting, on a CRD whose status has no conditions yet (the larger the CRD, the longer the API

@@ -1,0 +1,113 @@
+//! A NodeWright named as a Skyhook takes its nodes over (issue 39, acceptance 2): it waits while
+//! the Skyhook is mid-rollout (upstream's migration hold), then copies the Skyhook's node keys to
+//! its prefix (identical JSON) and reports complete with no stage run again; the Skyhook is
+//! frozen from then on, and deleting it only releases its finalizer.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use skyhook::crd::Skyhook;
+use skyhook::schema::{self, Api as Kind, Status};
+
+use super::{create_nodewright, nw_setup, wait_nodewright};
+use crate::support::{pkg, skyhook, sleep};
+
+async fn jobs_labelled(env: &crate::support::Env, label: &str, name: &str) -> usize {
+    let jobs: Api<Job> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    jobs.list(&ListParams::default().labels(&format!("{label}={name}")))
+        .await
+        .expect("list Jobs")
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn a_nodewright_waits_for_its_skyhook_then_takes_its_nodes_over_without_a_rerun() {
+    let env = nw_setup("nw-takeover", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("4"))}});
+    env.create(&skyhook(&env.ctx, &name, spec.clone())).await;
+    env.wait_status(&name, Status::InProgress, Duration::from_secs(60))
+        .await;
+    create_nodewright(&env.ctx, &name, spec).await;
+    env.wait_event("the NodeWright says it waits", &name, |e| {
+        e.reason.as_deref() == Some(schema::WAITING_FOR_SKYHOOK_REASON)
+    })
+    .await;
+    env.wait_status(&name, Status::Complete, Duration::from_secs(120))
+        .await;
+    let done = wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(60)).await;
+    assert_eq!(
+        done.status.map(|s| s.node_status.len()),
+        Some(2),
+        "both nodes complete"
+    );
+    assert_eq!(
+        jobs_labelled(&env, "nodewright.nvidia.com/name", &name).await,
+        0
+    );
+
+    // The node keys under both prefixes, with the same JSON.
+    for node in &env.nodes {
+        let n = env.node_api.get(node).await.expect("node");
+        let a = n.metadata.annotations.unwrap_or_default();
+        let legacy = schema::node_state_annotation(&name);
+        let mine = Kind::NodeWright.local(&legacy).into_owned();
+        assert_eq!(a.get(&mine), a.get(&legacy), "{node}: {a:?}");
+        assert!(a.contains_key(&mine));
+        let l = n.metadata.labels.unwrap_or_default();
+        let label = Kind::NodeWright
+            .local(&schema::status_label(&name))
+            .into_owned();
+        assert_eq!(l.get(&label).map(String::as_str), Some("complete"));
+    }
+
+    // The Skyhook is frozen: a spec change runs nothing.
+    let before = jobs_labelled(&env, schema::NAME_LABEL, &name).await;
+    env.skyhooks
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"packages": {"more": pkg("1.0.0", sleep("1"))}}})),
+        )
+        .await
+        .expect("edit the Skyhook");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(jobs_labelled(&env, schema::NAME_LABEL, &name).await, before);
+    let frozen: Skyhook = env.skyhooks.get(&name).await.expect("the Skyhook");
+    assert_eq!(
+        frozen.status.and_then(|s| s.status),
+        Some(Status::Complete),
+        "its status stays as it was"
+    );
+
+    // Deleted, it goes at once and leaves the nodes to the NodeWright.
+    env.skyhooks
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete the Skyhook");
+    env.ctx
+        .wait_for("the Skyhook gone", Duration::from_secs(30), || async {
+            env.skyhooks
+                .get_opt(&name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    for node in &env.nodes {
+        let n = env.node_api.get(node).await.expect("node");
+        let a = n.metadata.annotations.unwrap_or_default();
+        let mine = Kind::NodeWright
+            .local(&schema::node_state_annotation(&name))
+            .into_owned();
+        assert!(
+            a.contains_key(&mine),
+            "{node} lost the NodeWright's node state"
+        );
+    }
+    wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(30)).await;
+}
