@@ -437,6 +437,7 @@ async fn take_over_keys(sk: &Skyhook, ctx: &Ctx) -> Result<Option<Passed>, Error
         return Ok(None);
     }
     info!(nodewright = %name, nodes = patches.len(), "taking over the node keys of the Skyhook of the same name");
+    mark_taken_over(sk, ctx).await?;
     let plan = plan::Plan {
         node_patches: patches,
         ..plan::Plan::default()
@@ -448,6 +449,87 @@ async fn take_over_keys(sk: &Skyhook, ctx: &Ctx) -> Result<Option<Passed>, Error
         failures: done.failures,
         drain_blocks: Vec::new(),
     }))
+}
+
+/// Records on the NodeWright when it took over (`legacy-migrated-at`, under its prefix as
+/// upstream writes it), unless it says so already (upstream's migration, or an earlier pass).
+async fn mark_taken_over(sk: &Skyhook, ctx: &Ctx) -> Result<(), Error> {
+    if sk
+        .annotations()
+        .contains_key(crate::schema::LEGACY_MIGRATED_AT_ANNOTATION)
+    {
+        return Ok(());
+    }
+    let key = ctx.api.local(crate::schema::LEGACY_MIGRATED_AT_ANNOTATION);
+    let now = jiff::Timestamp::now().to_string();
+    let patch = serde_json::json!({"metadata": {"annotations": {key.as_ref(): now}}});
+    let objects: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(ctx.client.clone(), &watch::decode::api_resource(ctx.api));
+    let params = kube::api::PatchParams::default();
+    objects
+        .patch(&sk.name_any(), &params, &kube::api::Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// What a NodeWright's clean-up of the legacy keys of its name does in this pass.
+enum Cleanup {
+    /// Nothing to do: no take-over recorded, or no legacy key left.
+    Nothing,
+    /// Not yet: this long to go.
+    Due(Duration),
+    /// Removed now; the pass ends here.
+    Pruned(Box<Passed>),
+}
+
+/// `LEGACY_CLEANUP_DELAY` after a NodeWright took over (`legacy-migrated-at`), the legacy node
+/// keys of its name go (`plan::api_handover::pruned_keys`), written as the legacy API writes.
+async fn legacy_cleanup(sk: &Skyhook, ctx: &Ctx) -> Result<Cleanup, Error> {
+    let at = sk
+        .annotations()
+        .get(crate::schema::LEGACY_MIGRATED_AT_ANNOTATION)
+        .and_then(|v| v.parse::<jiff::Timestamp>().ok());
+    let (Api::NodeWright, Some(at)) = (ctx.api, at) else {
+        return Ok(Cleanup::Nothing);
+    };
+    let elapsed = jiff::Timestamp::now()
+        .duration_since(at)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    let name = sk.name_any();
+    let mut plan = plan::Plan::default();
+    for node in ctx.caches.nodes.all() {
+        if let Some((patch, conditions)) = plan::api_handover::pruned_keys(&name, &node) {
+            if !patch.is_empty() {
+                plan.node_patches.push(patch);
+            }
+            if !conditions.is_empty() {
+                plan.node_conditions
+                    .push((node.name.clone(), Vec::new(), conditions));
+            }
+        }
+    }
+    if plan.node_patches.is_empty() && plan.node_conditions.is_empty() {
+        return Ok(Cleanup::Nothing);
+    }
+    if let Some(left) = ctx.config.legacy_cleanup_delay.checked_sub(elapsed)
+        && !left.is_zero()
+    {
+        return Ok(Cleanup::Due(left));
+    }
+    let nodes = plan.node_patches.len().max(plan.node_conditions.len());
+    info!(nodewright = %name, nodes, "removing the legacy node keys of the Skyhook it took over");
+    let legacy = write::Target {
+        api: Api::Skyhook,
+        ..ctx.target()
+    };
+    let done = write::execute(legacy, sk, plan, |_| {}).await?;
+    Ok(Cleanup::Pruned(Box::new(Passed {
+        action: Action::requeue(CONFLICT_REQUEUE),
+        stored: None,
+        failures: done.failures,
+        drain_blocks: Vec::new(),
+    })))
 }
 
 /// How often a NodeWright waiting for its Skyhook looks again (upstream's migration hold: 20 s).
@@ -530,6 +612,11 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     if let Some(copied) = take_over_keys(sk, ctx).await? {
         return Ok(copied);
     }
+    let cleanup_due = match legacy_cleanup(sk, ctx).await? {
+        Cleanup::Pruned(pruned) => return Ok(*pruned),
+        Cleanup::Due(left) => Some(left),
+        Cleanup::Nothing => None,
+    };
     let snapshot = Snapshot::take(
         ctx.api,
         &ctx.caches,
@@ -558,7 +645,10 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     inputs.refused_auto_taints = &refused_taints;
     let plan = plan::plan(&inputs);
     observe(ctx, &snapshot.skyhook, stored, &plan);
-    let requeue = plan.requeue_after;
+    let requeue = match (plan.requeue_after, cleanup_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let planned = Instant::now();
     let (creates, patches) = (plan.create_jobs.len(), plan.node_patches.len());
     let create = |jobs| ctx.creations.start(sk, jobs);

@@ -89,6 +89,41 @@ pub fn copied_keys(name: &str, node: &NodeView) -> Option<NodePatch> {
     (!patch.is_empty()).then_some(patch)
 }
 
+/// The legacy keys of `name` on `node` once a NodeWright's take-over is old enough (upstream's
+/// clean-up, D24): the name-scoped annotations, the status label, and the node conditions of the
+/// name (their types). Never `autoTaint_` or `ignore`. The patch names the legacy keys as they
+/// are stored: it is written as the legacy API writes.
+pub fn pruned_keys(name: &str, node: &NodeView) -> Option<(NodePatch, Vec<String>)> {
+    let named = [
+        schema::node_state_annotation(name),
+        schema::status_annotation(name),
+        schema::node_version_annotation(name),
+        schema::cordon_annotation(name),
+        schema::drain_start_annotation(name),
+        schema::applied_annotation(name),
+        schema::folded_annotation(name),
+        schema::health_gate_annotation(name),
+    ];
+    let mut patch = NodePatch::of(node);
+    for key in named {
+        if node.annotation(&key).is_some() {
+            patch.annotations.insert(key, None);
+        }
+    }
+    let label = schema::status_label(name);
+    if node.label(&label).is_some() {
+        patch.labels.insert(label, None);
+    }
+    let prefix = schema::node_condition_prefix(name);
+    let conditions: Vec<String> = node
+        .conditions
+        .iter()
+        .filter(|c| c.type_.starts_with(&prefix))
+        .map(|c| c.type_.to_string())
+        .collect();
+    (!patch.is_empty() || !conditions.is_empty()).then_some((patch, conditions))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +162,34 @@ mod tests {
             ..SkyhookStatus::default()
         });
         sk
+    }
+
+    #[test]
+    fn the_clean_up_takes_the_names_keys_and_leaves_the_nodes_own() {
+        let node = crate::plan::fixtures::node("n1")
+            .annotation(&schema::node_state_annotation("sk"), "{}")
+            .annotation("nodewright.nvidia.com/nodeState_sk", "{}")
+            .annotation(&schema::node_state_annotation("other"), "{}")
+            .annotation(&schema::auto_taint_annotation("skyhook.nvidia.com"), "true")
+            .labels(serde_json::json!({
+                schema::status_label("sk"): "complete",
+                schema::IGNORE_LABEL: "false",
+            }))
+            .conditions(serde_json::json!([
+                {"type": schema::node_not_ready_condition("sk"), "status": "False"},
+                {"type": "nodewright.nvidia.com/sk/NotReady", "status": "False"},
+            ]))
+            .build();
+        let (patch, conditions) = pruned_keys("sk", &node).expect("something to prune");
+        let keys: Vec<&String> = patch.annotations.keys().collect();
+        assert_eq!(keys, [&schema::node_state_annotation("sk")]);
+        assert!(patch.annotations.values().all(Option::is_none));
+        assert_eq!(
+            patch.labels.keys().collect::<Vec<_>>(),
+            [&schema::status_label("sk")]
+        );
+        assert_eq!(conditions, [schema::node_not_ready_condition("sk")]);
+        assert!(pruned_keys("none", &node).is_none());
     }
 
     #[test]

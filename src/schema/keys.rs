@@ -141,6 +141,10 @@ pub fn is_skyhook_key(key: &str) -> bool {
         .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// On a NodeWright (under its prefix, as upstream writes it): when it took over the Skyhook of
+/// its name (RFC 3339); the legacy node keys of that name go `LEGACY_CLEANUP_DELAY` later.
+pub const LEGACY_MIGRATED_AT_ANNOTATION: &str = "skyhook.nvidia.com/legacy-migrated-at";
+
 /// Node label: `"true"` makes the operator skip the node (status `blocked`).
 pub const IGNORE_LABEL: &str = "skyhook.nvidia.com/ignore";
 

@@ -88,6 +88,10 @@ pub struct Settings {
     /// `auto`: Skyhooks, and NodeWrights once their CRD is installed.
     #[arg(long, env = "SERVE_APIS", default_value = "auto")]
     pub serve_apis: String,
+    /// How long after a NodeWright took over the Skyhook of its name the legacy node keys of
+    /// that name are removed (upstream's `LEGACY_CLEANUP_DELAY`); `0`: at once.
+    #[arg(long, env = "LEGACY_CLEANUP_DELAY", default_value = "24h")]
+    pub legacy_cleanup_delay: String,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -174,6 +178,8 @@ pub struct Config {
     pub notifications: bool,
     /// The APIs whose objects are reconciled.
     pub serve_apis: schema::Served,
+    /// After a NodeWright's take-over, when the legacy node keys of its name go.
+    pub legacy_cleanup_delay: Duration,
     /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
     pub status_node_budget: usize,
     pub retry_base: Duration,
@@ -265,9 +271,16 @@ impl Settings {
             errs.push("NAMESPACE must not be empty".to_string());
         }
         let serve_apis = self.serve_apis(&mut errs);
+        let legacy_cleanup_delay = checked_duration(
+            "LEGACY_CLEANUP_DELAY",
+            &self.legacy_cleanup_delay,
+            Duration::ZERO,
+            &mut errs,
+        );
         match (taint, errs.is_empty()) {
             (Some(taint), true) => Ok(Config {
                 serve_apis,
+                legacy_cleanup_delay,
                 ..self.config(durations, taint, log_json, budget, serving)
             }),
             _ => Err(SettingsError(errs)),
@@ -427,6 +440,7 @@ impl Settings {
             failed_jobs_kept: self.failed_jobs_kept.max(1),
             notifications: self.notifications,
             serve_apis: AUTO,
+            legacy_cleanup_delay: Duration::from_secs(24 * 3600),
             status_node_budget,
             retry_base: d.retry_base,
             retry_max: d.retry_max,

@@ -1,7 +1,8 @@
 //! A NodeWright named as a Skyhook takes its nodes over (issue 39, acceptance 2): it waits while
 //! the Skyhook is mid-rollout (upstream's migration hold), then copies the Skyhook's node keys to
 //! its prefix (identical JSON) and reports complete with no stage run again; the Skyhook is
-//! frozen from then on, and deleting it only releases its finalizer.
+//! frozen from then on, and deleting it only releases its finalizer. `LEGACY_CLEANUP_DELAY` later
+//! the legacy keys of the name go.
 
 use std::time::Duration;
 
@@ -110,4 +111,89 @@ async fn a_nodewright_waits_for_its_skyhook_then_takes_its_nodes_over_without_a_
         );
     }
     wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(30)).await;
+}
+
+/// `LEGACY_CLEANUP_DELAY` after the take-over (recorded on the NodeWright as upstream records it)
+/// the legacy keys of the name leave the nodes; the NodeWright's stay, and so do the node's own
+/// (`ignore`).
+#[tokio::test]
+async fn the_legacy_keys_go_after_the_clean_up_delay() {
+    let env = nw_setup("nw-cleanup", 2, &[("LEGACY_CLEANUP_DELAY", "4s")]).await;
+    let name = env.ctx.name("sk");
+    let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
+    for node in &env.nodes {
+        env.node_api
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {schema::IGNORE_LABEL: "false"}}})),
+            )
+            .await
+            .expect("label the node");
+    }
+    env.create(&skyhook(&env.ctx, &name, spec.clone())).await;
+    env.wait_status(&name, Status::Complete, Duration::from_secs(60))
+        .await;
+    create_nodewright(&env.ctx, &name, spec).await;
+    let done = wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(60)).await;
+    let at = done
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("nodewright.nvidia.com/legacy-migrated-at")
+        .cloned();
+    assert!(at.is_some(), "the take-over is not recorded");
+    let legacy_prefix = "skyhook.nvidia.com/";
+    env.ctx
+        .eventually("the legacy keys gone", Duration::from_secs(40), || async {
+            for node in &env.nodes {
+                let n = env.node_api.get(node).await.map_err(|e| e.to_string())?;
+                let left: Vec<String> = n
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .into_keys()
+                    .chain(n.metadata.labels.unwrap_or_default().into_keys())
+                    .chain(
+                        n.status
+                            .and_then(|s| s.conditions)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|c| c.type_),
+                    )
+                    .filter(|k| k.starts_with(legacy_prefix) && k.contains(&name))
+                    .collect();
+                if !left.is_empty() {
+                    return Err(format!("{node}: {left:?}"));
+                }
+            }
+            Ok(())
+        })
+        .await;
+    for node in &env.nodes {
+        let n = env.node_api.get(node).await.expect("node");
+        let a = n.metadata.annotations.unwrap_or_default();
+        let mine = Kind::NodeWright
+            .local(&schema::node_state_annotation(&name))
+            .into_owned();
+        assert!(
+            a.contains_key(&mine),
+            "{node} lost the NodeWright's node state"
+        );
+        let l = n.metadata.labels.unwrap_or_default();
+        assert_eq!(
+            l.get(schema::IGNORE_LABEL).map(String::as_str),
+            Some("false")
+        );
+        assert_eq!(
+            l.get("nodewright.nvidia.com/ignore").map(String::as_str),
+            Some("false"),
+            "the ignore label is copied"
+        );
+    }
+    assert_eq!(
+        jobs_labelled(&env, "nodewright.nvidia.com/name", &name).await,
+        0
+    );
+    wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(10)).await;
 }
