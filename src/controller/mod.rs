@@ -16,6 +16,7 @@
 //! the handles it needs; none imports from this module.
 
 pub mod api;
+mod ctx;
 mod error;
 pub mod outbound;
 pub mod pacing;
@@ -36,6 +37,8 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, error, info, warn};
 
+pub use ctx::Ctx;
+use ctx::Engines;
 pub use error::Error;
 use pacing::Pacing;
 use process::leader::{Leadership, lead, supervise};
@@ -52,76 +55,6 @@ use crate::metrics::Metrics;
 use crate::plan;
 use crate::schema::Api;
 use crate::settings::{Config, MetricsAuth};
-
-/// Shared by every pass.
-pub struct Ctx {
-    pub client: Client,
-    pub config: Config,
-    pub version: String,
-    pub events: Arc<EventSink>,
-    pub caches: Caches,
-    pub ready: AtomicBool,
-    /// Waiting to lead: ready (as a follower), not reconciling.
-    pub standby: AtomicBool,
-    pub metrics: Arc<Metrics>,
-    /// Jobs handed to the API server by earlier passes and not yet in the Job cache.
-    pub creations: Arc<JobCreations>,
-    pub pacing: Pacing,
-    /// When the operator started (the caches' deadline counts from here).
-    pub started: Instant,
-    /// The alert gates' sources, each read at most every few seconds.
-    pub alerts: Arc<outbound::alerts::AlertSources>,
-    /// The API of the objects this engine reconciles.
-    pub api: Api,
-    /// Its controller runs (its CRD is served).
-    pub serving: AtomicBool,
-    /// The objects of the other served API: a Skyhook and a NodeWright of one name take turns
-    /// (`plan::api_handover`).
-    pub peer: Option<kube::runtime::reflector::Store<Skyhook>>,
-    /// NodeWrights told they wait for their Skyhook (one Event each).
-    pub waiting: std::sync::Mutex<BTreeSet<String>>,
-}
-
-impl Ctx {
-    /// Where this engine's passes write.
-    fn target(&self) -> write::Target<'_> {
-        write::Target {
-            client: &self.client,
-            events: &self.events,
-            namespace: &self.config.namespace,
-            api: self.api,
-        }
-    }
-
-    /// For the readiness probe: waits for the caches, at most [`CACHE_WAIT`].
-    async fn wait_ready(&self) -> Result<(), Error> {
-        if self.ready.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        tokio::time::timeout(CACHE_WAIT, self.caches.filled())
-            .await
-            .map_err(|_| Error::NotReady(CACHE_WAIT))?;
-        self.ready.store(true, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// For a pass: whether the caches are filled, without waiting. A pass never waits for them
-    /// itself: it would hold the controller's one worker while the caches it waits for are
-    /// filled by the same controller's streams, and passes now start at the first event.
-    fn caches_ready(&self) -> Result<bool, Error> {
-        if self.ready.load(Ordering::Relaxed) || self.caches.filled().now_or_never().is_some() {
-            self.ready.store(true, Ordering::Relaxed);
-            return Ok(true);
-        }
-        if self.started.elapsed() > CACHE_WAIT {
-            return Err(Error::NotReady(CACHE_WAIT));
-        }
-        Ok(false)
-    }
-}
-
-/// How long the caches may take to fill before the operator says so.
-const CACHE_WAIT: Duration = Duration::from_secs(60);
 
 /// Run until `shutdown` resolves.
 pub async fn run(
@@ -238,38 +171,6 @@ async fn engine(
             }
         })
         .await
-}
-
-/// Every engine, as the probes and metrics server sees them.
-struct Engines(Vec<Arc<Ctx>>);
-
-impl probes::Served for Engines {
-    /// One registry for every engine; while NodeWrights are served, every series of an object
-    /// is published under upstream's `nodewright_*` names too.
-    fn metrics(&self) -> String {
-        let twins = self
-            .0
-            .iter()
-            .any(|c| c.api == Api::NodeWright && c.serving.load(Ordering::Relaxed));
-        self.0
-            .first()
-            .map(|c| c.metrics.encode_with_twins(twins))
-            .unwrap_or_default()
-    }
-
-    /// Waiting to lead (the first engine's flag: there is one lease), or the caches of every
-    /// engine whose API is required filled. One that serves its API once installed
-    /// (`SERVE_APIS=auto`) holds nothing back, waiting for its CRD or filling after it.
-    fn ready(&self) -> bool {
-        let standby = self
-            .0
-            .first()
-            .is_some_and(|c| c.standby.load(Ordering::Relaxed));
-        let required = |c: &&Arc<Ctx>| c.config.serve_apis.required(c.api);
-        let mut required = self.0.iter().filter(required).peekable();
-        let any = required.peek().is_some();
-        standby || (any && required.all(|c| c.ready.load(Ordering::Relaxed)))
-    }
 }
 
 /// The notification sender (with `NOTIFICATIONS`), for as long as reconciling runs; without it,
@@ -418,126 +319,54 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     action
 }
 
+/// A NodeWright's writes before it plans (`write::takeover`): the node keys of the Skyhook of its
+/// name it lacks, then the clean-up of the legacy ones when due. `Ok(when the clean-up is due)`
+/// to go on planning; `Err(the pass)` when a write ended it.
+async fn before_planning(
+    sk: &Skyhook,
+    ctx: &Ctx,
+) -> Result<Result<Option<Duration>, Box<Passed>>, Error> {
+    if let Some(copied) = take_over_keys(sk, ctx).await? {
+        return Ok(Err(Box::new(copied)));
+    }
+    let nodes = ctx.caches.nodes.all();
+    let delay = ctx.config.legacy_cleanup_delay;
+    Ok(
+        match write::takeover::legacy_cleanup(ctx.target(), sk, &nodes, delay).await? {
+            write::takeover::Cleanup::Pruned(failures) => Err(Box::new(Passed {
+                action: Action::requeue(CONFLICT_REQUEUE),
+                stored: None,
+                failures,
+                drain_blocks: Vec::new(),
+            })),
+            write::takeover::Cleanup::Due(left) => Ok(Some(left)),
+            write::takeover::Cleanup::Nothing => Ok(None),
+        },
+    )
+}
+
 /// A NodeWright first copies the node keys of the Skyhook of its name it lacks
-/// (`plan::api_handover::copied_keys`), then plans from them in its next pass: planning before
-/// the copy is in the cache would run every stage again. `None` when there is nothing to copy.
+/// (`write::takeover::copy_keys`), then plans from them in its next pass: planning before the
+/// copy is in the cache would run every stage again. `None` when there is nothing to copy.
 async fn take_over_keys(sk: &Skyhook, ctx: &Ctx) -> Result<Option<Passed>, Error> {
     if ctx.api != Api::NodeWright {
         return Ok(None);
     }
-    let name = sk.name_any();
-    let patches: Vec<plan::NodePatch> = ctx
-        .caches
-        .nodes
-        .all()
-        .iter()
-        .filter_map(|n| plan::api_handover::copied_keys(&name, n))
-        .collect();
-    if patches.is_empty() {
-        return Ok(None);
-    }
-    info!(nodewright = %name, nodes = patches.len(), "taking over the node keys of the Skyhook of the same name");
-    mark_taken_over(sk, ctx).await?;
-    let plan = plan::Plan {
-        node_patches: patches,
-        ..plan::Plan::default()
-    };
-    let done = write::execute(ctx.target(), sk, plan, |_| {}).await?;
-    Ok(Some(Passed {
+    let copied = write::takeover::copy_keys(ctx.target(), sk, &ctx.caches.nodes.all()).await?;
+    Ok(copied.map(|failures| Passed {
         action: Action::requeue(CONFLICT_REQUEUE),
         stored: None,
-        failures: done.failures,
+        failures,
         drain_blocks: Vec::new(),
     }))
-}
-
-/// Records on the NodeWright when it took over (`legacy-migrated-at`, under its prefix as
-/// upstream writes it), unless it says so already (upstream's migration, or an earlier pass).
-async fn mark_taken_over(sk: &Skyhook, ctx: &Ctx) -> Result<(), Error> {
-    if sk
-        .annotations()
-        .contains_key(crate::schema::LEGACY_MIGRATED_AT_ANNOTATION)
-    {
-        return Ok(());
-    }
-    let key = ctx.api.local(crate::schema::LEGACY_MIGRATED_AT_ANNOTATION);
-    let now = jiff::Timestamp::now().to_string();
-    let patch = serde_json::json!({"metadata": {"annotations": {key.as_ref(): now}}});
-    let objects: kube::Api<kube::api::DynamicObject> =
-        kube::Api::all_with(ctx.client.clone(), &watch::decode::api_resource(ctx.api));
-    let params = kube::api::PatchParams::default();
-    objects
-        .patch(&sk.name_any(), &params, &kube::api::Patch::Merge(&patch))
-        .await?;
-    Ok(())
-}
-
-/// What a NodeWright's clean-up of the legacy keys of its name does in this pass.
-enum Cleanup {
-    /// Nothing to do: no take-over recorded, or no legacy key left.
-    Nothing,
-    /// Not yet: this long to go.
-    Due(Duration),
-    /// Removed now; the pass ends here.
-    Pruned(Box<Passed>),
-}
-
-/// `LEGACY_CLEANUP_DELAY` after a NodeWright took over (`legacy-migrated-at`), the legacy node
-/// keys of its name go (`plan::api_handover::pruned_keys`), written as the legacy API writes.
-async fn legacy_cleanup(sk: &Skyhook, ctx: &Ctx) -> Result<Cleanup, Error> {
-    let at = sk
-        .annotations()
-        .get(crate::schema::LEGACY_MIGRATED_AT_ANNOTATION)
-        .and_then(|v| v.parse::<jiff::Timestamp>().ok());
-    let (Api::NodeWright, Some(at)) = (ctx.api, at) else {
-        return Ok(Cleanup::Nothing);
-    };
-    let elapsed = jiff::Timestamp::now()
-        .duration_since(at)
-        .try_into()
-        .unwrap_or(Duration::ZERO);
-    let name = sk.name_any();
-    let mut plan = plan::Plan::default();
-    for node in ctx.caches.nodes.all() {
-        if let Some((patch, conditions)) = plan::api_handover::pruned_keys(&name, &node) {
-            if !patch.is_empty() {
-                plan.node_patches.push(patch);
-            }
-            if !conditions.is_empty() {
-                plan.node_conditions
-                    .push((node.name.clone(), Vec::new(), conditions));
-            }
-        }
-    }
-    if plan.node_patches.is_empty() && plan.node_conditions.is_empty() {
-        return Ok(Cleanup::Nothing);
-    }
-    if let Some(left) = ctx.config.legacy_cleanup_delay.checked_sub(elapsed)
-        && !left.is_zero()
-    {
-        return Ok(Cleanup::Due(left));
-    }
-    let nodes = plan.node_patches.len().max(plan.node_conditions.len());
-    info!(nodewright = %name, nodes, "removing the legacy node keys of the Skyhook it took over");
-    let legacy = write::Target {
-        api: Api::Skyhook,
-        ..ctx.target()
-    };
-    let done = write::execute(legacy, sk, plan, |_| {}).await?;
-    Ok(Cleanup::Pruned(Box::new(Passed {
-        action: Action::requeue(CONFLICT_REQUEUE),
-        stored: None,
-        failures: done.failures,
-        drain_blocks: Vec::new(),
-    })))
 }
 
 /// How often a NodeWright waiting for its Skyhook looks again (upstream's migration hold: 20 s).
 const HANDOVER_RECHECK: Duration = Duration::from_secs(20);
 
 /// A Skyhook its NodeWright has taken over: nothing is written, and a deletion only releases the
-/// finalizer (its nodes are the NodeWright's now). Looked at again now and then: if the
-/// NodeWright goes, the Skyhook is reconciled again.
+/// finalizer. Looked at again now and then: if the NodeWright goes, the Skyhook is reconciled
+/// again.
 async fn frozen(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
     let name = sk.name_any();
     ctx.pacing.forget(&name);
@@ -545,43 +374,20 @@ async fn frozen(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
         debug!(skyhook = %name, "taken over by the NodeWright of the same name; not reconciled");
         return Ok(Action::requeue(ctx.config.default_interval));
     }
-    let plan = plan::Plan {
-        remove_finalizer: sk
-            .finalizers()
-            .iter()
-            .any(|f| f == crate::schema::FINALIZER),
-        ..plan::Plan::default()
-    };
-    write::execute(ctx.target(), sk, plan, |_| {}).await?;
+    write::takeover::release_frozen(ctx.target(), sk).await?;
     Ok(Action::await_change())
 }
 
 /// Says once, in an Event on the NodeWright, that it waits for its Skyhook to finish.
 fn wait_for_skyhook(nw: &Skyhook, ctx: &Ctx) {
-    let name = nw.name_any();
     let first = ctx
         .waiting
         .lock()
-        .map(|mut w| w.insert(name.clone()))
+        .map(|mut w| w.insert(nw.name_any()))
         .unwrap_or(false);
-    if !first {
-        return;
+    if first {
+        write::takeover::announce_wait(&ctx.events, ctx.api, nw);
     }
-    info!(nodewright = %name, "waiting for the Skyhook of the same name to finish its rollout");
-    let mut reference = nw.object_ref(&());
-    reference.api_version = Some(ctx.api.api_version().to_string());
-    reference.kind = Some(ctx.api.kind().to_string());
-    let ev = kube::runtime::events::Event {
-        type_: kube::runtime::events::EventType::Normal,
-        reason: crate::schema::WAITING_FOR_SKYHOOK_REASON.to_string(),
-        note: Some(format!(
-            "NodeWright {name} waits for Skyhook {name} to finish its rollout (it is mid-rollout); \
-             then the NodeWright takes its nodes over and the Skyhook is no longer reconciled"
-        )),
-        action: "Wait".to_string(),
-        secondary: None,
-    };
-    ctx.events.send(ev, reference);
 }
 
 /// What a pass leaves: the action for the controller, the Skyhook as its status write stored
@@ -609,13 +415,9 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     }
     let started = Instant::now();
     let name = sk.name_any();
-    if let Some(copied) = take_over_keys(sk, ctx).await? {
-        return Ok(copied);
-    }
-    let cleanup_due = match legacy_cleanup(sk, ctx).await? {
-        Cleanup::Pruned(pruned) => return Ok(*pruned),
-        Cleanup::Due(left) => Some(left),
-        Cleanup::Nothing => None,
+    let cleanup_due = match before_planning(sk, ctx).await? {
+        Ok(due) => due,
+        Err(done) => return Ok(*done),
     };
     let snapshot = Snapshot::take(
         ctx.api,

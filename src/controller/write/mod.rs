@@ -46,10 +46,12 @@ pub mod event_series;
 mod evict;
 mod gates;
 pub mod job_creations;
+mod job_ops;
 mod outcomes;
 mod parallel;
 pub mod requests;
 pub mod status_patch;
+pub mod takeover;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -57,8 +59,8 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 
 use crate::controller::watch::decode::{self as lean, LeanNode};
 use kube::runtime::events::{Event, EventType};
@@ -71,7 +73,7 @@ use crate::controller::error::Error;
 use crate::crd::{Skyhook, SkyhookStatus};
 use crate::jobs::PlannedJob;
 use crate::plan::localize::{canonical, localize_status};
-use crate::plan::{JobOp, NodePatch, Note, Plan, Target as About};
+use crate::plan::{NodePatch, Note, Plan, Target as About};
 use crate::schema;
 use event_queue::EventSink;
 use outcomes::Outcomes;
@@ -104,6 +106,7 @@ pub struct Executed {
 
 /// Where a pass writes: the API server, the Event queue, the operator's namespace, and the API
 /// of the object (its plan is written in that API's keys).
+#[derive(Clone, Copy)]
 pub struct Target<'a> {
     pub client: &'a Client,
     pub events: &'a EventSink,
@@ -117,26 +120,8 @@ pub async fn execute(
     mut plan: Plan,
     create: impl FnOnce(Vec<PlannedJob>),
 ) -> Result<Executed, Error> {
-    let Target {
-        client,
-        events,
-        namespace,
-        api,
-    } = to;
-    crate::plan::localize::localize(&mut plan, api).map_err(kube::Error::SerdeError)?;
-    let w = Writer {
-        client,
-        events,
-        sk,
-        api,
-        name: sk.name_any(),
-        skyhooks: Api::all_with(client.clone(), &lean::api_resource(api)),
-        jobs: Api::namespaced(client.clone(), namespace),
-        cms: Api::namespaced(client.clone(), namespace),
-        nodes: Api::all(client.clone()),
-        met: Outcomes::default(),
-        patched: Mutex::new(BTreeMap::new()),
-    };
+    crate::plan::localize::localize(&mut plan, to.api).map_err(kube::Error::SerdeError)?;
+    let w = Writer::new(to, sk);
     let w = &w;
     // The status write below must carry the newest resourceVersion.
     let Some(resource_version) = w.write_metadata(&plan).await? else {
@@ -173,7 +158,7 @@ pub async fn execute(
         .boxed()
     })
     .await?;
-    w.append_notifications(&plan, namespace).await?;
+    w.append_notifications(&plan, to.namespace).await?;
     let status_started = Instant::now();
     let (status_written, stored) = w.write_status(&mut plan, resource_version).await?;
     let stored = stored.map(|sk| (sk, status_started.elapsed()));
@@ -215,7 +200,24 @@ struct Writer<'a> {
     patched: Mutex<BTreeMap<String, String>>,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    fn new(to: Target<'a>, sk: &'a Skyhook) -> Self {
+        let client = to.client;
+        Writer {
+            client,
+            events: to.events,
+            sk,
+            api: to.api,
+            name: sk.name_any(),
+            skyhooks: Api::all_with(client.clone(), &lean::api_resource(to.api)),
+            jobs: Api::namespaced(client.clone(), to.namespace),
+            cms: Api::namespaced(client.clone(), to.namespace),
+            nodes: Api::all(client.clone()),
+            met: Outcomes::default(),
+            patched: Mutex::new(BTreeMap::new()),
+        }
+    }
+
     /// The finalizer and the version annotation in one merge patch, guarded by the
     /// resourceVersion this pass read. Returns the patched Skyhook's resourceVersion.
     async fn patch_metadata(
@@ -370,93 +372,6 @@ impl Writer<'_> {
             // for the watch a little longer before it judges the Job.
             warn!(job = %job.name(), error = %e, "could not record the node version on a Job");
         }
-    }
-
-    async fn job_op(&self, (_, op): &(String, JobOp)) -> Result<(), Error> {
-        {
-            let res = match op {
-                JobOp::Counted { job } => {
-                    // Created with the TTL of a successful Job: a failed one stays for `kubectl
-                    // logs` until the planner prunes it.
-                    let key = self.api.local(schema::COUNTED_ANNOTATION);
-                    let patch = json!({
-                        "metadata": {"annotations": {key.as_ref(): schema::TRUE_VALUE}},
-                        "spec": {"ttlSecondsAfterFinished": null},
-                    });
-                    self.jobs
-                        .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map(|_| ())
-                }
-                JobOp::Fail {
-                    job,
-                    reason,
-                    message,
-                } => {
-                    // Shrinking the deadline makes the Job controller fail it (and stop its pod)
-                    // while the Job stays for `kubectl describe`; our annotation keeps the real
-                    // reason.
-                    let (r, m) = (
-                        self.api.local(schema::FAILURE_REASON_ANNOTATION),
-                        self.api.local(schema::FAILURE_MESSAGE_ANNOTATION),
-                    );
-                    let patch = json!({
-                        "metadata": {"annotations": {r.as_ref(): reason, m.as_ref(): message}},
-                        "spec": {"activeDeadlineSeconds": 1},
-                    });
-                    warn!(skyhook = %self.name, %job, %reason, "failing a Job whose pod cannot start");
-                    self.jobs
-                        .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map(|_| ())
-                }
-                // Foreground: the Job stays until its pod is gone, and the planner creates no
-                // next attempt while it does, so two pods of one stage never overlap on a host.
-                JobOp::Delete { job } => self
-                    .jobs
-                    .delete(job, &DeleteParams::foreground())
-                    .await
-                    .map(|_| ()),
-                // The Go operator's pod, in the namespace of our Jobs; the planner waits until
-                // it is gone before its stage runs as a Job.
-                JobOp::DeleteGoPod { pod } => {
-                    let ns = self.jobs.namespace().unwrap_or_default();
-                    info!(skyhook = %self.name, %pod, "deleting a pod of the Go operator");
-                    Api::<Pod>::namespaced(self.client.clone(), ns)
-                        .delete(pod, &DeleteParams::default())
-                        .await
-                        .map(|_| ())
-                }
-            };
-            ignore_not_found(res)?;
-        }
-        Ok(())
-    }
-
-    /// On deletion: every Job and ConfigMap labelled with this Skyhook.
-    async fn delete_owned(&self) -> Result<(), Error> {
-        let lp = ListParams::default().labels(&crate::jobs::localize::selector(
-            self.api,
-            schema::NAME_LABEL,
-            &self.name,
-        ));
-        // Foreground: a Job stays until its pod is gone, so the cordon it relies on (an
-        // interrupt may be rebooting the node) is kept as long as the Job is seen.
-        self.jobs
-            .delete_collection(&DeleteParams::foreground(), &lp)
-            .await?;
-        self.cms
-            .delete_collection(&DeleteParams::default(), &lp)
-            .await?;
-        let meta = ListParams::default().labels(&crate::jobs::localize::selector(
-            self.api,
-            schema::NODE_META_LABEL,
-            &self.name,
-        ));
-        self.cms
-            .delete_collection(&DeleteParams::default(), &meta)
-            .await?;
-        Ok(())
     }
 
     /// A 409 (the node changed since this pass read it) is recorded, not an error: see
