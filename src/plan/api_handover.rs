@@ -56,16 +56,7 @@ pub fn turn(api: Api, mine: &Skyhook, peer: Option<&Skyhook>) -> Turn {
 /// NodeWright's writer puts under its prefix. `None` when there is nothing to copy.
 pub fn copied_keys(name: &str, node: &NodeView) -> Option<NodePatch> {
     let nw = Api::NodeWright;
-    let named = [
-        schema::node_state_annotation(name),
-        schema::status_annotation(name),
-        schema::node_version_annotation(name),
-        schema::cordon_annotation(name),
-        schema::drain_start_annotation(name),
-        schema::applied_annotation(name),
-        schema::folded_annotation(name),
-        schema::health_gate_annotation(name),
-    ];
+    let named = schema::name_scoped_annotations(name);
     let auto_taints = node
         .annotations
         .keys()
@@ -94,16 +85,7 @@ pub fn copied_keys(name: &str, node: &NodeView) -> Option<NodePatch> {
 /// name (their types). Never `autoTaint_` or `ignore`. The patch names the legacy keys as they
 /// are stored: it is written as the legacy API writes.
 pub fn pruned_keys(name: &str, node: &NodeView) -> Option<(NodePatch, Vec<String>)> {
-    let named = [
-        schema::node_state_annotation(name),
-        schema::status_annotation(name),
-        schema::node_version_annotation(name),
-        schema::cordon_annotation(name),
-        schema::drain_start_annotation(name),
-        schema::applied_annotation(name),
-        schema::folded_annotation(name),
-        schema::health_gate_annotation(name),
-    ];
+    let named = schema::name_scoped_annotations(name);
     let mut patch = NodePatch::of(node);
     for key in named {
         if node.annotation(&key).is_some() {

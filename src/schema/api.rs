@@ -196,6 +196,22 @@ pub fn is_operator_key(key: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// The node annotations an object writes under its own name (upstream's name-scoped keys, D24,
+/// and this project's records): what a NodeWright takes over from the Skyhook of its name, and
+/// what the clean-up removes after.
+pub fn name_scoped_annotations(name: &str) -> [String; 8] {
+    [
+        keys::node_state_annotation(name),
+        keys::status_annotation(name),
+        keys::node_version_annotation(name),
+        keys::cordon_annotation(name),
+        keys::drain_start_annotation(name),
+        keys::applied_annotation(name),
+        keys::folded_annotation(name),
+        keys::health_gate_annotation(name),
+    ]
+}
+
 /// The outbox of an object of `api`: a NodeWright's is not its same-named Skyhook's.
 pub fn notifications_configmap_name_in(api: Api, name: &str) -> String {
     match api {

@@ -36,7 +36,7 @@ mod wire_enum;
 
 pub use agent::*;
 pub use api::{
-    Api, NODEWRIGHT_FINALIZER, NODEWRIGHT_PREFIX, Served, is_operator_key,
+    Api, NODEWRIGHT_FINALIZER, NODEWRIGHT_PREFIX, Served, is_operator_key, name_scoped_annotations,
     notifications_configmap_name_in,
 };
 pub use conditions::*;

@@ -54,11 +54,9 @@ pub async fn run(
         },
     };
     let resource = kube::api::ApiResource {
-        group: kind.group().to_string(),
-        version: "v1alpha1".to_string(),
-        api_version: kind.api_version().to_string(),
         kind: "DeploymentPolicy".to_string(),
         plural: "deploymentpolicies".to_string(),
+        ..crate::controller::watch::decode::api_resource(kind)
     };
     let api = Policies {
         api: Api::all_with(client, &resource),

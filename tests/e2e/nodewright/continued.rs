@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use skyhook::schema::{self, Api as Kind, Status};
 
-use super::{create_nodewright_with, nodewright, nw_setup, wait_nodewright};
+use super::{create_nodewright_with, nodewright, nodewright_state, nw_setup, wait_nodewright};
 use crate::support::{pkg, skyhook};
 
 #[tokio::test]
@@ -67,17 +67,14 @@ async fn a_cluster_migrated_by_upstream_is_continued_with_no_stage_run_again() {
         assert!(ran.items.is_empty(), "a stage ran again ({label})");
     }
     for node in &env.nodes {
-        let n = env.node_api.get(node).await.expect("node");
-        let a = n.metadata.annotations.unwrap_or_default();
-        let mine = Kind::NodeWright
-            .local(&schema::node_state_annotation(&name))
-            .into_owned();
-        let kept = schema::NodeState::parse(&a[&mine]).expect("node state");
+        let raw = nodewright_state(&env, node, &name)
+            .await
+            .expect("node state");
+        let kept = schema::NodeState::parse(&raw).expect("node state");
         assert_eq!(
             kept.get("tool", "1.0.0").and_then(|p| p.state),
             Some(schema::State::Complete),
-            "{}",
-            a[&mine]
+            "{raw}"
         );
     }
     let status = done.status.expect("status");

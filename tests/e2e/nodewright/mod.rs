@@ -80,3 +80,12 @@ pub async fn wait_nodewright(
         )
         .await
 }
+
+/// The NodeWright `name`'s node-state annotation on `node`, raw (under its prefix).
+pub async fn nodewright_state(env: &Env, node: &str, name: &str) -> Option<String> {
+    let n = env.node_api.get(node).await.expect("node");
+    let key = Kind::NodeWright
+        .local(&schema::node_state_annotation(name))
+        .into_owned();
+    n.metadata.annotations?.get(&key).cloned()
+}

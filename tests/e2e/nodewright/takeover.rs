@@ -12,7 +12,7 @@ use serde_json::json;
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, Api as Kind, Status};
 
-use super::{create_nodewright, nw_setup, wait_nodewright};
+use super::{create_nodewright, nodewright_state, nw_setup, wait_nodewright};
 use crate::support::{pkg, skyhook, sleep};
 
 async fn jobs_labelled(env: &crate::support::Env, label: &str, name: &str) -> usize {
@@ -100,13 +100,8 @@ async fn a_nodewright_waits_for_its_skyhook_then_takes_its_nodes_over_without_a_
         })
         .await;
     for node in &env.nodes {
-        let n = env.node_api.get(node).await.expect("node");
-        let a = n.metadata.annotations.unwrap_or_default();
-        let mine = Kind::NodeWright
-            .local(&schema::node_state_annotation(&name))
-            .into_owned();
         assert!(
-            a.contains_key(&mine),
+            nodewright_state(&env, node, &name).await.is_some(),
             "{node} lost the NodeWright's node state"
         );
     }
@@ -171,15 +166,11 @@ async fn the_legacy_keys_go_after_the_clean_up_delay() {
         })
         .await;
     for node in &env.nodes {
-        let n = env.node_api.get(node).await.expect("node");
-        let a = n.metadata.annotations.unwrap_or_default();
-        let mine = Kind::NodeWright
-            .local(&schema::node_state_annotation(&name))
-            .into_owned();
         assert!(
-            a.contains_key(&mine),
+            nodewright_state(&env, node, &name).await.is_some(),
             "{node} lost the NodeWright's node state"
         );
+        let n = env.node_api.get(node).await.expect("node");
         let l = n.metadata.labels.unwrap_or_default();
         assert_eq!(
             l.get(schema::IGNORE_LABEL).map(String::as_str),

@@ -120,13 +120,7 @@ impl TestCtx {
                 let path = self
                     .node_root(node)
                     .join(format!("var/log/skyhook-node/{log}.log"));
-                let Ok(text) = std::fs::read_to_string(&path) else {
-                    continue;
-                };
-                let all: Vec<&str> = text.lines().collect();
-                out.push_str(&format!("==> {} <==\n", path.display()));
-                out.push_str(&all[all.len().saturating_sub(lines)..].join("\n"));
-                out.push('\n');
+                out.push_str(&tail(&path, lines));
             }
             out.push_str(&self.container_logs(node, lines / 3));
         }
@@ -150,16 +144,24 @@ impl TestCtx {
                         Some((name.strip_suffix(".log")?.parse::<u32>().ok()?, e.path()))
                     })
                     .max();
-                let Some((_, path)) = latest else { continue };
-                let Ok(text) = std::fs::read_to_string(&path) else {
-                    continue;
-                };
-                let all: Vec<&str> = text.lines().collect();
-                out.push_str(&format!("==> {} <==\n", path.display()));
-                out.push_str(&all[all.len().saturating_sub(lines)..].join("\n"));
-                out.push('\n');
+                if let Some((_, path)) = latest {
+                    out.push_str(&tail(&path, lines));
+                }
             }
         }
         out
     }
+}
+
+/// The last `lines` lines of a log file under a `==> path <==` header; empty when unreadable.
+fn tail(path: &std::path::Path, lines: usize) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let all: Vec<&str> = text.lines().collect();
+    format!(
+        "==> {} <==\n{}\n",
+        path.display(),
+        all[all.len().saturating_sub(lines)..].join("\n")
+    )
 }
