@@ -716,10 +716,14 @@ impl<'a> Planner<'a> {
         );
         if self.inp.config.notifications {
             let meta = &self.inp.skyhook.metadata;
+            // The status the change is from, not the object's resourceVersion: a pass's own
+            // finalizer write changes that, and a pass repeated after a crash between that write
+            // and the status would name its notifications anew (sent twice).
+            let from = schema::sha256_hex(serde_json::to_vec(prior).unwrap_or_default(), 16);
             let src = notify::Source {
                 skyhook: &self.name,
                 uid: meta.uid.as_deref().unwrap_or(""),
-                version: meta.resource_version.as_deref().unwrap_or(""),
+                version: &from,
                 time: now.to_string(),
             };
             plan.notifications = notify::changes(&src, prior, &desired);

@@ -64,7 +64,7 @@ const GATES: [&str; 4] = [
 pub struct Source<'a> {
     pub skyhook: &'a str,
     pub uid: &'a str,
-    /// The Skyhook's resourceVersion as the pass read it.
+    /// Names the status the change is from (a digest of it).
     pub version: &'a str,
     pub time: String,
 }
