@@ -76,6 +76,11 @@ impl Api {
         }
     }
 
+    /// The collection URL of its group's DeploymentPolicies (cluster scoped).
+    pub fn policy_url_path(self) -> String {
+        format!("/apis/{}/deploymentpolicies", self.api_version())
+    }
+
     /// The collection URL of the kind (cluster scoped).
     pub fn url_path(self) -> String {
         format!("/apis/{}/{}", self.api_version(), self.plural())

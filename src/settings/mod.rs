@@ -464,6 +464,39 @@ mod tests {
     }
 
     #[test]
+    fn serve_apis_and_the_cleanup_delay_are_checked_naming_the_setting() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["x"];
+            all.extend(args);
+            Cli::parse_from(all).settings.validate()
+        };
+        let auto = parse(&[]).expect("defaults");
+        assert!(auto.serve_apis.skyhook && auto.serve_apis.nodewright);
+        assert!(!auto.serve_apis.required(schema::Api::NodeWright));
+        let both = parse(&["--serve-apis=skyhook,nodewright"]).expect("both");
+        assert!(both.serve_apis.required(schema::Api::NodeWright));
+        let one = parse(&["--serve-apis=nodewright"]).expect("one");
+        assert!(!one.serve_apis.serves(schema::Api::Skyhook));
+        for (arg, says) in [
+            (
+                "--serve-apis=skyhooks",
+                "SERVE_APIS: \"skyhooks\" is no API",
+            ),
+            ("--serve-apis=,", "SERVE_APIS names no API"),
+            ("--legacy-cleanup-delay=soon", "LEGACY_CLEANUP_DELAY"),
+        ] {
+            let err = parse(&[arg]).expect_err(arg).to_string();
+            assert!(err.contains(says), "{arg}: {err}");
+        }
+        assert_eq!(
+            parse(&["--legacy-cleanup-delay=0"])
+                .expect("0")
+                .legacy_cleanup_delay,
+            Duration::ZERO
+        );
+    }
+
+    #[test]
     fn defaults_are_the_reference_defaults() {
         let cli = Cli::parse_from(["x"]);
         let c = cli.settings.validate().expect("defaults are valid");

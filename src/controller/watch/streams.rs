@@ -238,7 +238,7 @@ pub(super) fn policy_watch(
     impl futures::Stream<Item = Result<DeploymentPolicy, watcher::Error>> + Send + use<>,
 ) {
     let (store, writer) = reflector::store();
-    let url = format!("/apis/{}/deploymentpolicies", api.api_version());
+    let url = api.policy_url_path();
     let stream = paced(large::watch_at::<DeploymentPolicy>(
         client.clone(),
         url,
