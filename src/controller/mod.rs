@@ -115,6 +115,9 @@ pub async fn run(
     };
     info!(namespace = %ns, apis = ?apis, "skyhook operator starting");
     let mut running = Vec::new();
+    if let Some(sides) = mirror_sides(&engines, &config) {
+        running.push(process::mirror::run(client.clone(), events.clone(), sides).boxed());
+    }
     for (ctx, triggers, created_again) in parts {
         running.push(policy_finalizer_task(&ctx).boxed());
         let (client, down) = (client.clone(), shutdown.clone());
@@ -134,6 +137,21 @@ pub async fn run(
     supervise(beside(all, notifier), leadership).await?;
     info!("skyhook operator stopped");
     Ok(())
+}
+
+/// What the mirror reads (`MIGRATE_TO_NODEWRIGHT`), when it is on and both APIs are served.
+fn mirror_sides(engines: &Engines, config: &Config) -> Option<process::mirror::Sides> {
+    let of = |api| engines.0.iter().find(|c| c.api == api);
+    let (legacy, nw) = (of(Api::Skyhook)?, of(Api::NodeWright)?);
+    config
+        .migrate_to_nodewright
+        .then(|| process::mirror::Sides {
+            skyhooks: legacy.caches.skyhooks.clone(),
+            policies: legacy.caches.policies.clone(),
+            nodewrights: nw.caches.skyhooks.clone(),
+            nodewright_policies: nw.caches.policies.clone(),
+            selected: config.skyhook_selector.is_some(),
+        })
 }
 
 /// The reconcile loop of one API's objects, until `shutdown`.

@@ -43,6 +43,7 @@ pub mod interrupt;
 pub mod launch;
 pub mod localize;
 pub mod metadata;
+pub mod mirror;
 pub mod node_order;
 pub mod notify;
 pub mod pod_gate;

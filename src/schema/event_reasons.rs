@@ -8,6 +8,8 @@ pub const EVENT_COMPONENT: &str = "skyhook-controller";
 pub const APPLY_REASON: &str = "Apply";
 /// A NodeWright waits for the Skyhook of its name to finish its rollout before taking over.
 pub const WAITING_FOR_SKYHOOK_REASON: &str = "WaitingForSkyhook";
+/// A legacy Skyhook or DeploymentPolicy mirrored into the `nodewright.nvidia.com` group.
+pub const MIRRORED_REASON: &str = "MirroredToNodeWright";
 pub const INTERRUPT_REASON: &str = "Interrupt";
 pub const STATE_REASON: &str = "State";
 pub const REBOOT_REASON: &str = "Reboot";

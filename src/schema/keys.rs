@@ -145,6 +145,11 @@ pub fn is_skyhook_key(key: &str) -> bool {
 /// its name (RFC 3339); the legacy node keys of that name go `LEGACY_CLEANUP_DELAY` later.
 pub const LEGACY_MIGRATED_AT_ANNOTATION: &str = "skyhook.nvidia.com/legacy-migrated-at";
 
+/// On a NodeWright or a new-group DeploymentPolicy (under its prefix, as upstream's mirror
+/// stamps it): the name of the legacy object it mirrors. Only an object carrying it is ever
+/// updated by the mirror (`MIGRATE_TO_NODEWRIGHT`).
+pub const MIRRORED_FROM_ANNOTATION: &str = "skyhook.nvidia.com/mirrored-from";
+
 /// Node label: `"true"` makes the operator skip the node (status `blocked`).
 pub const IGNORE_LABEL: &str = "skyhook.nvidia.com/ignore";
 

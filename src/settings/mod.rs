@@ -92,6 +92,11 @@ pub struct Settings {
     /// that name are removed (upstream's `LEGACY_CLEANUP_DELAY`); `0`: at once.
     #[arg(long, env = "LEGACY_CLEANUP_DELAY", default_value = "24h")]
     pub legacy_cleanup_delay: String,
+    /// Mirror every Skyhook and DeploymentPolicy into the `nodewright.nvidia.com` group (upstream
+    /// v0.18's migration): each NodeWright takes its Skyhook's nodes over once the Skyhook is not
+    /// mid-rollout. Needs SERVE_APIS to serve both APIs.
+    #[arg(long, env = "MIGRATE_TO_NODEWRIGHT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub migrate_to_nodewright: bool,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -180,6 +185,8 @@ pub struct Config {
     pub serve_apis: schema::Served,
     /// After a NodeWright's take-over, when the legacy node keys of its name go.
     pub legacy_cleanup_delay: Duration,
+    /// Legacy objects are mirrored into the new group.
+    pub migrate_to_nodewright: bool,
     /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
     pub status_node_budget: usize,
     pub retry_base: Duration,
@@ -271,6 +278,13 @@ impl Settings {
             errs.push("NAMESPACE must not be empty".to_string());
         }
         let serve_apis = self.serve_apis(&mut errs);
+        if self.migrate_to_nodewright && !(serve_apis.skyhook && serve_apis.nodewright) {
+            errs.push(format!(
+                "MIGRATE_TO_NODEWRIGHT=true needs SERVE_APIS to serve both APIs (auto, or \
+                 skyhook,nodewright), got {:?}",
+                self.serve_apis
+            ));
+        }
         let legacy_cleanup_delay = checked_duration(
             "LEGACY_CLEANUP_DELAY",
             &self.legacy_cleanup_delay,
@@ -281,6 +295,7 @@ impl Settings {
             (Some(taint), true) => Ok(Config {
                 serve_apis,
                 legacy_cleanup_delay,
+                migrate_to_nodewright: self.migrate_to_nodewright,
                 ..self.config(durations, taint, log_json, budget, serving)
             }),
             _ => Err(SettingsError(errs)),
@@ -441,6 +456,7 @@ impl Settings {
             notifications: self.notifications,
             serve_apis: AUTO,
             legacy_cleanup_delay: Duration::from_secs(24 * 3600),
+            migrate_to_nodewright: false,
             status_node_budget,
             retry_base: d.retry_base,
             retry_max: d.retry_max,
@@ -488,6 +504,13 @@ mod tests {
             let err = parse(&[arg]).expect_err(arg).to_string();
             assert!(err.contains(says), "{arg}: {err}");
         }
+        let migrate = ["--migrate-to-nodewright=true", "--serve-apis=skyhook"];
+        let err = parse(&migrate).expect_err("migrate").to_string();
+        assert!(
+            err.contains("MIGRATE_TO_NODEWRIGHT=true needs SERVE_APIS"),
+            "{err}"
+        );
+        assert!(parse(&["--migrate-to-nodewright=true"]).is_ok());
         assert_eq!(
             parse(&["--legacy-cleanup-delay=0"])
                 .expect("0")

@@ -2,12 +2,14 @@
 //! engine as Skyhooks (issue 39): `cargo test --test e2e nodewright`.
 
 mod continued;
+mod migration;
 mod rollout;
 mod takeover;
 
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, Api as Kind};
@@ -28,6 +30,18 @@ pub fn objects(ctx: &TestCtx, kind: Kind) -> Api<DynamicObject> {
         api_version: kind.api_version().into(),
         kind: kind.kind().into(),
         plural: kind.plural().into(),
+    };
+    Api::all_with(ctx.client.clone(), &resource)
+}
+
+/// The new group's DeploymentPolicies.
+pub fn nodewright_policies(ctx: &TestCtx) -> Api<DynamicObject> {
+    let resource = ApiResource {
+        group: Kind::NodeWright.group().into(),
+        version: "v1alpha1".into(),
+        api_version: Kind::NodeWright.api_version().into(),
+        kind: "DeploymentPolicy".into(),
+        plural: "deploymentpolicies".into(),
     };
     Api::all_with(ctx.client.clone(), &resource)
 }
@@ -88,4 +102,35 @@ pub async fn nodewright_state(env: &Env, node: &str, name: &str) -> Option<Strin
         .local(&schema::node_state_annotation(name))
         .into_owned();
     n.metadata.annotations?.get(&key).cloned()
+}
+
+/// How many Jobs of the test carry `label=name` (`nodewright.nvidia.com/name` for a NodeWright's).
+pub async fn jobs_labelled(env: &Env, label: &str, name: &str) -> usize {
+    let jobs: Api<Job> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    jobs.list(&ListParams::default().labels(&format!("{label}={name}")))
+        .await
+        .expect("list Jobs")
+        .items
+        .len()
+}
+
+/// The node keys of `name` under both prefixes carry the same JSON on every node of the test.
+pub async fn assert_keys_under_both_prefixes(env: &Env, name: &str) {
+    for node in &env.nodes {
+        let n = env.node_api.get(node).await.expect("node");
+        let a = n.metadata.annotations.unwrap_or_default();
+        let legacy = schema::node_state_annotation(name);
+        let mine = Kind::NodeWright.local(&legacy).into_owned();
+        assert!(a.contains_key(&mine), "{node} has no {mine}: {a:?}");
+        assert_eq!(a.get(&mine), a.get(&legacy), "{node}: {a:?}");
+        let l = n.metadata.labels.unwrap_or_default();
+        let label = Kind::NodeWright
+            .local(&schema::status_label(name))
+            .into_owned();
+        assert_eq!(
+            l.get(&label).map(String::as_str),
+            Some("complete"),
+            "{node}: {l:?}"
+        );
+    }
 }

@@ -6,23 +6,16 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use skyhook::crd::Skyhook;
-use skyhook::schema::{self, Api as Kind, Status};
+use skyhook::schema::{self, Status};
 
-use super::{create_nodewright, nodewright_state, nw_setup, wait_nodewright};
+use super::{
+    assert_keys_under_both_prefixes, create_nodewright, jobs_labelled, nodewright_state, nw_setup,
+    wait_nodewright,
+};
 use crate::support::{pkg, skyhook, sleep};
-
-async fn jobs_labelled(env: &crate::support::Env, label: &str, name: &str) -> usize {
-    let jobs: Api<Job> = Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
-    jobs.list(&ListParams::default().labels(&format!("{label}={name}")))
-        .await
-        .expect("list Jobs")
-        .items
-        .len()
-}
 
 #[tokio::test]
 async fn a_nodewright_waits_for_its_skyhook_then_takes_its_nodes_over_without_a_rerun() {
@@ -51,19 +44,7 @@ async fn a_nodewright_waits_for_its_skyhook_then_takes_its_nodes_over_without_a_
     );
 
     // The node keys under both prefixes, with the same JSON.
-    for node in &env.nodes {
-        let n = env.node_api.get(node).await.expect("node");
-        let a = n.metadata.annotations.unwrap_or_default();
-        let legacy = schema::node_state_annotation(&name);
-        let mine = Kind::NodeWright.local(&legacy).into_owned();
-        assert_eq!(a.get(&mine), a.get(&legacy), "{node}: {a:?}");
-        assert!(a.contains_key(&mine));
-        let l = n.metadata.labels.unwrap_or_default();
-        let label = Kind::NodeWright
-            .local(&schema::status_label(&name))
-            .into_owned();
-        assert_eq!(l.get(&label).map(String::as_str), Some("complete"));
-    }
+    assert_keys_under_both_prefixes(&env, &name).await;
 
     // The Skyhook is frozen: a spec change runs nothing.
     let before = jobs_labelled(&env, schema::NAME_LABEL, &name).await;

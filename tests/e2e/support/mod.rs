@@ -599,6 +599,15 @@ impl Operator {
         self.spawn(ctx);
     }
 
+    /// Restarts it with `env` set as well (a setting turned on).
+    pub fn restart_with(&mut self, ctx: &TestCtx, env: &[(&str, &str)]) {
+        for (k, v) in env {
+            self.env.retain(|(have, _)| have != k);
+            self.env.push((k.to_string(), v.to_string()));
+        }
+        self.restart(ctx);
+    }
+
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
