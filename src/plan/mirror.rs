@@ -319,7 +319,13 @@ mod tests {
 
         let stale = policy("p", 1, json!({"nodewright.nvidia.com/mirrored-from": "p"}));
         let user = with_status(skyhook("gpu").policy("p"), Status::InProgress);
-        let writes = policies(std::slice::from_ref(&legacy), std::slice::from_ref(&stale), &[user], &[]).unwrap();
+        let writes = policies(
+            std::slice::from_ref(&legacy),
+            std::slice::from_ref(&stale),
+            &[user],
+            &[],
+        )
+        .unwrap();
         assert!(matches!(writes.as_slice(), [MirrorWrite::Follow { .. }]));
 
         let done = with_status(skyhook("gpu").policy("p"), Status::Complete);

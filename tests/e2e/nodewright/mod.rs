@@ -2,6 +2,7 @@
 //! engine as Skyhooks (issue 39): `cargo test --test e2e nodewright`.
 
 mod continued;
+mod metrics;
 mod migration;
 mod rollout;
 mod takeover;

@@ -46,6 +46,7 @@ pub mod objects;
 pub mod plugin;
 pub mod private;
 pub mod prometheus;
+pub mod promql;
 pub mod proxy;
 pub mod real;
 pub mod refusal;

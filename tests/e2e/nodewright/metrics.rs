@@ -1,0 +1,115 @@
+//! Issue 39, acceptance 5: every query of upstream's v0.20 Grafana dashboard is answered for a
+//! NodeWright rollout, and a Skyhook's series carry both names while NodeWrights are served.
+//!
+//! As for the reference dashboard (`monitoring.rs`), the dashboard is not copied here: what it
+//! queries is, in `tests/e2e/fixtures/nodewright-dashboard-uses.json`, derived by
+//! `support::promql` from NVIDIA/nodewright `docs/observability/dashboards/skyhook-dashboard.json`
+//! at commit 1a0c341a47bacba233d9291f283a20abbcae13b3 (v0.20.0's; 42 distinct expressions, 64
+//! targets). `SKYHOOK_NODEWRIGHT_DASHBOARD=<its JSON>` derives it again and compares.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kube::api::{DynamicObject, PostParams};
+use serde_json::json;
+use skyhook::schema::Status;
+
+use super::{create_nodewright, nodewright, nodewright_policies, nw_setup};
+use crate::support::promql::{Use, fixture_uses, merged, missing, read_uses, scrape, series};
+use crate::support::{pkg, skyhook, sleep};
+
+const FIXTURE: &str = "tests/e2e/fixtures/nodewright-dashboard-uses.json";
+const REFERENCE_FIXTURE: &str = "tests/e2e/fixtures/reference-dashboard-uses.json";
+
+fn upstream_uses() -> Vec<Use> {
+    fixture_uses(FIXTURE, "SKYHOOK_NODEWRIGHT_DASHBOARD", 40)
+}
+
+/// Upstream's v0.20 dashboard asks what the v0.13 one asked, under the new names: so a
+/// NodeWright is watched exactly as a Skyhook was.
+#[test]
+fn the_v0_20_dashboard_is_the_reference_dashboard_renamed() {
+    let renamed = |u: Use| Use {
+        metric: u.metric.replacen("skyhook_", "nodewright_", 1),
+        labels: u
+            .labels
+            .into_iter()
+            .map(|l| l.replace("skyhook_name", "nodewright_name"))
+            .collect(),
+        values: u.values,
+    };
+    let reference = merged(read_uses(REFERENCE_FIXTURE).into_iter().map(renamed));
+    let upstream = merged(upstream_uses());
+    let view =
+        |m: &BTreeMap<String, Use>| -> Vec<(String, BTreeSet<String>, BTreeSet<(String, String)>)> {
+            m.values()
+                .map(|u| (u.metric.clone(), u.labels.clone(), u.values.clone()))
+                .collect()
+        };
+    assert_eq!(view(&upstream), view(&reference));
+}
+
+#[tokio::test]
+async fn the_upstream_v0_20_dashboard_is_answered_for_a_nodewright_and_a_skyhook() {
+    let wanted = merged(upstream_uses());
+    assert_eq!(wanted.len(), 6, "{:?}", wanted.keys());
+    let env = nw_setup("nw-metrics", 2, &[]).await;
+    let (k, v) = env.ctx.test_label();
+    let policy = env.ctx.name("policy");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+        "metadata": {"name": policy, "labels": {k: v}},
+        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
+    }))
+    .expect("policy");
+    nodewright_policies(&env.ctx)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create the new group's DeploymentPolicy");
+    let nw = env.ctx.name("nw");
+    let packages = json!({"alpha": pkg("1.0.0", sleep("2")), "bravo": pkg("2.0.0", sleep("1"))});
+    create_nodewright(
+        &env.ctx,
+        &nw,
+        json!({"deploymentPolicy": policy, "packages": packages}),
+    )
+    .await;
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(&env.ctx, &sk, json!({"packages": packages})))
+        .await;
+
+    let mut served: BTreeMap<String, BTreeSet<BTreeMap<String, String>>> = BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let nw_done = nodewright(&env.ctx, &nw)
+            .await
+            .and_then(|s| s.status?.status)
+            == Some(Status::Complete);
+        let sk_done = env.is_complete(&sk).await;
+        for (m, sets) in series(&scrape(env.op.metrics_port).unwrap_or_default()) {
+            served.entry(m).or_default().extend(sets);
+        }
+        if nw_done && sk_done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rollouts did not complete in 180 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for name in [&nw, &sk] {
+        let lacking = missing(&wanted, &served, "nodewright_name", name);
+        assert!(
+            lacking.is_empty(),
+            "/metrics lacks what upstream's v0.20 dashboard asks of {name}:\n  {}",
+            lacking.join("\n  ")
+        );
+    }
+    // The legacy names, for both (upstream dual-publishes until v0.21).
+    let legacy = merged(read_uses(REFERENCE_FIXTURE));
+    for name in [&nw, &sk] {
+        let lacking = missing(&legacy, &served, "skyhook_name", name);
+        assert!(lacking.is_empty(), "{name}: {}", lacking.join("\n  "));
+    }
+}
