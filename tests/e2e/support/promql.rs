@@ -116,7 +116,7 @@ const AGGREGATIONS: [&str; 14] = [
 ];
 
 /// One selector of an expression, with every label the expression needs on it.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Use {
     pub metric: String,
     /// Label names: matchers, grouping, joins.
