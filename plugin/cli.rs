@@ -17,6 +17,10 @@ use crate::app::global::{GlobalArgs, parse_duration};
 /// How kubectl finds plugins: `kubectl skyhook` runs `kubectl-skyhook`.
 const PLUGIN_EXECUTABLE: &str = "kubectl-skyhook";
 const PLUGIN_INVOCATION: &str = "kubectl skyhook";
+/// The same binary under upstream v0.18's plugin name (a copy or a symlink): it prefers
+/// NodeWrights.
+const NODEWRIGHT_EXECUTABLE: &str = "kubectl-nodewright";
+const NODEWRIGHT_INVOCATION: &str = "kubectl nodewright";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -152,7 +156,7 @@ pub struct JobsArgs {
     pub resource_id: Option<String>,
 
     /// Name of the Skyhook
-    #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
     pub skyhook: Option<String>,
 
     /// Only Jobs on this node
@@ -175,7 +179,7 @@ pub struct LogsArgs {
     pub node: Option<String>,
 
     /// Name of the Skyhook (default: any Skyhook with this package on the node)
-    #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
     pub skyhook: Option<String>,
 
     /// Only this stage
@@ -226,7 +230,7 @@ pub struct CollectArgs {
     pub output_file: Option<PathBuf>,
 
     /// Only this Skyhook (default: every Skyhook)
-    #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+    #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
     pub skyhook: Option<String>,
 
     /// Only nodes matching this name or regex pattern (repeatable; default: every node a
@@ -299,7 +303,7 @@ pub enum NodeCommand {
     /// List the nodes a Skyhook has state on, with a per-node summary
     List {
         /// Name of the Skyhook
-        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: String,
     },
     /// Show all Skyhook activity on nodes (names or anchored regexes; default: every node)
@@ -311,7 +315,7 @@ pub enum NodeCommand {
         #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes))]
         patterns: Vec<String>,
         /// Only show this Skyhook
-        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: Option<String>,
     },
     /// Make every Skyhook skip node(s) (label skyhook.nvidia.com/ignore=true)
@@ -341,7 +345,7 @@ pub enum NodeCommand {
         #[arg(value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
         patterns: Vec<String>,
         /// Name of the Skyhook
-        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: String,
         /// Skip the confirmation prompt
         #[arg(short = 'y', long)]
@@ -360,7 +364,7 @@ pub enum PackageCommand {
         #[arg(value_name = "PACKAGE", add = ArgValueCandidates::new(completion::packages))]
         package: String,
         /// Name of the Skyhook
-        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: String,
         /// Node name or regex pattern (repeatable)
         #[arg(long = "node", value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes))]
@@ -375,7 +379,7 @@ pub enum PackageCommand {
         #[arg(value_name = "PACKAGE", add = ArgValueCandidates::new(completion::packages))]
         package: String,
         /// Name of the Skyhook
-        #[arg(long, value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
+        #[arg(long, visible_alias = "nodewright", value_name = "SKYHOOK", add = ArgValueCandidates::new(completion::skyhooks))]
         skyhook: String,
         /// Node name or regex pattern (repeatable, at least one)
         #[arg(long = "node", value_name = "NODE-PATTERN", add = ArgValueCandidates::new(completion::nodes), required = true)]
@@ -409,7 +413,55 @@ pub fn display_name(argv0: Option<&OsString>) -> String {
         .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
     match file.as_deref() {
         None | Some(PLUGIN_EXECUTABLE) => PLUGIN_INVOCATION.to_string(),
+        Some(NODEWRIGHT_EXECUTABLE) => NODEWRIGHT_INVOCATION.to_string(),
         Some(other) => other.to_string(),
+    }
+}
+
+/// The API an invocation prefers: NodeWrights under upstream v0.18's name.
+pub fn preferred_api(display_name: &str) -> skyhook::schema::Api {
+    if display_name.contains("nodewright") {
+        skyhook::schema::Api::NodeWright
+    } else {
+        skyhook::schema::Api::Skyhook
+    }
+}
+
+impl Command {
+    /// The Skyhook or NodeWright the command names, if any: the command works in the API that
+    /// holds it.
+    pub fn named(&self) -> Option<&str> {
+        match self {
+            Command::Pause(a) | Command::Resume(a) | Command::Disable(a) | Command::Enable(a) => {
+                Some(&a.name)
+            }
+            Command::Reset(a) => Some(&a.name),
+            Command::DeploymentPolicy(PolicyCommand::Reset(a)) => Some(&a.name),
+            Command::DeploymentPolicy(PolicyCommand::Preview(a)) => Some(&a.name),
+            Command::Node(NodeCommand::List { skyhook }) => Some(skyhook),
+            Command::Node(NodeCommand::Status { skyhook, .. }) => skyhook.as_deref(),
+            Command::Node(NodeCommand::Reset { skyhook, .. }) => Some(skyhook),
+            Command::Package(PackageCommand::Status { skyhook, .. })
+            | Command::Package(PackageCommand::Rerun { skyhook, .. }) => Some(skyhook),
+            Command::Package(PackageCommand::Logs(a)) | Command::Logs(a) => a.skyhook.as_deref(),
+            Command::Jobs(a) => a.skyhook.as_deref(),
+            Command::Debug(DebugCommand::Collect(a)) => a.skyhook.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether the command talks to the cluster's operator namespace (so `kubectl nodewright`
+    /// looks for it first).
+    pub fn uses_namespace(&self) -> bool {
+        !matches!(
+            self,
+            Command::Version(VersionArgs {
+                client_only: true,
+                ..
+            }) | Command::Completion(_)
+                | Command::KubectlComplete { .. }
+                | Command::Man { .. }
+        )
     }
 }
 

@@ -14,13 +14,15 @@ use std::process::ExitCode;
 
 use crate::app::Ctx;
 use crate::app::error::{CliError, one_line};
-use crate::app::operator::PLUGIN_VERSION;
+use crate::app::kube::Kube;
+use crate::app::operator::{self, PLUGIN_VERSION};
 use crate::app::output::Painter;
 use crate::cli::{Command, DebugCommand, NodeCommand, PackageCommand, Parsed, PolicyCommand};
 use crate::commands::lifecycle::Action;
 use crate::commands::{
     completion, debug, jobs, lifecycle, logs, man, node, package, preview, rerun, reset, version,
 };
+use skyhook::schema;
 
 fn main() -> ExitCode {
     // `COMPLETE=<shell> kubectl-skyhook -- <words>`: the shell scripts of `completion` ask for
@@ -79,9 +81,22 @@ fn main() -> ExitCode {
 
 /// Runs one command; the exit code (0, or `debug collect`'s partial-failure code).
 async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
+    let mut global = cli.global;
+    let looks_for_namespace = global.api == schema::Api::NodeWright
+        && !global.namespace_given
+        && cli.command.as_ref().is_some_and(Command::uses_namespace);
+    if looks_for_namespace {
+        let kube = Kube::connect(&global).await?;
+        global.namespace = operator::nodewright_namespace(&kube).await;
+    }
     let ctx = Ctx {
-        painter: Painter::detect(cli.global.no_color).without_headers(cli.global.no_headers),
-        global: cli.global,
+        painter: Painter::detect(global.no_color).without_headers(global.no_headers),
+        named: cli
+            .command
+            .as_ref()
+            .and_then(Command::named)
+            .map(str::to_string),
+        global,
     };
     let stdout = io::stdout();
     let mut out = stdout.lock();

@@ -10,7 +10,9 @@ use clap::error::ErrorKind;
 use crate::app::global::GlobalArgs;
 use crate::app::output::OutputFormat;
 use crate::app::sort::Sortable;
-use crate::cli::{Cli, Command, DebugCommand, NodeCommand, PackageCommand, Parsed, display_name};
+use crate::cli::{
+    Cli, Command, DebugCommand, NodeCommand, PackageCommand, Parsed, display_name, preferred_api,
+};
 use crate::commands::jobs::JobRow;
 use crate::commands::node::{NodeListEntry, NodeSkyhookSummary};
 use crate::commands::package::NodePackageStatus;
@@ -173,7 +175,13 @@ pub fn parse(args: Vec<OsString>) -> Parsed {
         Ok(m) => m,
         Err(err) => return from_clap_error(&err, &name),
     };
-    match Cli::from_arg_matches(&matches) {
+    let parsed = Cli::from_arg_matches(&matches).map(|mut cli| {
+        cli.global.api = preferred_api(&name);
+        cli.global.namespace_given =
+            matches.value_source("namespace") == Some(clap::parser::ValueSource::CommandLine);
+        cli
+    });
+    match parsed {
         Ok(cli) if cli.command.is_none() && !cli.version => Parsed::Exit {
             text: cmd.render_help().to_string(),
             code: 0,

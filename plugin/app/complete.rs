@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap_complete::engine::CompletionCandidate;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use skyhook::crd::Skyhook;
 
 use super::error::CliError;
@@ -62,6 +62,8 @@ where
         request_timeout: Timeout(Some(LOOKUP_TIMEOUT)),
         verbose: false,
         dry_run: false,
+        api: skyhook::schema::Api::Skyhook,
+        namespace_given: false,
     };
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -82,12 +84,16 @@ where
         .collect()
 }
 
+/// The Skyhooks, and the NodeWrights where their API is served.
 async fn skyhook_objects(kube: &Kube) -> Result<Vec<Skyhook>, CliError> {
-    let api: Api<Skyhook> = Api::all(kube.client());
-    api.list(&ListParams::default())
+    let lp = ListParams::default();
+    let mut all = kube
+        .skyhooks(&lp)
         .await
-        .map(|l| l.items)
-        .map_err(|e| kube.fail(e, "listing skyhooks"))
+        .map_err(|e| kube.fail(e, "listing skyhooks"))?;
+    let nodewrights = kube.clone().in_api(skyhook::schema::Api::NodeWright);
+    all.extend(nodewrights.skyhooks(&lp).await.unwrap_or_default());
+    Ok(all)
 }
 
 /// Skyhook names.

@@ -98,6 +98,15 @@ pub struct GlobalArgs {
     /// Show what would change without changing anything
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub dry_run: bool,
+
+    /// The API the invocation prefers: NodeWrights when run as `kubectl nodewright`.
+    #[arg(skip)]
+    pub api: skyhook::schema::Api,
+
+    /// `-n` was given (else `kubectl nodewright` looks for the operator in `nodewright`, then
+    /// in `skyhook`, as upstream's CLI does).
+    #[arg(skip)]
+    pub namespace_given: bool,
 }
 
 /// A parsed `--request-timeout`; `None` means no limit.

@@ -38,10 +38,22 @@ impl Found {
 
 /// Jobs and pods in `namespace` matching the label `selector`, each Job with its newest pod,
 /// in stage order. Foreign Jobs (no readable Skyhook annotations) are left out.
+///
+/// `selector` is in the canonical keys; a NodeWright's Jobs are found under its prefix and read
+/// in the canonical keys too.
 pub async fn find(kube: &Kube, namespace: &str, selector: &str) -> Result<Vec<Found>, CliError> {
-    let params = ListParams::default().labels(selector);
-    let jobs = kube.list_in::<Job>(namespace, &params, "jobs").await?;
-    let pods = kube.list_in::<Pod>(namespace, &params, "pods").await?;
+    let params = ListParams::default().labels(&kube.selector(selector));
+    let api = kube.api();
+    let mut jobs = kube.list_in::<Job>(namespace, &params, "jobs").await?;
+    let mut pods = kube.list_in::<Pod>(namespace, &params, "pods").await?;
+    for meta in jobs
+        .iter_mut()
+        .map(|j| &mut j.metadata)
+        .chain(pods.iter_mut().map(|p| &mut p.metadata))
+    {
+        api.canonicalize(&mut meta.labels);
+        api.canonicalize(&mut meta.annotations);
+    }
     Ok(assemble(jobs, pods))
 }
 

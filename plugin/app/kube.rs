@@ -5,14 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use skyhook::crd::Skyhook;
+use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
 use skyhook::schema;
+use skyhook::schema::Api as ApiKind;
 use skyhook::streamed;
 
 use crate::app::error::{CliError, is_not_found, one_line};
@@ -80,17 +81,47 @@ impl From<AllLabelsMeta> for NodeMeta {
 fn skyhook_labels<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, String>, D::Error> {
-    d.deserialize_any(Kept(schema::is_skyhook_key))
+    d.deserialize_any(Kept(schema::is_operator_key))
 }
 
 fn node_states<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<BTreeMap<String, String>, D::Error> {
     d.deserialize_any(Kept(|k| {
-        schema::skyhook_of_node_state_annotation(k).is_some()
-            || k == schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
-            || schema::is_gate_or_status_annotation(k)
+        let read = |k: &str| {
+            schema::skyhook_of_node_state_annotation(k).is_some()
+                || k == schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
+                || schema::is_gate_or_status_annotation(k)
+        };
+        // A NodeWright's keys too: each listing keeps the keys of the API it is in (`in_api`).
+        read(k)
+            || ApiKind::NodeWright
+                .canonical(k)
+                .is_some_and(|c| c != k && read(&c))
     }))
+}
+
+impl NodeMeta {
+    /// The node as `api` sees it: its keys in the canonical set (`skyhook.nvidia.com/...`), the
+    /// other API's keys left out.
+    pub fn in_api(mut self, api: ApiKind) -> NodeMeta {
+        match api {
+            ApiKind::Skyhook => {
+                let foreign = |k: &String| {
+                    schema::is_operator_key(k)
+                        && !schema::is_skyhook_key(k)
+                        && k != schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
+                };
+                self.labels.retain(|k, _| !foreign(k));
+                self.annotations.retain(|k, _| !foreign(k));
+            }
+            ApiKind::NodeWright => {
+                self.labels = api.canonical_map(&self.labels);
+                self.annotations = api.canonical_map(&self.annotations);
+            }
+        }
+        self
+    }
 }
 
 /// A string map of which only the keys `.0` accepts are built; the rest are skipped unparsed.
@@ -139,11 +170,14 @@ struct PageMeta {
     continue_: Option<String>,
 }
 
-/// A connected client and the server it talks to (for error messages).
+/// A connected client, the server it talks to (for error messages), and the API of the objects
+/// the command works on: every key it reads is seen in the canonical set and every key it writes
+/// goes out under that API's prefix, so the commands speak one set of keys.
 #[derive(Clone)]
 pub struct Kube {
     client: Client,
     server: String,
+    api: ApiKind,
 }
 
 impl Kube {
@@ -191,11 +225,91 @@ impl Kube {
         let client = Client::try_from(config).map_err(|e| {
             CliError::Kubeconfig(one_line(&format!("building a client for {server}: {e}")))
         })?;
-        Ok(Kube { client, server })
+        Ok(Kube {
+            client,
+            server,
+            api: ApiKind::Skyhook,
+        })
     }
 
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The API the command works in.
+    pub fn api(&self) -> ApiKind {
+        self.api
+    }
+
+    /// The same client working in `api`.
+    pub fn in_api(self, api: ApiKind) -> Kube {
+        Kube { api, ..self }
+    }
+
+    /// The API to work in for the object `name`: `preferred` when it holds it (or when neither
+    /// can be told to), else the other API when that one does.
+    pub async fn api_of(&self, name: &str, preferred: ApiKind) -> ApiKind {
+        let other = match preferred {
+            ApiKind::Skyhook => ApiKind::NodeWright,
+            ApiKind::NodeWright => ApiKind::Skyhook,
+        };
+        let here = self.clone().in_api(preferred);
+        match here.skyhook_exists(name).await {
+            Some(true) => preferred,
+            _ if self.clone().in_api(other).skyhook_exists(name).await == Some(true) => other,
+            _ => preferred,
+        }
+    }
+
+    /// A canonical key (`skyhook.nvidia.com/...`) as the API the command works in spells it: for
+    /// label selectors.
+    pub fn key(&self, canonical: &str) -> String {
+        self.api.local(canonical).into_owned()
+    }
+
+    /// A label selector of canonical keys (`skyhook.nvidia.com/name=x,...`) as this API's objects
+    /// carry them.
+    pub fn selector(&self, canonical: &str) -> String {
+        selector_in(self.api, canonical)
+    }
+
+    /// The objects of this API (Skyhooks or NodeWrights), untyped.
+    fn objects(&self) -> Api<DynamicObject> {
+        Api::all_with(self.client.clone(), &object_resource(self.api))
+    }
+
+    /// The DeploymentPolicies of this API's group, read as the one type both groups share.
+    pub async fn policies(&self) -> Result<Vec<DeploymentPolicy>, kube::Error> {
+        let resource = ApiResource {
+            kind: "DeploymentPolicy".to_string(),
+            plural: "deploymentpolicies".to_string(),
+            ..object_resource(self.api)
+        };
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let list = api.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect())
+    }
+
+    /// Every object of this API, as the planner reads them (canonical keys).
+    pub async fn skyhooks(&self, params: &ListParams) -> Result<Vec<Skyhook>, kube::Error> {
+        let list = self.objects().list(params).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|o| self.typed(o).ok())
+            .collect())
+    }
+
+    /// An object of this API as a Skyhook in the canonical keys.
+    fn typed(&self, o: DynamicObject) -> Result<Skyhook, serde_json::Error> {
+        let mut sk: Skyhook = serde_json::from_value(serde_json::to_value(o)?)?;
+        skyhook::plan::localize::canonical(&mut sk, self.api);
+        Ok(sk)
     }
 
     /// The underlying client, for commands with calls of their own.
@@ -250,7 +364,8 @@ impl Kube {
             }
             .map_err(|e| self.fail(e, "listing nodes"))?;
             let items = page.items.unwrap_or_default();
-            nodes.extend(items.into_iter().map(|n| n.metadata.into()));
+            let api = self.api;
+            nodes.extend(items.into_iter().map(|n| n.metadata.into().in_api(api)));
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
@@ -260,11 +375,13 @@ impl Kube {
         Ok(nodes)
     }
 
-    /// The Skyhook, or `SkyhookNotFound` / `CrdMissing`.
+    /// The Skyhook (or NodeWright), or `SkyhookNotFound` / `CrdMissing`.
     pub async fn skyhook(&self, name: &str) -> Result<Skyhook, CliError> {
-        let api: Api<Skyhook> = Api::all(self.client.clone());
-        match api.get(name).await {
-            Ok(sk) => Ok(sk),
+        match self.objects().get(name).await {
+            Ok(o) => self.typed(o).map_err(|e| CliError::Api {
+                action: format!("reading {} {name:?}", self.api.kind()),
+                message: e.to_string(),
+            }),
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 // A missing object names itself in the details; a missing resource type
                 // (CRD not installed) does not.
@@ -283,8 +400,7 @@ impl Kube {
     /// `Some(false)` when the Skyhook certainly does not exist; `None` when that cannot be told
     /// (e.g. the user may not read Skyhooks), so callers fall back to the reference behaviour.
     pub async fn skyhook_exists(&self, name: &str) -> Option<bool> {
-        let api: Api<Skyhook> = Api::all(self.client.clone());
-        match api.get_metadata(name).await {
+        match self.objects().get_metadata(name).await {
             Ok(_) => Some(true),
             Err(e) if is_not_found(&e) => Some(false),
             Err(_) => None,
@@ -298,15 +414,17 @@ impl Kube {
         key: &str,
         value: Option<&str>,
     ) -> Result<(), CliError> {
-        let patch = single_key_patch("annotations", key, value);
-        self.merge_metadata::<Skyhook>(name, &patch)
+        let patch = single_key_patch("annotations", &self.key(key), value);
+        self.objects()
+            .patch_metadata(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
+            .map(drop)
             .map_err(|e| self.skyhook_patch_failed(e, name, format!("patching skyhook {name:?}")))
     }
 
     /// JSON merge patch of a node's metadata.
     pub async fn merge_patch_node(&self, node: &str, patch: &Value) -> Result<(), CliError> {
-        self.merge_metadata::<Node>(node, patch)
+        self.merge_metadata::<Node>(node, &self.localized(patch))
             .await
             .map_err(|e| self.node_patch_failed(e, node))
     }
@@ -319,7 +437,8 @@ impl Kube {
         let api: Api<Node> = Api::all(self.client.clone());
         match api.get_metadata(node).await {
             Ok(n) => Ok((
-                n.metadata.annotations.unwrap_or_default(),
+                self.api
+                    .canonical_map(&n.metadata.annotations.unwrap_or_default()),
                 n.metadata.resource_version.unwrap_or_default(),
             )),
             Err(e) if is_not_found(&e) => Err(CliError::NodeNotFound(node.to_string())),
@@ -334,7 +453,10 @@ impl Kube {
         node: &str,
         patch: &Value,
     ) -> Result<bool, CliError> {
-        match self.merge_metadata::<Node>(node, patch).await {
+        match self
+            .merge_metadata::<Node>(node, &self.localized(patch))
+            .await
+        {
             Ok(()) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(self.node_patch_failed(e, node)),
@@ -343,14 +465,20 @@ impl Kube {
 
     /// JSON merge patch of a Skyhook's status subresource.
     pub async fn patch_skyhook_status(&self, name: &str, patch: &Value) -> Result<(), CliError> {
-        let api: Api<Skyhook> = Api::all(self.client.clone());
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        self.objects()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(drop)
             .map_err(|e| {
                 let action = format!("patching the status of skyhook {name:?}");
                 self.skyhook_patch_failed(e, name, action)
             })
+    }
+
+    /// A node patch in canonical keys with its `metadata.labels` and `metadata.annotations` keys
+    /// as this API writes them.
+    fn localized(&self, patch: &Value) -> Value {
+        patch_in(self.api, patch)
     }
 
     /// The raw call behind the metadata patches, whose callers map the error their own way
@@ -534,6 +662,44 @@ pub fn apply_overrides(config: &mut Config, o: &Overrides) -> Result<(), CliErro
 pub fn single_key_patch(field: &str, key: &str, value: Option<&str>) -> Value {
     let v = value.map_or(Value::Null, |v| Value::String(v.to_string()));
     json!({ "metadata": { field: { key: v } } })
+}
+
+/// [`Kube::selector`].
+fn selector_in(api: ApiKind, canonical: &str) -> String {
+    canonical
+        .split(',')
+        .map(|term| {
+            let end = term.find(['=', '!']).unwrap_or(term.len());
+            let (key, rest) = term.split_at(end);
+            format!("{}{rest}", api.local(key.trim()))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A metadata patch in canonical keys, its label and annotation keys as `api` writes them.
+fn patch_in(api: ApiKind, patch: &Value) -> Value {
+    let mut patch = patch.clone();
+    for field in ["labels", "annotations"] {
+        if let Some(Value::Object(map)) = patch.pointer_mut(&format!("/metadata/{field}")) {
+            *map = std::mem::take(map)
+                .into_iter()
+                .map(|(k, v)| (api.local(&k).into_owned(), v))
+                .collect();
+        }
+    }
+    patch
+}
+
+/// The objects of `api` for a dynamic client.
+fn object_resource(api: ApiKind) -> ApiResource {
+    ApiResource {
+        group: api.group().to_string(),
+        version: "v1alpha1".to_string(),
+        api_version: api.api_version().to_string(),
+        kind: api.kind().to_string(),
+        plural: api.plural().to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -726,6 +892,69 @@ mod tests {
         assert_eq!(
             single_key_patch("labels", schema::IGNORE_LABEL, None).to_string(),
             r#"{"metadata":{"labels":{"skyhook.nvidia.com/ignore":null}}}"#
+        );
+    }
+
+    #[test]
+    fn a_nodewright_is_read_and_written_through_its_own_keys() {
+        let nw = ApiKind::NodeWright;
+        assert_eq!(
+            selector_in(
+                nw,
+                "skyhook.nvidia.com/name=gpu,skyhook.nvidia.com/node!=n1"
+            ),
+            "nodewright.nvidia.com/name=gpu,nodewright.nvidia.com/node!=n1"
+        );
+        assert_eq!(
+            selector_in(ApiKind::Skyhook, "skyhook.nvidia.com/name"),
+            "skyhook.nvidia.com/name"
+        );
+        let patch = json!({"metadata": {"resourceVersion": "7",
+            "annotations": {"skyhook.nvidia.com/nodeState_gpu": null, "other": "x"},
+            "labels": {"skyhook.nvidia.com/status_gpu": null}}});
+        assert_eq!(
+            patch_in(nw, &patch),
+            json!({"metadata": {"resourceVersion": "7",
+                "annotations": {"nodewright.nvidia.com/nodeState_gpu": null, "other": "x"},
+                "labels": {"nodewright.nvidia.com/status_gpu": null}}})
+        );
+        let both = NodeMeta {
+            name: "n1".into(),
+            labels: [
+                ("skyhook.nvidia.com/status_a", "complete"),
+                ("nodewright.nvidia.com/status_b", "erroring"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            annotations: [
+                ("skyhook.nvidia.com/nodeState_a", "{}"),
+                ("nodewright.nvidia.com/nodeState_b", "{}"),
+                (schema::RUNTIME_REQUIRED_CORDON_ANNOTATION, "true"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let seen = both.clone().in_api(nw);
+        assert_eq!(
+            seen.labels.keys().collect::<Vec<_>>(),
+            ["skyhook.nvidia.com/status_b"]
+        );
+        assert_eq!(
+            seen.annotations.keys().collect::<Vec<_>>(),
+            [
+                schema::RUNTIME_REQUIRED_CORDON_ANNOTATION,
+                "skyhook.nvidia.com/nodeState_b"
+            ]
+        );
+        let legacy = both.in_api(ApiKind::Skyhook);
+        assert_eq!(
+            legacy.annotations.keys().collect::<Vec<_>>(),
+            [
+                schema::RUNTIME_REQUIRED_CORDON_ANNOTATION,
+                "skyhook.nvidia.com/nodeState_a"
+            ]
         );
     }
 }

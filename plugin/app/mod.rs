@@ -20,15 +20,25 @@ use global::GlobalArgs;
 use kube::Kube;
 use output::Painter;
 
-/// What every command gets: the global flags and the colour decision.
+/// What every command gets: the global flags, the colour decision, and the Skyhook or
+/// NodeWright the command names.
 pub struct Ctx {
     pub global: GlobalArgs,
     pub painter: Painter,
+    pub named: Option<String>,
 }
 
 impl Ctx {
+    /// A client working in the API of the object the command names: the invocation's preferred
+    /// API when it holds that name, else the other one when it does (so `kubectl skyhook pause x`
+    /// pauses NodeWright `x` when there is no Skyhook `x`).
     pub async fn kube(&self) -> Result<Kube, CliError> {
-        Kube::connect(&self.global).await
+        let kube = Kube::connect(&self.global).await?;
+        let api = match &self.named {
+            Some(name) => kube.api_of(name, self.global.api).await,
+            None => self.global.api,
+        };
+        Ok(kube.in_api(api))
     }
 
     /// A warning on stderr, shown only with `-v`.
@@ -45,6 +55,7 @@ impl Ctx {
         Ctx {
             global: cli.global,
             painter: Painter::new(false),
+            named: None,
         }
     }
 }

@@ -24,18 +24,41 @@ pub struct OperatorInfo {
     pub this_implementation: bool,
 }
 
-/// Whether a Deployment looks like a Skyhook operator: an image containing `skyhook`
-/// (case-insensitive), or a label key or value containing it.
+/// Whether a Deployment looks like a Skyhook operator: an image containing `skyhook` or, since
+/// upstream's rename, `nodewright` (case-insensitive), or a label key or value containing one.
 fn is_operator(d: &Deployment) -> bool {
-    let images = containers(d).any(|c| {
-        c.image
-            .as_deref()
-            .is_some_and(|i| i.to_lowercase().contains("skyhook"))
-    });
+    let named = |s: &str| {
+        let s = s.to_lowercase();
+        s.contains("skyhook") || s.contains("nodewright")
+    };
+    let images = containers(d).any(|c| c.image.as_deref().is_some_and(named));
     images
-        || d.metadata.labels.iter().flatten().any(|(k, v)| {
-            k.to_lowercase().contains("skyhook") || v.to_lowercase().contains("skyhook")
-        })
+        || d.metadata
+            .labels
+            .iter()
+            .flatten()
+            .any(|(k, v)| named(k) || named(v))
+}
+
+/// Where `kubectl nodewright` without `-n` finds the operator, as upstream's CLI looks:
+/// `nodewright` if an operator runs there, else `skyhook` if one runs there (said on stderr),
+/// else `nodewright`.
+pub async fn nodewright_namespace(kube: &Kube) -> String {
+    for ns in ["nodewright", "skyhook"] {
+        let found = kube
+            .deployments(ns)
+            .await
+            .is_ok_and(|d| d.iter().any(is_operator));
+        if found {
+            if ns != "nodewright" {
+                eprintln!(
+                    "Note: no operator in namespace \"nodewright\"; using namespace \"{ns}\""
+                );
+            }
+            return ns.to_string();
+        }
+    }
+    "nodewright".to_string()
 }
 
 fn containers(d: &Deployment) -> impl Iterator<Item = &k8s_openapi::api::core::v1::Container> {

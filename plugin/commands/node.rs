@@ -7,10 +7,9 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 
 use serde::Serialize;
-use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::plan::compartments;
 use skyhook::schema::{self, NodeState, PackageStatus, Stage, State};
 
@@ -477,13 +476,10 @@ async fn add_compartments(
     summaries: &mut [NodeSkyhookSummary],
 ) {
     let lp = ListParams::default();
-    let skyhooks = Api::<Skyhook>::all(kube.client()).list(&lp).await;
-    let policies = Api::<DeploymentPolicy>::all(kube.client()).list(&lp).await;
+    let skyhooks = kube.skyhooks(&lp).await;
+    let policies = kube.policies().await;
     let (skyhooks, policies) = match (skyhooks, policies) {
-        (Ok(s), Ok(p)) => (
-            s.items,
-            p.items.into_iter().map(Arc::new).collect::<Vec<_>>(),
-        ),
+        (Ok(s), Ok(p)) => (s, p.into_iter().map(Arc::new).collect::<Vec<_>>()),
         (Err(e), _) | (_, Err(e)) => {
             ctx.warn(&format!("cannot show compartments: {e}"));
             return;

@@ -129,55 +129,69 @@ impl World {
         let client = kube.client();
         let lp = ListParams::default();
         let all = |e, what: &str| kube.fail(e, format!("listing {what}"));
-        let skyhooks = Api::<Skyhook>::all(client.clone())
-            .list(&lp)
+        let skyhooks = kube
+            .skyhooks(&lp)
             .await
-            .map_err(|e| all(e, "skyhooks"))?;
-        let policies = Api::<DeploymentPolicy>::all(client.clone())
-            .list(&lp)
+            .map_err(|e| all(e, kube.api().plural()))?;
+        let policies = kube
+            .policies()
             .await
             .map_err(|e| all(e, "deploymentpolicies"))?;
         let nodes = Api::<Node>::all(client.clone())
             .list(&lp)
             .await
             .map_err(|e| all(e, "nodes"))?;
-        let jobs = Api::<Job>::namespaced(client.clone(), namespace)
-            .list(&ListParams::default().labels(schema::NAME_LABEL))
-            .await
-            .map_err(|e| all(e, &format!("jobs in namespace {namespace:?}")))?;
-        let own =
-            ListParams::default().labels(&format!("{}={}", schema::NAME_LABEL, sk.name_any()));
+        // Every API's Jobs: another object's running stage holds a node for both.
+        let mut jobs = Vec::new();
+        for api in schema::Api::ALL {
+            let selector = ListParams::default().labels(api.local(schema::NAME_LABEL).as_ref());
+            let listed = Api::<Job>::namespaced(client.clone(), namespace)
+                .list(&selector)
+                .await
+                .map_err(|e| all(e, &format!("jobs in namespace {namespace:?}")))?;
+            jobs.extend(listed.items);
+        }
+        let own = ListParams::default().labels(&kube.selector(&format!(
+            "{}={}",
+            schema::NAME_LABEL,
+            sk.name_any()
+        )));
         let configmaps = Api::<ConfigMap>::namespaced(client, namespace)
             .list(&own)
             .await
             .map_err(|e| all(e, &format!("configmaps in namespace {namespace:?}")))?;
         let name = sk.name_any();
         let views: Vec<JobView> = jobs
-            .items
             .iter()
             .filter_map(|j| JobView::from_job(j, None))
             .collect();
         let mut elsewhere = Elsewhere::default();
-        for v in views.iter().filter(|v| v.skyhook != name && !v.finished()) {
+        let api = kube.api();
+        let mine = |v: &JobView| v.api == api && v.skyhook == name;
+        for v in views.iter().filter(|v| !mine(v) && !v.finished()) {
             elsewhere.add(&v.node, v.stage);
         }
-        let mut skyhooks: Vec<Arc<Skyhook>> = skyhooks.items.into_iter().map(Arc::new).collect();
+        let mut skyhooks: Vec<Arc<Skyhook>> = skyhooks.into_iter().map(Arc::new).collect();
         skyhooks.retain(|s| s.name_any() != name);
         skyhooks.push(Arc::new(sk.clone()));
         Ok(World {
             skyhooks,
-            policies: policies.items.into_iter().map(Arc::new).collect(),
+            policies: policies.into_iter().map(Arc::new).collect(),
             nodes: nodes
                 .items
                 .into_iter()
-                .map(|n| Arc::new(n.into()))
+                .map(|n| Arc::new(NodeView::from(n)).in_api(api))
                 .collect(),
-            jobs: views
+            jobs: views.into_iter().filter(mine).map(Arc::new).collect(),
+            configmaps: configmaps
+                .items
                 .into_iter()
-                .filter(|v| v.skyhook == name)
-                .map(Arc::new)
+                .map(|mut c| {
+                    api.canonicalize(&mut c.metadata.labels);
+                    api.canonicalize(&mut c.metadata.annotations);
+                    Arc::new(c)
+                })
                 .collect(),
-            configmaps: configmaps.items.into_iter().map(Arc::new).collect(),
             elsewhere,
         })
     }

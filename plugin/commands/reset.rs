@@ -245,7 +245,8 @@ pub async fn skyhook(
 /// state is gone, the operator deletes them (their pods are stopped mid-stage).
 async fn stopping(ctx: &Ctx, kube: &Kube, skyhook: &str, targets: &[Target<'_>]) -> Vec<String> {
     let ns = &ctx.global.namespace;
-    let lp = ListParams::default().labels(&format!("{}={skyhook}", schema::NAME_LABEL));
+    let lp =
+        ListParams::default().labels(&kube.selector(&format!("{}={skyhook}", schema::NAME_LABEL)));
     let jobs: Vec<Job> = match kube.list_in(ns, &lp, "jobs").await {
         Ok(jobs) => jobs,
         Err(e) => {

@@ -24,12 +24,12 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
-use skyhook::crd::{DeploymentPolicy, Skyhook};
+use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodePattern};
 
 use self::archive::{Archive, Piece, human_size};
 use crate::app::Ctx;
-use crate::app::error::{CliError, is_not_found};
+use crate::app::error::CliError;
 use crate::app::global::Timeout;
 use crate::app::kube::{Kind, Kube};
 use crate::app::operator::PLUGIN_VERSION;
@@ -66,6 +66,13 @@ pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Resu
         );
     }
     let kube = Kube::connect(&global).await?;
+    let kube = match &args.skyhook {
+        Some(name) => {
+            let api = kube.api_of(name, global.api).await;
+            kube.in_api(api)
+        }
+        None => kube.in_api(global.api),
+    };
     // Checked before anything else so a typo fails fast and leaves no archive behind.
     let named = match &args.skyhook {
         Some(name) => Some(kube.skyhook(name).await?),
@@ -234,11 +241,8 @@ impl Collector<'_> {
         let mut piece = self.start("skyhooks");
         let skyhooks = match named {
             Some(sk) => vec![sk],
-            None => match Api::<Skyhook>::all(self.kube.client())
-                .list(&ListParams::default())
-                .await
-            {
-                Ok(list) => list.items,
+            None => match self.kube.skyhooks(&ListParams::default()).await {
+                Ok(list) => list,
                 Err(e) => {
                     piece.request_failed("list skyhooks", self.error(e, "listing skyhooks"));
                     Vec::new()
@@ -252,35 +256,28 @@ impl Collector<'_> {
         skyhooks
     }
 
-    /// The policies the Skyhooks name; every policy when no Skyhook was named.
+    /// The policies the Skyhooks name; every policy when no Skyhook was named. Read in the
+    /// group of the API the collection is in.
     async fn policies(&mut self, skyhooks: &[Skyhook]) {
         let mut piece = self.start("deploymentpolicies");
-        let api: Api<DeploymentPolicy> = Api::all(self.kube.client());
-        let mut found = Vec::new();
-        if self.args.skyhook.is_none() {
-            match api.list(&ListParams::default()).await {
-                Ok(list) => found = list.items,
-                Err(e) => piece.request_failed(
-                    "list deploymentpolicies",
-                    self.error(e, "listing deploymentpolicies"),
-                ),
+        let mut found = match self.kube.policies().await {
+            Ok(list) => list,
+            Err(e) => {
+                let failed = self.error(e, "listing deploymentpolicies");
+                piece.request_failed("list deploymentpolicies", failed);
+                Vec::new()
             }
-        } else {
+        };
+        if self.args.skyhook.is_some() {
             let wanted: BTreeSet<&str> = skyhooks
                 .iter()
                 .filter_map(|s| s.spec.deployment_policy.as_deref())
                 .filter(|p| !p.is_empty())
                 .collect();
+            found.retain(|p| wanted.contains(p.name_any().as_str()));
             for name in wanted {
-                match api.get(name).await {
-                    Ok(p) => found.push(p),
-                    Err(e) if is_not_found(&e) => {
-                        piece.object_failed(format!("deploymentpolicy {name}"), "not found")
-                    }
-                    Err(e) => piece.object_failed(
-                        format!("deploymentpolicy {name}"),
-                        self.error(e, &format!("getting deploymentpolicy {name:?}")),
-                    ),
+                if !found.iter().any(|p| p.name_any() == name) {
+                    piece.object_failed(format!("deploymentpolicy {name}"), "not found");
                 }
             }
         }
@@ -302,7 +299,8 @@ impl Collector<'_> {
         let api: Api<K> = Api::namespaced(self.kube.client(), &self.ns);
         let mut items = Vec::new();
         for sk in skyhooks {
-            let params = ListParams::default().labels(&format!("{}={sk}", schema::NAME_LABEL));
+            let selector = self.kube.selector(&format!("{}={sk}", schema::NAME_LABEL));
+            let params = ListParams::default().labels(&selector);
             match api.list(&params).await {
                 Ok(list) => items.extend(list.items),
                 Err(e) => piece.request_failed(

@@ -4,6 +4,7 @@
 mod continued;
 mod metrics;
 mod migration;
+mod plugin;
 mod rollout;
 mod takeover;
 

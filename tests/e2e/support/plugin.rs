@@ -54,8 +54,41 @@ pub async fn plugin_async(ctx: &TestCtx, args: &[&str]) -> Ran {
     .expect("the plugin thread")
 }
 
+/// The plugin run as `kubectl-nodewright` (a symlink to it, as a user would install upstream's
+/// name).
+pub fn nodewright_plugin(ctx: &TestCtx, args: &[&str], stdin: Option<&str>) -> Ran {
+    run_as(
+        &nodewright_executable(),
+        &ctx.cluster.kubeconfig,
+        args,
+        &[],
+        stdin,
+    )
+}
+
+fn nodewright_executable() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("skyhook-e2e-nodewright-{}", std::process::id()));
+    let link = dir.join("kubectl-nodewright");
+    if !link.exists() {
+        std::fs::create_dir_all(&dir).expect("a directory for the symlink");
+        // Another test of this process may have made it meanwhile.
+        let _ = std::os::unix::fs::symlink(PLUGIN, &link);
+    }
+    link
+}
+
 fn run(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Ran {
-    let mut cmd = Command::new(PLUGIN);
+    run_as(Path::new(PLUGIN), kubeconfig, args, env, stdin)
+}
+
+fn run_as(
+    exe: &Path,
+    kubeconfig: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+) -> Ran {
+    let mut cmd = Command::new(exe);
     cmd.args(args)
         .env("KUBECONFIG", kubeconfig)
         .env_remove("NO_COLOR")

@@ -1,0 +1,151 @@
+//! The plugin on NodeWrights (issue 39, acceptance 4): run as `kubectl-nodewright` (upstream
+//! v0.18's name, here a symlink) it works in the NodeWright API, reading and writing the keys under
+//! `nodewright.nvidia.com/`; run as `kubectl-skyhook` it finds a NodeWright by name when no Skyhook
+//! has it; `--nodewright` is `--skyhook`'s alias.
+
+use std::time::Duration;
+
+use kube::api::{DynamicObject, PostParams};
+use serde_json::{Value, json};
+use skyhook::schema::{self, Api as Kind, Status};
+
+use super::{
+    create_nodewright, jobs_labelled, nodewright, nodewright_policies, nodewright_state, nw_setup,
+    wait_nodewright,
+};
+use crate::support::plugin::{nodewright_plugin, plugin};
+use crate::support::{pkg, skyhook, sleep};
+
+const NW_NAME_LABEL: &str = "nodewright.nvidia.com/name";
+
+fn node_status(text: &str) -> Vec<Value> {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("node status JSON: {e}: {text}"))
+}
+
+#[tokio::test]
+async fn kubectl_nodewright_and_kubectl_skyhook_work_on_a_nodewright() {
+    let env = nw_setup("nw-plugin", 2, &[]).await;
+    let (k, v) = env.ctx.test_label();
+    let policy = env.ctx.name("policy");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+        "metadata": {"name": policy, "labels": {k: v}},
+        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
+    }))
+    .expect("policy");
+    nodewright_policies(&env.ctx)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create the new group's DeploymentPolicy");
+    let nw = env.ctx.name("nw");
+    let spec = json!({"deploymentPolicy": policy,
+        "packages": {"alpha": pkg("1.0.0", sleep("1")), "bravo": pkg("2.0.0", sleep("1"))}});
+    create_nodewright(&env.ctx, &nw, spec).await;
+    // A Skyhook on the same nodes, which `kubectl nodewright` does not show.
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+    wait_nodewright(&env, &nw, Status::Complete, Duration::from_secs(120)).await;
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(60))
+        .await;
+    let ns = env.ctx.ns.clone();
+    let (n1, n2) = (env.nodes[0].clone(), env.nodes[1].clone());
+
+    // node status: the NodeWright's state, read from its keys, under both names.
+    let ran = nodewright_plugin(&env.ctx, &["node", "status", &n1, &n2, "-o", "json"], None);
+    let rows = node_status(ran.ok());
+    let names: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["skyhookName"].as_str())
+        .collect();
+    assert!(
+        names.iter().all(|n| *n == nw),
+        "only NodeWrights: {names:?}"
+    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["status"], "complete", "{r}");
+        assert_eq!(r["packagesComplete"], 2, "{r}");
+    }
+    for args in [
+        ["node", "status", "--skyhook", &nw, "-o", "json"],
+        ["node", "status", "--nodewright", &nw, "-o", "json"],
+    ] {
+        let rows = node_status(plugin(&env.ctx, &args).ok());
+        assert_eq!(rows.len(), 2, "kubectl skyhook {args:?}: {rows:?}");
+    }
+    let legacy = node_status(plugin(&env.ctx, &["node", "status", &n1, "-o", "json"]).ok());
+    assert!(
+        legacy.iter().all(|r| r["skyhookName"] == json!(sk)),
+        "kubectl skyhook lists Skyhooks by default: {legacy:?}"
+    );
+
+    // deployment-policy preview reads the new group's policy.
+    let preview: Value = serde_json::from_str(
+        nodewright_plugin(&env.ctx, &["dp", "preview", &nw, "-o", "json"], None).ok(),
+    )
+    .expect("preview JSON");
+    assert_eq!(preview["policy"], json!(policy), "{preview}");
+
+    // pause and resume: the NodeWright's own annotation, by either name of the plugin.
+    let pause = Kind::NodeWright
+        .local(schema::PAUSE_ANNOTATION)
+        .into_owned();
+    let paused = |want: bool| {
+        let (env, nw, pause) = (&env, &nw, &pause);
+        async move {
+            let a = nodewright(&env.ctx, nw)
+                .await
+                .and_then(|s| s.metadata.annotations)
+                .unwrap_or_default();
+            assert_eq!(a.contains_key(pause), want, "{a:?}");
+            assert!(!a.contains_key(schema::PAUSE_ANNOTATION), "{a:?}");
+        }
+    };
+    nodewright_plugin(&env.ctx, &["pause", &nw, "-y", "-n", &ns], None).ok();
+    paused(true).await;
+    plugin(&env.ctx, &["resume", &nw, "-y", "-n", &ns]).ok();
+    paused(false).await;
+
+    // package rerun: alpha runs again on n1 only.
+    let before = jobs_labelled(&env, NW_NAME_LABEL, &nw).await;
+    let args = [
+        "package",
+        "rerun",
+        "alpha",
+        "--nodewright",
+        &nw,
+        "--node",
+        &n1,
+        "-y",
+    ];
+    nodewright_plugin(&env.ctx, &args, None).ok();
+    env.ctx
+        .wait_for(
+            "alpha's Jobs again on n1",
+            Duration::from_secs(60),
+            || async { (jobs_labelled(&env, NW_NAME_LABEL, &nw).await > before).then_some(()) },
+        )
+        .await;
+    wait_nodewright(&env, &nw, Status::Complete, Duration::from_secs(90)).await;
+
+    // reset: the NodeWright's node state goes, the Skyhook's stays, and everything runs again.
+    let sk_state = env.node_state(&n2, &sk).await.expect("the Skyhook's state");
+    let before = jobs_labelled(&env, NW_NAME_LABEL, &nw).await;
+    nodewright_plugin(&env.ctx, &["reset", &nw, "-y", "-n", &ns], None).ok();
+    env.ctx
+        .wait_for("every stage again", Duration::from_secs(90), || async {
+            (jobs_labelled(&env, NW_NAME_LABEL, &nw).await >= before + 4).then_some(())
+        })
+        .await;
+    wait_nodewright(&env, &nw, Status::Complete, Duration::from_secs(120)).await;
+    assert!(nodewright_state(&env, &n2, &nw).await.is_some());
+    assert_eq!(
+        env.node_state(&n2, &sk).await.map(|s| s.0),
+        Some(sk_state.0)
+    );
+}
