@@ -13,7 +13,9 @@ use super::{
     create_nodewright, jobs_labelled, nodewright, nodewright_policies, nodewright_state, nw_setup,
     wait_nodewright,
 };
+use crate::support::deploy::{RoleBindings, apply_deploy};
 use crate::support::plugin::{nodewright_plugin, plugin};
+use crate::support::roles::{refused_patch, viewer_role_here, wait_bound};
 use crate::support::{pkg, skyhook, sleep};
 
 const NW_NAME_LABEL: &str = "nodewright.nvidia.com/name";
@@ -148,4 +150,69 @@ async fn kubectl_nodewright_and_kubectl_skyhook_work_on_a_nodewright() {
         env.node_state(&n2, &sk).await.map(|s| s.0),
         Some(sk_state.0)
     );
+}
+
+/// The plugin users' on-call role (`deploy/rbac-plugin-user.yaml`) steers NodeWrights through
+/// `kubectl nodewright` as it steers Skyhooks, and the same admission policies keep it from
+/// changing what runs on the hosts.
+#[tokio::test]
+async fn the_oncall_role_steers_nodewrights_within_the_policies() {
+    let env = nw_setup("nw-roles", 1, &[]).await;
+    apply_deploy(&env.ctx);
+    let node = env.nodes[0].clone();
+    let nw = env.ctx.name("nw");
+    create_nodewright(
+        &env.ctx,
+        &nw,
+        json!({"packages": {"tools": pkg("1.0.0", sleep("1"))}}),
+    )
+    .await;
+    wait_nodewright(&env, &nw, Status::Complete, Duration::from_secs(90)).await;
+    let oncall = env.ctx.name("oncall");
+    let _bound = RoleBindings::oncall(&env.ctx, &oncall);
+    viewer_role_here(&env.ctx, &oncall);
+    wait_bound(&env, &oncall, "patch", "nodewrights.nodewright.nvidia.com").await;
+    let ns = env.ctx.ns.clone();
+    let as_oncall = |args: &[&str]| {
+        let mut all = vec!["--as", oncall.as_str(), "-n", ns.as_str()];
+        all.extend_from_slice(args);
+        nodewright_plugin(&env.ctx, &all, None)
+    };
+    for args in [
+        vec!["pause", nw.as_str(), "--confirm"],
+        vec!["resume", nw.as_str(), "--confirm"],
+        vec!["node", "ignore", node.as_str(), "--confirm"],
+        vec!["node", "unignore", node.as_str(), "--confirm"],
+        vec![
+            "package",
+            "rerun",
+            "tools",
+            "--nodewright",
+            &nw,
+            "--node",
+            &node,
+            "--confirm",
+        ],
+        vec!["reset", nw.as_str(), "--confirm"],
+    ] {
+        as_oncall(&args).ok();
+    }
+    wait_nodewright(&env, &nw, Status::Complete, Duration::from_secs(90)).await;
+    let labels = env
+        .node_api
+        .get(&node)
+        .await
+        .expect("node")
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert!(
+        !labels.contains_key("nodewright.nvidia.com/ignore")
+            || labels["nodewright.nvidia.com/ignore"] != "true",
+        "unignore left {labels:?}"
+    );
+    let obj = format!("nodewrights.nodewright.nvidia.com/{nw}");
+    let patch = json!({"spec": {"packages": {"tools": {"image": "evil.example.com/tools"}}}});
+    let err = refused_patch(&env, &oncall, &[&obj], &patch);
+    assert!(err.contains("skyhook-oncall-skyhooks"), "{err}");
 }

@@ -50,6 +50,7 @@ pub mod promql;
 pub mod proxy;
 pub mod real;
 pub mod refusal;
+pub mod roles;
 pub mod wait;
 
 pub use env::{Env, create_policy, label, setup};
