@@ -19,6 +19,11 @@ pub struct NodeView {
     pub resource_version: Option<String>,
     /// All of them: Skyhook node selectors and the node metadata ConfigMap read any label.
     pub labels: Pairs,
+    /// Under a NodeWright's lens ([`NodeView::in_api`]), the labels and annotations as stored:
+    /// node selectors match these labels (`selector_labels`), as upstream matches a node's own,
+    /// so a selector naming a `nodewright.nvidia.com/` or a user's `skyhook.nvidia.com/` label
+    /// still matches; the node metadata ConfigMap copies both as they are.
+    pub stored: Option<Box<(Pairs, Pairs)>>,
     /// All of them: the node metadata ConfigMap copies every annotation.
     pub annotations: Pairs,
     pub taints: Vec<Taint>,
@@ -35,6 +40,16 @@ pub struct NodeView {
 }
 
 impl NodeView {
+    /// The labels node selectors match: as stored (see `stored`).
+    pub fn selector_labels(&self) -> &Pairs {
+        self.stored.as_ref().map_or(&self.labels, |s| &s.0)
+    }
+
+    /// The annotations as stored (see `stored`).
+    pub fn stored_annotations(&self) -> &Pairs {
+        self.stored.as_ref().map_or(&self.annotations, |s| &s.1)
+    }
+
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.get(key)
     }
@@ -89,6 +104,7 @@ impl From<Node> for NodeView {
             created: meta.creation_timestamp,
             resource_version: meta.resource_version,
             labels: meta.labels.unwrap_or_default().into(),
+            stored: None,
             annotations: meta.annotations.unwrap_or_default().into(),
             taints: spec.taints.unwrap_or_default(),
             unschedulable: spec.unschedulable.unwrap_or(false),
@@ -142,6 +158,7 @@ impl NodeView {
             .collect();
         std::sync::Arc::new(NodeView {
             labels: pairs(&self.labels),
+            stored: Some(Box::new((self.labels.clone(), self.annotations.clone()))),
             annotations: pairs(&self.annotations),
             conditions,
             ..(**self).clone()

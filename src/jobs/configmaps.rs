@@ -52,11 +52,11 @@ pub fn node_metadata_configmap(
     let data = BTreeMap::from([
         (
             schema::METADATA_ANNOTATIONS_KEY.to_owned(),
-            schema::string_map_json(node.annotations.iter()),
+            schema::string_map_json(node.stored_annotations().iter()),
         ),
         (
             schema::METADATA_LABELS_KEY.to_owned(),
-            schema::string_map_json(node.labels.iter()),
+            schema::string_map_json(node.selector_labels().iter()),
         ),
         (schema::METADATA_PACKAGES_KEY.to_owned(), packages_json),
     ]);
@@ -205,5 +205,27 @@ mod tests {
         assert_eq!(data.len(), 3);
         assert_eq!(data[schema::METADATA_LABELS_KEY], "{}");
         assert_eq!(data[schema::METADATA_ANNOTATIONS_KEY], "{}");
+    }
+
+    #[test]
+    fn a_nodewright_node_metadata_configmap_copies_the_node_as_stored() {
+        let sk = skyhook(&[&dexter()]);
+        let stored: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1",
+                "labels": {"nodewright.nvidia.com/status_nw": "complete", "skyhook.nvidia.com/gpu": "true"},
+                "annotations": {"nodewright.nvidia.com/nodeState_nw": "{}"}},
+        }))
+        .unwrap();
+        let seen = std::sync::Arc::new(NodeView::from(stored)).in_api(schema::Api::NodeWright);
+        let cm = node_metadata_configmap(&sk, &seen, "{}".into(), &cfg());
+        let data = cm.data.unwrap();
+        assert_eq!(
+            data[schema::METADATA_LABELS_KEY],
+            r#"{"nodewright.nvidia.com/status_nw":"complete","skyhook.nvidia.com/gpu":"true"}"#
+        );
+        assert_eq!(
+            data[schema::METADATA_ANNOTATIONS_KEY],
+            r#"{"nodewright.nvidia.com/nodeState_nw":"{}"}"#
+        );
     }
 }

@@ -241,7 +241,7 @@ pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch)
     let others_done = m.skyhooks.iter().all(|o| {
         o.name_any() == me
             || !o.spec.runtime_required
-            || !selects(o, &node.labels)
+            || !selects(o, node.selector_labels())
             || node.annotation(&schema::status_annotation(&o.name_any()))
                 == Some(Status::Complete.as_str())
     });
@@ -259,7 +259,9 @@ pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch)
 /// lifts both.
 fn cordon_after(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
     let wanted = m.skyhooks.iter().any(|o| {
-        o.spec.runtime_required && o.spec.runtime_required_cordon_after && selects(o, &node.labels)
+        o.spec.runtime_required
+            && o.spec.runtime_required_cordon_after
+            && selects(o, node.selector_labels())
     }) || m.skyhook.spec.runtime_required_cordon_after;
     if wanted {
         patch.unschedulable = Some(true);

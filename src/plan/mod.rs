@@ -359,7 +359,7 @@ impl<'a> Planner<'a> {
             .chain(unreadable)
             .map(|f| Member {
                 name: &f.name,
-                labels: &f.node.labels,
+                labels: f.node.selector_labels(),
             })
             .collect();
         let mut compartments =

@@ -30,7 +30,10 @@ pub fn targeted<'a>(skyhook: &Skyhook, nodes: &'a [Arc<NodeView>]) -> Vec<&'a Ar
     let Some(sel) = LabelMatch::new(&skyhook.spec.node_selectors) else {
         return Vec::new();
     };
-    let mut out: Vec<&Arc<NodeView>> = nodes.iter().filter(|n| sel.matches(&n.labels)).collect();
+    let mut out: Vec<&Arc<NodeView>> = nodes
+        .iter()
+        .filter(|n| sel.matches(n.selector_labels()))
+        .collect();
     out.sort_by(|a, b| {
         let key = |n: &'a NodeView| (n.created.as_ref().map(|t| t.0), n.name.as_str());
         key(a).cmp(&key(b))
@@ -110,7 +113,7 @@ pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &NodeView) -> bool {
             && key(other) < mine
             && other.metadata.deletion_timestamp.is_none()
             && !flag(other, schema::DISABLE_ANNOTATION)
-            && selects(other, &node.labels)
+            && selects(other, node.selector_labels())
             && node.annotation(&schema::status_annotation(&other.name_any()))
                 != Some(Status::Complete.as_str())
     })
@@ -809,7 +812,7 @@ mod tests {
             assert_eq!(got, want, "case: {name}");
             let each: Vec<String> = nodes
                 .iter()
-                .filter(|n| selects(&sk, &n.labels))
+                .filter(|n| selects(&sk, n.selector_labels()))
                 .map(|n| n.name.clone())
                 .collect();
             let mut sorted = want.clone();
@@ -817,6 +820,30 @@ mod tests {
             let mut each_sorted = each.clone();
             each_sorted.sort();
             assert_eq!(each_sorted, sorted, "case: {name} (selects)");
+        }
+    }
+
+    #[test]
+    fn a_nodewright_selector_matches_the_labels_as_stored() {
+        let stored = node("n1")
+            .labels(json!({
+                "nodewright.nvidia.com/pool": "a",
+                "skyhook.nvidia.com/gpu": "true",
+                "nodewright.nvidia.com/status_nw": "complete",
+            }))
+            .arc();
+        let seen = [stored.in_api(crate::schema::Api::NodeWright)];
+        assert_eq!(
+            seen[0].labels.get("skyhook.nvidia.com/status_nw"),
+            Some("complete"),
+            "the planner reads its own keys canonical"
+        );
+        for sel in [
+            json!({"matchLabels": {"nodewright.nvidia.com/pool": "a"}}),
+            json!({"matchLabels": {"skyhook.nvidia.com/gpu": "true"}}),
+        ] {
+            let sk = skyhook("nw").set("nodeSelectors", sel.clone()).build();
+            assert_eq!(targeted(&sk, &seen).len(), 1, "{sel}");
         }
     }
 }

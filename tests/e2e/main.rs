@@ -28,7 +28,7 @@ mod readme;
 mod real_node;
 mod restarts;
 mod scale;
-mod scenarios;
+pub(crate) mod scenarios;
 mod startup;
 mod support;
 mod upstream;

@@ -6,6 +6,7 @@ mod metrics;
 mod migration;
 mod plugin;
 mod rollout;
+mod scenarios;
 mod takeover;
 
 use std::time::Duration;

@@ -108,6 +108,10 @@ async fn delete_skyhook_and_wait(env: &Env, name: &str, step: &str) {
 /// brings it back to batch 1.
 #[tokio::test]
 async fn deployment_policy() {
+    scenario_deployment_policy().await;
+}
+
+pub(crate) async fn scenario_deployment_policy() {
     let env = setup("sc-cli-dp", 2, &[]).await;
     let pname = env.ctx.name("policy");
     let policy: DeploymentPolicy = serde_json::from_value(json!({
@@ -197,6 +201,10 @@ async fn deployment_policy() {
 /// remove the Skyhook's pause and disable annotations, each independently of the other.
 #[tokio::test]
 async fn lifecycle() {
+    scenario_lifecycle().await;
+}
+
+pub(crate) async fn scenario_lifecycle() {
     let env = setup("sc-cli-life", 2, &[]).await;
     let name = env.ctx.name("sk");
     env.create(&skyhook(
@@ -324,6 +332,10 @@ async fn lifecycle() {
 /// removes the node's state, so its package runs again there.
 #[tokio::test]
 async fn node() {
+    scenario_node().await;
+}
+
+pub(crate) async fn scenario_node() {
     let env = setup("sc-cli-node", 2, &[]).await;
     let name = env.ctx.name("sk");
     env.create(&skyhook(
@@ -504,6 +516,10 @@ async fn node() {
 /// `package rerun --stage apply` puts the node back `in_progress` and re-runs the package.
 #[tokio::test]
 async fn package() {
+    scenario_package().await;
+}
+
+pub(crate) async fn scenario_package() {
     const LOG_TEXT: &str = "hello-world says hello";
     let env = setup("sc-cli-pkg", 2, &[]).await;
     let name = env.ctx.name("sk");
@@ -725,6 +741,10 @@ async fn package() {
 /// and starts nothing.
 #[tokio::test]
 async fn reset() {
+    scenario_reset().await;
+}
+
+pub(crate) async fn scenario_reset() {
     let env = setup("sc-cli-reset", 2, &[]).await;
     let name = env.ctx.name("sk");
     env.create(&skyhook(

@@ -165,6 +165,10 @@ fn interrupt_arg(job: &Job) -> Value {
 /// into one interrupt), an edit of keys without one (config only), and a glob configInterrupt.
 #[tokio::test]
 async fn config_skyhook() {
+    scenario_config_skyhook().await;
+}
+
+pub(crate) async fn scenario_config_skyhook() {
     let env = setup("sc-config", 1, &[]).await;
     let name = env.ctx.name("config-skyhook");
     let node = env.nodes[0].clone();

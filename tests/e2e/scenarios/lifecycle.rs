@@ -511,6 +511,10 @@ fn with_rollout(sk: &str) -> Vec<(&str, &str)> {
 /// package ConfigMap, node metadata ConfigMap and the final metrics.
 #[tokio::test]
 async fn simple_skyhook() {
+    scenario_simple_skyhook().await;
+}
+
+pub(crate) async fn scenario_simple_skyhook() {
     let env = setup("simple-skyhook", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -748,6 +752,10 @@ async fn simple_skyhook() {
 /// configMap, one whose name has a dash): all five end complete, with the new ConfigMap.
 #[tokio::test]
 async fn simple_update_skyhook() {
+    scenario_simple_update_skyhook().await;
+}
+
+pub(crate) async fn scenario_simple_update_skyhook() {
     let env = setup("simple-update", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -876,6 +884,10 @@ async fn simple_update_skyhook() {
 /// migrates it: only `foobar|1.2` stays, complete, and nothing runs (no upgrade/config loop).
 #[tokio::test]
 async fn skyhook_upgrade() {
+    scenario_skyhook_upgrade().await;
+}
+
+pub(crate) async fn scenario_skyhook_upgrade() {
     let env = setup("skyhook-upgrade", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -976,6 +988,10 @@ async fn skyhook_upgrade() {
 /// every package is removed and uninstalled without a cordon, leaving an empty node state.
 #[tokio::test]
 async fn uninstall_upgrade_skyhook() {
+    scenario_uninstall_upgrade_skyhook().await;
+}
+
+pub(crate) async fn scenario_uninstall_upgrade_skyhook() {
     let env = setup("uninstall-upgrade", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -1269,6 +1285,10 @@ async fn uninstall_upgrade_skyhook() {
 /// image) and invalid-resources also carries `HANG=true`, which the fix drops.
 #[tokio::test]
 async fn validate_packages() {
+    scenario_validate_packages().await;
+}
+
+pub(crate) async fn scenario_validate_packages() {
     let env = setup("validate-packages", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -1448,6 +1468,10 @@ async fn validate_packages() {
 /// and its ConfigMaps.
 #[tokio::test]
 async fn delete_skyhook() {
+    scenario_delete_skyhook().await;
+}
+
+pub(crate) async fn scenario_delete_skyhook() {
     let env = setup("delete-skyhook", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -1610,6 +1634,10 @@ async fn delete_skyhook() {
 /// cc-last, which depends on both, starts only once both completed; all three end complete.
 #[tokio::test]
 async fn depends_on() {
+    scenario_depends_on().await;
+}
+
+pub(crate) async fn scenario_depends_on() {
     let env = setup("depends-on", 1, &[]).await;
     let node = env.nodes[0].clone();
     let name = env.ctx.name("sk");
@@ -1696,14 +1724,18 @@ async fn depends_on() {
 /// is killed, that node starts over from aa's apply, and both nodes end with bb erroring.
 #[tokio::test]
 async fn cleanup_pods() {
+    scenario_cleanup_pods().await;
+}
+
+pub(crate) async fn scenario_cleanup_pods() {
     let env = setup("cleanup-pods", 2, &[]).await;
     let (n1, n2) = (env.nodes[0].clone(), env.nodes[1].clone());
     let name = env.ctx.name("sk");
     let sk = name.as_str();
     let aa = |secs: &str| json!({"version": "1.2.3", "image": format!("{AGENTLESS}:bogus"), "env": sleep(secs)});
-    let bb = |env: Value, foo: &str, grace: Option<&str>| {
+    let bb = |env: Value, foo_value: &str, grace: Option<&str>| {
         let mut p = json!({"version": "1.2", "image": AGENTLESS,
-            "dependsOn": {"aa": "1.2.3"}, "env": env, "configMap": {"foo": foo}});
+            "dependsOn": {"aa": "1.2.3"}, "env": env, "configMap": {"foo": foo_value}});
         if let Some(g) = grace {
             p["gracefulShutdown"] = json!(g);
         }

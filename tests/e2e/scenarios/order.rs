@@ -56,6 +56,10 @@ async fn sk_status(env: &Env, sk: &str) -> Option<String> {
 /// same time; both end complete, `d` disabled. Metrics are checked as the scenario does.
 #[tokio::test]
 async fn strict_order() {
+    scenario_strict_order().await;
+}
+
+pub(crate) async fn scenario_strict_order() {
     let env = setup("sc-order", 2, &[]).await;
     let (worker, worker2) = (env.nodes[0].clone(), env.nodes[1].clone());
     let [zzz, b, c, d] = ["zzz", "b", "c", "d"].map(|s| env.ctx.name(&format!("strict-order-{s}")));

@@ -197,6 +197,10 @@ async fn delete_policy(env: &Env, name: &str) {
 /// Skyhook's `deploymentPolicyOptions` turning it off wins, and the state is kept (batch > 1).
 #[tokio::test]
 async fn batch_state_reset() {
+    scenario_batch_state_reset().await;
+}
+
+pub(crate) async fn scenario_batch_state_reset() {
     let env = setup("sc-batch-reset", 8, &[]).await;
     label_nodes(&env, &env.nodes, &["tier=1"]);
     let pname = env.ctx.name("policy");
@@ -277,6 +281,10 @@ async fn batch_state_reset() {
 /// ceiling 3), metrics under `policy_name="legacy"`, and never more than 3 nodes at work.
 #[tokio::test]
 async fn legacy_compatibility() {
+    scenario_legacy_compatibility().await;
+}
+
+pub(crate) async fn scenario_legacy_compatibility() {
     let env = setup("sc-legacy", 6, &[]).await;
     let name = env.ctx.name("sk");
     env.create(&skyhook(
@@ -336,6 +344,10 @@ async fn legacy_compatibility() {
 /// `skyhook_rollout_*` gauges following the compartment status.
 #[tokio::test]
 async fn linear_strategy() {
+    scenario_linear_strategy().await;
+}
+
+pub(crate) async fn scenario_linear_strategy() {
     let env = setup("sc-linear", 8, &[]).await;
     label_nodes(&env, &env.nodes, &["tier=production"]);
     let pname = env.ctx.name("policy");
@@ -457,6 +469,10 @@ async fn linear_strategy() {
 /// members and ceilings, grow batch by batch and all complete.
 #[tokio::test]
 async fn multi_compartment() {
+    scenario_multi_compartment().await;
+}
+
+pub(crate) async fn scenario_multi_compartment() {
     let env = setup("sc-multi", 15, &[]).await;
     let n = &env.nodes;
     label_nodes(&env, &n[0..5], &["priority=critical"]);
@@ -587,6 +603,10 @@ async fn multi_compartment() {
 /// 3 `waiting` (not `unknown`); all three compartments complete.
 #[tokio::test]
 async fn overlapping_selectors() {
+    scenario_overlapping_selectors().await;
+}
+
+pub(crate) async fn scenario_overlapping_selectors() {
     let env = setup("sc-overlap", 6, &[]).await;
     let n = &env.nodes;
     label_nodes(&env, &n[0..2], &["region=us-west"]);

@@ -335,6 +335,10 @@ fn pod_ready(p: &Pod) -> bool {
 /// and ends complete and uncordoned, with the package ConfigMap and node metadata in place.
 #[tokio::test]
 async fn interrupt() {
+    scenario_interrupt().await;
+}
+
+pub(crate) async fn scenario_interrupt() {
     let env = setup("sc-interrupt", 1, &[]).await;
     let name = env.ctx.name("sk");
     let node = env.nodes[0].clone();
@@ -598,6 +602,10 @@ async fn interrupt() {
 /// carries the Skyhook's extra toleration, and the node ends complete and untainted.
 #[tokio::test]
 async fn interrupt_grouping() {
+    scenario_interrupt_grouping().await;
+}
+
+pub(crate) async fn scenario_interrupt_grouping() {
     let agent = format!("{IMAGE}:6.2.0");
     let env = setup("sc-intgroup", 1, &[("AGENT_IMAGE", agent.as_str())]).await;
     let name = env.ctx.name("sk");
@@ -733,6 +741,10 @@ async fn interrupt_grouping() {
 /// loses its taint while the other stays blocked and tainted, then follows once unblocked.
 #[tokio::test]
 async fn runtime_required() {
+    scenario_runtime_required().await;
+}
+
+pub(crate) async fn scenario_runtime_required() {
     let env = setup("sc-rtreq", 2, &[]).await;
     let name = env.ctx.name("sk");
     let (one, two) = (env.nodes[0].clone(), env.nodes[1].clone());
@@ -840,6 +852,10 @@ async fn runtime_required() {
 /// completion, and is not tainted again by a second auto-tainting Skyhook.
 #[tokio::test]
 async fn auto_taint_new_nodes() {
+    scenario_auto_taint_new_nodes().await;
+}
+
+pub(crate) async fn scenario_auto_taint_new_nodes() {
     let env = setup("sc-autotaint", 1, &[]).await;
     let node = env.nodes[0].clone();
     // Names in priority order (same priority: by name), as in the reference.
@@ -928,6 +944,10 @@ async fn auto_taint_new_nodes() {
 /// once the Skyhook tolerates the taint.
 #[tokio::test]
 async fn taint_scheduling() {
+    scenario_taint_scheduling().await;
+}
+
+pub(crate) async fn scenario_taint_scheduling() {
     let env = setup("sc-taintsched", 1, &[]).await;
     let name = env.ctx.name("sk");
     let node = env.nodes[0].clone();
@@ -1060,6 +1080,10 @@ async fn taint_scheduling() {
 /// Erroring node condition, the status counters and the metrics.
 #[tokio::test]
 async fn failure_skyhook() {
+    scenario_failure_skyhook().await;
+}
+
+pub(crate) async fn scenario_failure_skyhook() {
     let env = setup("sc-failure", 1, &[]).await;
     let name = env.ctx.name("sk");
     let node = env.nodes[0].clone();

@@ -24,10 +24,33 @@ pub struct Env {
 
 /// CRDs installed, a context named after `test`, `nodes` nodes of its own and an operator
 /// started with `operator_env`.
+///
+/// Run [`super::under`] NodeWrights, the NodeWright CRDs are installed too, the operator serves
+/// NodeWrights alone (with upstream's runtime-required taint), and the test speaks to them
+/// through the translating proxy: the same steps, on the new kind and keys.
 pub async fn setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -> Env {
     install_crds();
     let mut ctx = TestCtx::new(test).await;
     let nodes = ctx.add_test_nodes(nodes);
+    if super::kind() == schema::Api::NodeWright {
+        super::install_nodewright_crds();
+        let mut env: Vec<(String, String)> = vec![
+            ("SERVE_APIS".into(), "nodewright".into()),
+            (
+                "RUNTIME_REQUIRED_TAINT".into(),
+                "nodewright.nvidia.com=runtime-required:NoSchedule".into(),
+            ),
+        ];
+        for (k, v) in operator_env {
+            env.retain(|(have, _)| have != k);
+            env.push((k.to_string(), super::translate::outward(v)));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let op = Operator::start(&ctx, &env);
+        ctx.translate_to_nodewrights().await;
+        ctx.report_on_failure(&["get", "nodewrights.nodewright.nvidia.com", "-o", "yaml"]);
+        return Env::new(ctx, op, nodes);
+    }
     let op = Operator::start(&ctx, operator_env);
     Env::new(ctx, op, nodes)
 }

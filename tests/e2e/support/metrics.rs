@@ -2,8 +2,31 @@
 
 use std::collections::BTreeMap;
 
-/// The operator's `/metrics` text; empty while it is not listening yet (callers poll).
+/// The operator's `/metrics` text; empty while it is not listening yet (callers poll). On a
+/// NodeWright run ([`super::kind`]), as the test reads it: see [`as_seen`].
 pub fn metrics(port: u16) -> String {
+    as_seen(raw_metrics(port), super::kind())
+}
+
+/// `/metrics` as a test written for Skyhooks reads it on a run of `kind`: on NodeWrights, the
+/// `nodewright_*` series (label `nodewright_name`) under the legacy names, and none of the legacy
+/// object series, so the run shows upstream's names are served.
+pub fn as_seen(text: String, kind: skyhook::schema::Api) -> String {
+    if kind == skyhook::schema::Api::Skyhook {
+        return text;
+    }
+    text.lines()
+        .filter(|l| !(l.starts_with("skyhook_") && l.contains("skyhook_name=")))
+        .map(|l| {
+            l.replacen("nodewright_", "skyhook_", 1)
+                .replace("nodewright_name=", "skyhook_name=")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The operator's `/metrics` text as served.
+pub fn raw_metrics(port: u16) -> String {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return String::new();

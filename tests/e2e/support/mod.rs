@@ -51,6 +51,7 @@ pub mod proxy;
 pub mod real;
 pub mod refusal;
 pub mod roles;
+pub mod translate;
 pub mod wait;
 
 pub use env::{Env, create_policy, label, setup};
@@ -191,6 +192,22 @@ impl Cluster {
     }
 }
 
+tokio::task_local! {
+    /// The API a test runs on, when not the legacy one (`under`).
+    static UNDER: skyhook::schema::Api;
+}
+
+/// The API the running test's objects belong to: Skyhooks, unless run through [`under`].
+pub fn kind() -> skyhook::schema::Api {
+    UNDER.try_with(|k| *k).unwrap_or_default()
+}
+
+/// Runs a test written for Skyhooks on objects of `kind`: its [`setup`] then installs that API's
+/// CRDs, serves only it, and translates (see `translate`).
+pub async fn under<F: std::future::Future>(kind: skyhook::schema::Api, test: F) -> F::Output {
+    UNDER.scope(kind, test).await
+}
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A short suffix unique to this process and call, so reruns against a reused cluster never
@@ -209,6 +226,11 @@ fn unique_suffix() -> String {
 pub struct TestCtx {
     pub cluster: &'static Cluster,
     pub client: Client,
+    /// What the test's kubectl and plugin runs use: the cluster's, or a translating proxy's
+    /// when the test runs on NodeWrights ([`kind`]).
+    pub kubeconfig: PathBuf,
+    /// The proxy behind `client` and `kubeconfig` on a NodeWright run.
+    translator: Option<translate::Translator>,
     /// Unique, DNS-safe prefix for every object this test creates.
     pub prefix: String,
     /// The test's own namespace.
@@ -235,6 +257,8 @@ impl TestCtx {
         let ctx = TestCtx {
             cluster,
             client,
+            kubeconfig: cluster.kubeconfig.clone(),
+            translator: None,
             prefix,
             ns,
             nodes: Vec::new(),
@@ -285,11 +309,28 @@ impl TestCtx {
 
     /// Run kubectl against the cluster; returns the raw output (does not panic on failure).
     pub fn kubectl(&self, args: &[&str]) -> Output {
-        self.cluster
-            .kubectl()
-            .args(args)
-            .output()
-            .expect("run kubectl")
+        self.own_kubectl().args(args).output().expect("run kubectl")
+    }
+
+    /// kubectl with the test's kubeconfig (through the translating proxy on a NodeWright run).
+    fn own_kubectl(&self) -> Command {
+        let mut cmd = self.cluster.kubectl();
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
+    }
+
+    /// From here on the test speaks the legacy API to NodeWrights: its client, kubectl and
+    /// plugin go through a translating proxy (`translate`); the operator, started with the
+    /// cluster's own kubeconfig, sees NodeWrights.
+    pub async fn translate_to_nodewrights(&mut self) {
+        let proxy = translate::start(&self.cluster.kubeconfig, &std::env::temp_dir());
+        let kc = Kubeconfig::read_from(&proxy.kubeconfig).expect("read the proxy kubeconfig");
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("the proxy kubeconfig is valid");
+        self.client = Client::try_from(config).expect("a client of the proxy");
+        self.kubeconfig = proxy.kubeconfig.clone();
+        self.translator = Some(proxy);
     }
 
     /// [`TestCtx::kubectl`] with `input` piped into its stdin (`apply -f -`).
@@ -297,8 +338,7 @@ impl TestCtx {
         use std::io::Write;
         use std::process::Stdio;
         let mut child = self
-            .cluster
-            .kubectl()
+            .own_kubectl()
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -38,13 +38,13 @@ impl Ran {
 /// Runs the plugin with the test cluster's kubeconfig, no colour variables inherited, and the
 /// given stdin (none: closed).
 pub fn plugin_with(ctx: &TestCtx, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Ran {
-    run(&ctx.cluster.kubeconfig, args, env, stdin)
+    run(&ctx.kubeconfig, args, env, stdin)
 }
 
 /// [`plugin`] on a blocking thread: the test's runtime, and whatever it serves (a proxy in front
 /// of the operator), keeps running meanwhile.
 pub async fn plugin_async(ctx: &TestCtx, args: &[&str]) -> Ran {
-    let kubeconfig = ctx.cluster.kubeconfig.clone();
+    let kubeconfig = ctx.kubeconfig.clone();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

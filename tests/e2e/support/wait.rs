@@ -9,7 +9,7 @@ use skyhook::crd::Skyhook;
 use skyhook::schema::Status;
 
 use super::env::Env;
-use super::metrics::{metrics, samples};
+use super::metrics::{as_seen, raw_metrics, samples};
 use super::private::{Owned, alive};
 
 /// Calls `probe` every 200 ms until it returns `Ok`; after `timeout`, the last reason it gave.
@@ -124,10 +124,11 @@ fn completion(sk: &Skyhook, current_generation: bool) -> Result<(), String> {
 /// `name` on the test operator's `/metrics` carries every tag given and exactly the text `value`.
 pub async fn wait_metric(env: &Env, step: &str, name: &str, tags: &[(&str, &str)], value: &str) {
     let port = env.op.metrics_port;
+    let kind = super::kind();
     env.ctx
         .eventually(step, Duration::from_secs(30), || async {
             // A blocking read: off the test's runtime, which also drives its watches.
-            let text = tokio::task::spawn_blocking(move || metrics(port))
+            let text = tokio::task::spawn_blocking(move || as_seen(raw_metrics(port), kind))
                 .await
                 .map_err(|e| e.to_string())?;
             let found: Vec<_> = samples(&text)
