@@ -33,7 +33,12 @@ async fn apply_is_idempotent_and_creates_everything() {
 
     // What the kustomization renders: exactly the contract's objects, nothing extra (no webhook
     // configurations, Secrets or certificates).
-    let rendered = ctx.kubectl(&["apply", "-k", &dir, "--dry-run=client", "-o", "json"]);
+    // Under the lock: a first apply of the same CRDs by another test makes the dry run's patch
+    // fail ("error when applying patch").
+    let rendered = {
+        let _guard = APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        ctx.kubectl(&["apply", "-k", &dir, "--dry-run=client", "-o", "json"])
+    };
     assert!(
         rendered.status.success(),
         "kubectl apply -k deploy/ --dry-run=client failed:\n{}",

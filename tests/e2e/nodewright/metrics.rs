@@ -10,11 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 use skyhook::schema::Status;
 
-use super::{create_nodewright, nodewright, nodewright_policies, nw_setup};
+use super::{create_nodewright, create_nodewright_policy, nodewright, nw_setup};
 use crate::support::promql::{Use, fixture_uses, merged, missing, read_uses, scrape, series};
 use crate::support::{pkg, skyhook, sleep};
 
@@ -48,18 +47,11 @@ async fn the_upstream_v0_20_dashboard_is_answered_for_a_nodewright_and_a_skyhook
     let wanted = merged(upstream_uses());
     assert_eq!(wanted.len(), 6, "{:?}", wanted.keys());
     let env = nw_setup("nw-metrics", 2, &[]).await;
-    let (k, v) = env.ctx.test_label();
-    let policy = env.ctx.name("policy");
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": policy, "labels": {k: v}},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
-    }))
-    .expect("policy");
-    nodewright_policies(&env.ctx)
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create the new group's DeploymentPolicy");
+    let policy = create_nodewright_policy(
+        &env.ctx,
+        json!({"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}}),
+    )
+    .await;
     let nw = env.ctx.name("nw");
     let packages = json!({"alpha": pkg("1.0.0", sleep("2")), "bravo": pkg("2.0.0", sleep("1"))});
     create_nodewright(

@@ -49,6 +49,23 @@ pub fn nodewright_policies(ctx: &TestCtx) -> Api<DynamicObject> {
     Api::all_with(ctx.client.clone(), &resource)
 }
 
+/// A DeploymentPolicy of the new group with `spec`, labelled as the test's; its name.
+pub async fn create_nodewright_policy(ctx: &TestCtx, spec: Value) -> String {
+    let (k, v) = ctx.test_label();
+    let name = ctx.name("policy");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": Kind::NodeWright.api_version(), "kind": "DeploymentPolicy",
+        "metadata": {"name": name, "labels": {k: v}},
+        "spec": spec,
+    }))
+    .expect("valid DeploymentPolicy");
+    nodewright_policies(ctx)
+        .create(&PostParams::default(), &obj)
+        .await
+        .expect("create the new group's DeploymentPolicy");
+    name
+}
+
 /// A NodeWright of the test's nodes with `spec`, created.
 pub async fn create_nodewright(ctx: &TestCtx, name: &str, spec: Value) {
     create_nodewright_with(ctx, name, spec, json!({})).await;

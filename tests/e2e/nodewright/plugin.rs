@@ -5,17 +5,16 @@
 
 use std::time::Duration;
 
-use kube::api::{DynamicObject, PostParams};
 use serde_json::{Value, json};
 use skyhook::schema::{self, Api as Kind, Status};
 
 use super::{
-    create_nodewright, jobs_labelled, nodewright, nodewright_policies, nodewright_state, nw_setup,
-    wait_nodewright,
+    create_nodewright, create_nodewright_policy, jobs_labelled, nodewright, nodewright_state,
+    nw_setup, wait_nodewright,
 };
 use crate::support::deploy::{RoleBindings, apply_deploy};
 use crate::support::plugin::{nodewright_plugin, plugin};
-use crate::support::roles::{refused_patch, viewer_role_here, wait_bound};
+use crate::support::roles::{as_user_args, refused_patch, viewer_role_here, wait_bound};
 use crate::support::{pkg, skyhook, sleep};
 
 const NW_NAME_LABEL: &str = "nodewright.nvidia.com/name";
@@ -27,18 +26,11 @@ fn node_status(text: &str) -> Vec<Value> {
 #[tokio::test]
 async fn kubectl_nodewright_and_kubectl_skyhook_work_on_a_nodewright() {
     let env = nw_setup("nw-plugin", 2, &[]).await;
-    let (k, v) = env.ctx.test_label();
-    let policy = env.ctx.name("policy");
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "nodewright.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
-        "metadata": {"name": policy, "labels": {k: v}},
-        "spec": {"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}},
-    }))
-    .expect("policy");
-    nodewright_policies(&env.ctx)
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create the new group's DeploymentPolicy");
+    let policy = create_nodewright_policy(
+        &env.ctx,
+        json!({"default": {"budget": {"count": 1}, "strategy": {"fixed": {}}}}),
+    )
+    .await;
     let nw = env.ctx.name("nw");
     let spec = json!({"deploymentPolicy": policy,
         "packages": {"alpha": pkg("1.0.0", sleep("1")), "bravo": pkg("2.0.0", sleep("1"))}});
@@ -172,12 +164,8 @@ async fn the_oncall_role_steers_nodewrights_within_the_policies() {
     let _bound = RoleBindings::oncall(&env.ctx, &oncall);
     viewer_role_here(&env.ctx, &oncall);
     wait_bound(&env, &oncall, "patch", "nodewrights.nodewright.nvidia.com").await;
-    let ns = env.ctx.ns.clone();
-    let as_oncall = |args: &[&str]| {
-        let mut all = vec!["--as", oncall.as_str(), "-n", ns.as_str()];
-        all.extend_from_slice(args);
-        nodewright_plugin(&env.ctx, &all, None)
-    };
+    let as_oncall =
+        |args: &[&str]| nodewright_plugin(&env.ctx, &as_user_args(&env, &oncall, args), None);
     for args in [
         vec!["pause", nw.as_str(), "--confirm"],
         vec!["resume", nw.as_str(), "--confirm"],

@@ -18,6 +18,11 @@ pub const CRD_NAMES: [&str; 2] = [
     "skyhooks.skyhook.nvidia.com",
     "deploymentpolicies.skyhook.nvidia.com",
 ];
+/// The CRDs of upstream v0.18's API, which `kubectl apply -k deploy/` installs too.
+pub const NODEWRIGHT_CRD_NAMES: [&str; 2] = [
+    "nodewrights.nodewright.nvidia.com",
+    "deploymentpolicies.nodewright.nvidia.com",
+];
 /// The two generated CRD files, relative to the repository root.
 pub const CRD_FILES: [&str; 2] = [
     "deploy/crds/skyhook.nvidia.com_skyhooks.yaml",
@@ -81,7 +86,11 @@ pub fn kubectl_retrying(ctx: &TestCtx, args: &[&str]) -> Output {
 
 /// Wait until both CRDs are Established (served).
 pub fn wait_established(ctx: &TestCtx) {
-    let crds: Vec<String> = CRD_NAMES.iter().map(|n| format!("crd/{n}")).collect();
+    let crds: Vec<String> = CRD_NAMES
+        .iter()
+        .chain(&NODEWRIGHT_CRD_NAMES)
+        .map(|n| format!("crd/{n}"))
+        .collect();
     let crds: Vec<&str> = crds.iter().map(String::as_str).collect();
     super::wait_crds(|| ctx.cluster.kubectl(), &crds);
 }
@@ -153,6 +162,8 @@ pub fn expected_objects() -> BTreeSet<(String, String, String)> {
         ("Namespace", "", ns),
         ("CustomResourceDefinition", "", CRD_NAMES[0]),
         ("CustomResourceDefinition", "", CRD_NAMES[1]),
+        ("CustomResourceDefinition", "", NODEWRIGHT_CRD_NAMES[0]),
+        ("CustomResourceDefinition", "", NODEWRIGHT_CRD_NAMES[1]),
         ("ServiceAccount", ns, "skyhook-operator"),
         ("ClusterRole", "", "skyhook-operator"),
         ("ClusterRoleBinding", "", "skyhook-operator"),

@@ -472,7 +472,11 @@ pub fn install_crds() {
         // Client-side apply, as `kubectl apply -k deploy/` (README, e2e `deploy`) does: a
         // server-side apply over a client-side applied CRD makes kubectl 1.36's next client-side
         // apply fail ("expected a struct, but received a nil").
-        run(c.kubectl().arg("apply").arg("-f").arg(&dir));
+        {
+            // deploy/ applies the same CRDs: one applier at a time (see `APPLY_LOCK`).
+            let _guard = deploy::APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            run(c.kubectl().arg("apply").arg("-f").arg(&dir));
+        }
         wait_crds(|| c.kubectl(), &SKYHOOK_CRDS);
     });
 }
@@ -492,7 +496,10 @@ pub fn install_nodewright_crds() {
     NODEWRIGHT_CRDS.get_or_init(|| {
         let c = cluster();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/nodewright");
-        run(c.kubectl().arg("apply").arg("-k").arg(&dir));
+        {
+            let _guard = deploy::APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+            run(c.kubectl().arg("apply").arg("-k").arg(&dir));
+        }
         wait_crds(
             || c.kubectl(),
             &[

@@ -459,12 +459,8 @@ pub fn missing(
 
 /// `GET /metrics` of the operator on 127.0.0.1:`port`; `None` until it listens.
 pub fn scrape(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
+    let text = super::metrics::raw_metrics(port);
+    (!text.is_empty()).then_some(text)
 }
 
 /// Every series of an OpenMetrics text: name → label sets.

@@ -40,9 +40,14 @@ pub fn viewer_role_here(ctx: &TestCtx, user: &str) {
 
 /// The plugin as `user`, in the test's namespace, never prompting.
 pub fn as_user(env: &Env, user: &str, args: &[&str]) -> Ran {
+    plugin(&env.ctx, &as_user_args(env, user, args))
+}
+
+/// `args` as `user`, in the test's namespace.
+pub fn as_user_args<'a>(env: &'a Env, user: &'a str, args: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec!["--as", user, "-n", env.ctx.ns.as_str()];
     all.extend_from_slice(args);
-    plugin(&env.ctx, &all)
+    all
 }
 
 /// `kubectl --as user patch <what> --type merge -p <patch>`: its stderr when refused.
