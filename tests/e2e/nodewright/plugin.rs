@@ -78,12 +78,24 @@ async fn kubectl_nodewright_and_kubectl_skyhook_work_on_a_nodewright() {
         "kubectl skyhook lists Skyhooks by default: {legacy:?}"
     );
 
-    // deployment-policy preview reads the new group's policy.
-    let preview: Value = serde_json::from_str(
-        nodewright_plugin(&env.ctx, &["dp", "preview", &nw, "-o", "json"], None).ok(),
+    // deployment-policy preview reads the new group's policy, under either name of the plugin;
+    // package status reads the NodeWright's node state.
+    for ran in [
+        nodewright_plugin(&env.ctx, &["dp", "preview", &nw, "-o", "json"], None),
+        plugin(&env.ctx, &["dp", "preview", &nw, "-o", "json"]),
+    ] {
+        let preview: Value = serde_json::from_str(ran.ok()).expect("preview JSON");
+        assert_eq!(preview["policy"], json!(policy), "{preview}");
+    }
+    let status: Vec<Value> = serde_json::from_str(
+        plugin(
+            &env.ctx,
+            &["package", "status", "alpha", "--skyhook", &nw, "-o", "json"],
+        )
+        .ok(),
     )
-    .expect("preview JSON");
-    assert_eq!(preview["policy"], json!(policy), "{preview}");
+    .expect("package status JSON");
+    assert_eq!(status.len(), 2, "alpha on both nodes: {status:?}");
 
     // pause and resume: the NodeWright's own annotation, by either name of the plugin.
     let pause = Kind::NodeWright
