@@ -8,16 +8,17 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
-use skyhook::schema;
 use skyhook::schema::Api as ApiKind;
 use skyhook::streamed;
 
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
+use crate::app::lens::{object_resource, patch_in, selector_in};
+use crate::app::node_meta::{AllLabelsMeta, NodePage};
+pub use crate::app::node_meta::{Labels, NodeMeta};
 
 /// What a typed [`Api`] call needs of a kind (of any scope).
 pub trait Kind:
@@ -32,143 +33,6 @@ impl<K> Kind for K where
 
 /// Nodes are listed in pages of this size (kubectl's default chunk size).
 const PAGE_SIZE: u32 = 500;
-
-/// What the plugin reads from a Node: only metadata, never the spec or status.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct NodeMeta {
-    pub name: String,
-    /// Skyhook's own labels (`skyhook.nvidia.com/...`), unless listed with
-    /// [`Labels::All`]: only a compartment lookup reads the others, and they were a fifth of
-    /// what `node status` kept of a thousand nodes.
-    #[serde(default, deserialize_with = "skyhook_labels")]
-    pub labels: BTreeMap<String, String>,
-    /// The node-state annotations (`nodeState_<sh>`), upstream's `runtimeRequiredCordon` mark,
-    /// and the status and health gate annotations (`status_<sh>`, `healthGate_<sh>`) only: nothing else of a node's annotations is read, and at a thousand nodes the
-    /// others (our own bookkeeping among them) would be most of what a list keeps.
-    #[serde(default, deserialize_with = "node_states")]
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// Which of a node's labels a listing keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Labels {
-    /// `skyhook.nvidia.com/...` only.
-    Skyhook,
-    /// Every label (DeploymentPolicy selectors can name any).
-    All,
-}
-
-/// [`NodeMeta`] with every label.
-#[derive(Deserialize)]
-struct AllLabelsMeta {
-    name: String,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
-    #[serde(default, deserialize_with = "node_states")]
-    annotations: BTreeMap<String, String>,
-}
-
-impl From<AllLabelsMeta> for NodeMeta {
-    fn from(m: AllLabelsMeta) -> NodeMeta {
-        NodeMeta {
-            name: m.name,
-            labels: m.labels.unwrap_or_default(),
-            annotations: m.annotations,
-        }
-    }
-}
-
-fn skyhook_labels<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    d.deserialize_any(Kept(schema::is_operator_key))
-}
-
-fn node_states<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    d.deserialize_any(Kept(|k| {
-        let read = |k: &str| {
-            schema::skyhook_of_node_state_annotation(k).is_some()
-                || k == schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
-                || schema::is_gate_or_status_annotation(k)
-        };
-        // A NodeWright's keys too: each listing keeps the keys of the API it is in (`in_api`).
-        read(k)
-            || ApiKind::NodeWright
-                .canonical(k)
-                .is_some_and(|c| c != k && read(&c))
-    }))
-}
-
-impl NodeMeta {
-    /// The node as `api` sees it: its keys in the canonical set (`skyhook.nvidia.com/...`), the
-    /// other API's keys left out.
-    pub fn in_api(mut self, api: ApiKind) -> NodeMeta {
-        match api {
-            ApiKind::Skyhook => {
-                let foreign = |k: &String| {
-                    schema::is_operator_key(k)
-                        && !schema::is_skyhook_key(k)
-                        && k != schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
-                };
-                self.labels.retain(|k, _| !foreign(k));
-                self.annotations.retain(|k, _| !foreign(k));
-            }
-            ApiKind::NodeWright => {
-                self.labels = api.canonical_map(&self.labels);
-                self.annotations = api.canonical_map(&self.annotations);
-            }
-        }
-        self
-    }
-}
-
-/// A string map of which only the keys `.0` accepts are built; the rest are skipped unparsed.
-struct Kept(fn(&str) -> bool);
-
-impl<'de> serde::de::Visitor<'de> for Kept {
-    type Value = BTreeMap<String, String>;
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a map of strings")
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(BTreeMap::new())
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-        let mut kept = BTreeMap::new();
-        while let Some(k) = m.next_key::<String>()? {
-            if (self.0)(&k) {
-                kept.insert(k, m.next_value::<String>()?);
-            } else {
-                m.next_value::<serde::de::IgnoredAny>()?;
-            }
-        }
-        Ok(kept)
-    }
-}
-
-/// One page of a metadata-only node list, parsed straight into [`NodeMeta`]: the managedFields
-/// every writer of a node adds (the larger part of its metadata on a busy node, and a tree of
-/// JSON values once parsed) are skipped, not kept.
-#[derive(Deserialize)]
-struct NodePage<M> {
-    /// `null` in an empty metadata-only list.
-    #[serde(default = "Option::default")]
-    items: Option<Vec<NodeItem<M>>>,
-    metadata: PageMeta,
-}
-
-#[derive(Deserialize)]
-struct NodeItem<M> {
-    metadata: M,
-}
-
-#[derive(Deserialize)]
-struct PageMeta {
-    #[serde(rename = "continue", default)]
-    continue_: Option<String>,
-}
 
 /// A connected client, the server it talks to (for error messages), and the API of the objects
 /// the command works on: every key it reads is seen in the canonical set and every key it writes
@@ -664,44 +528,6 @@ pub fn single_key_patch(field: &str, key: &str, value: Option<&str>) -> Value {
     json!({ "metadata": { field: { key: v } } })
 }
 
-/// [`Kube::selector`].
-fn selector_in(api: ApiKind, canonical: &str) -> String {
-    canonical
-        .split(',')
-        .map(|term| {
-            let end = term.find(['=', '!']).unwrap_or(term.len());
-            let (key, rest) = term.split_at(end);
-            format!("{}{rest}", api.local(key.trim()))
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// A metadata patch in canonical keys, its label and annotation keys as `api` writes them.
-fn patch_in(api: ApiKind, patch: &Value) -> Value {
-    let mut patch = patch.clone();
-    for field in ["labels", "annotations"] {
-        if let Some(Value::Object(map)) = patch.pointer_mut(&format!("/metadata/{field}")) {
-            *map = std::mem::take(map)
-                .into_iter()
-                .map(|(k, v)| (api.local(&k).into_owned(), v))
-                .collect();
-        }
-    }
-    patch
-}
-
-/// The objects of `api` for a dynamic client.
-fn object_resource(api: ApiKind) -> ApiResource {
-    ApiResource {
-        group: api.group().to_string(),
-        version: "v1alpha1".to_string(),
-        api_version: api.api_version().to_string(),
-        kind: api.kind().to_string(),
-        plural: api.plural().to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -892,69 +718,6 @@ mod tests {
         assert_eq!(
             single_key_patch("labels", schema::IGNORE_LABEL, None).to_string(),
             r#"{"metadata":{"labels":{"skyhook.nvidia.com/ignore":null}}}"#
-        );
-    }
-
-    #[test]
-    fn a_nodewright_is_read_and_written_through_its_own_keys() {
-        let nw = ApiKind::NodeWright;
-        assert_eq!(
-            selector_in(
-                nw,
-                "skyhook.nvidia.com/name=gpu,skyhook.nvidia.com/node!=n1"
-            ),
-            "nodewright.nvidia.com/name=gpu,nodewright.nvidia.com/node!=n1"
-        );
-        assert_eq!(
-            selector_in(ApiKind::Skyhook, "skyhook.nvidia.com/name"),
-            "skyhook.nvidia.com/name"
-        );
-        let patch = json!({"metadata": {"resourceVersion": "7",
-            "annotations": {"skyhook.nvidia.com/nodeState_gpu": null, "other": "x"},
-            "labels": {"skyhook.nvidia.com/status_gpu": null}}});
-        assert_eq!(
-            patch_in(nw, &patch),
-            json!({"metadata": {"resourceVersion": "7",
-                "annotations": {"nodewright.nvidia.com/nodeState_gpu": null, "other": "x"},
-                "labels": {"nodewright.nvidia.com/status_gpu": null}}})
-        );
-        let both = NodeMeta {
-            name: "n1".into(),
-            labels: [
-                ("skyhook.nvidia.com/status_a", "complete"),
-                ("nodewright.nvidia.com/status_b", "erroring"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-            annotations: [
-                ("skyhook.nvidia.com/nodeState_a", "{}"),
-                ("nodewright.nvidia.com/nodeState_b", "{}"),
-                (schema::RUNTIME_REQUIRED_CORDON_ANNOTATION, "true"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        };
-        let seen = both.clone().in_api(nw);
-        assert_eq!(
-            seen.labels.keys().collect::<Vec<_>>(),
-            ["skyhook.nvidia.com/status_b"]
-        );
-        assert_eq!(
-            seen.annotations.keys().collect::<Vec<_>>(),
-            [
-                schema::RUNTIME_REQUIRED_CORDON_ANNOTATION,
-                "skyhook.nvidia.com/nodeState_b"
-            ]
-        );
-        let legacy = both.in_api(ApiKind::Skyhook);
-        assert_eq!(
-            legacy.annotations.keys().collect::<Vec<_>>(),
-            [
-                schema::RUNTIME_REQUIRED_CORDON_ANNOTATION,
-                "skyhook.nvidia.com/nodeState_a"
-            ]
         );
     }
 }

@@ -8,6 +8,8 @@ pub mod error;
 pub mod global;
 pub mod jobs;
 pub mod kube;
+pub mod lens;
+pub mod node_meta;
 pub mod nodes;
 pub mod operator;
 pub mod output;

@@ -120,18 +120,8 @@ pub async fn run(
     }
     for (ctx, triggers, created_again) in parts {
         running.push(policy_finalizer_task(&ctx).boxed());
-        let (client, down) = (client.clone(), shutdown.clone());
-        running.push(
-            async move {
-                if !ctx.config.serve_apis.required(ctx.api) {
-                    startup::wait_until_served(&client, ctx.api).await;
-                }
-                ctx.serving.store(true, Ordering::Relaxed);
-                mark_ready_when_synced(&ctx);
-                engine(ctx, triggers, created_again, down).await;
-            }
-            .boxed(),
-        );
+        let down = shutdown.clone();
+        running.push(served_engine(ctx, triggers, created_again, client.clone(), down).boxed());
     }
     let all = futures::future::select_all(running).map(drop);
     supervise(beside(all, notifier), leadership).await?;
@@ -152,6 +142,25 @@ fn mirror_sides(engines: &Engines, config: &Config) -> Option<process::mirror::S
             nodewright_policies: nw.caches.policies.clone(),
             selected: config.skyhook_selector.is_some(),
         })
+}
+
+/// [`engine`] once its API is served (at once for a required API; for `SERVE_APIS=auto`'s
+/// NodeWrights, once their CRD is installed).
+async fn served_engine(
+    ctx: Arc<Ctx>,
+    triggers: watch::caches::Triggers,
+    created_again: impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<Skyhook>>
+    + Send
+    + 'static,
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    if !ctx.config.serve_apis.required(ctx.api) {
+        startup::wait_until_served(&client, ctx.api).await;
+    }
+    ctx.serving.store(true, Ordering::Relaxed);
+    mark_ready_when_synced(&ctx);
+    engine(ctx, triggers, created_again, shutdown).await;
 }
 
 /// The reconcile loop of one API's objects, until `shutdown`.

@@ -19,7 +19,8 @@ use serde_json::Value;
 use crate::support::TestCtx;
 use crate::support::deploy::{
     APPLY_LOCK, OPERATOR_NS, RoleBindings, apply_deploy, deploy_dir, expected_objects,
-    kubectl_retrying, object_ids, parse_json, repo, require_crd_files, text, wait_established,
+    kubectl_retrying, object_ids, parse_json, repo, require_crd_files, text,
+    wait_deploy_established,
 };
 
 /// The operator's ServiceAccount, as a user name for `kubectl auth can-i --as`.
@@ -73,7 +74,7 @@ async fn apply_is_idempotent_and_creates_everything() {
             "the second apply did not report every object:\n{stdout}"
         );
     }
-    wait_established(&ctx);
+    wait_deploy_established(&ctx);
 
     // Everything exists on the server.
     let got = ctx.kubectl(&["get", "-k", &dir, "-o", "json"]);

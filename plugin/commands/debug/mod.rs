@@ -30,7 +30,7 @@ use skyhook::schema::{self, NodePattern};
 use self::archive::{Archive, Piece, human_size};
 use crate::app::Ctx;
 use crate::app::error::CliError;
-use crate::app::global::Timeout;
+use crate::app::global::{GlobalArgs, Timeout};
 use crate::app::kube::{Kind, Kube};
 use crate::app::operator::PLUGIN_VERSION;
 use crate::cli::CollectArgs;
@@ -49,6 +49,16 @@ const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 const PIECES: u64 = 9;
 
 /// Returns the exit code: 0, or 3 when some pieces failed but the archive was written.
+/// A client (with the collection's own request timeout) in the API of the object named, if any.
+async fn connect_in_api(global: &GlobalArgs, named: Option<&str>) -> Result<Kube, CliError> {
+    let kube = Kube::connect(global).await?;
+    let api = match named {
+        Some(name) => kube.api_of(name, global.api).await,
+        None => global.api,
+    };
+    Ok(kube.in_api(api))
+}
+
 pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Result<u8, CliError> {
     let chosen = chosen_archive(args, ctx.global.output_arg.as_deref());
     let mut global = ctx.global.clone();
@@ -65,14 +75,7 @@ pub async fn collect(ctx: &Ctx, out: &mut dyn Write, args: &CollectArgs) -> Resu
             "Warning: --no-redact: the archive will include secrets (env values, package configMap contents, logs, messages) unredacted; share it only as you would the secrets themselves"
         );
     }
-    let kube = Kube::connect(&global).await?;
-    let kube = match &args.skyhook {
-        Some(name) => {
-            let api = kube.api_of(name, global.api).await;
-            kube.in_api(api)
-        }
-        None => kube.in_api(global.api),
-    };
+    let kube = connect_in_api(&global, args.skyhook.as_deref()).await?;
     // Checked before anything else so a typo fails fast and leaves no archive behind.
     let named = match &args.skyhook {
         Some(name) => Some(kube.skyhook(name).await?),

@@ -84,13 +84,18 @@ pub fn kubectl_retrying(ctx: &TestCtx, args: &[&str]) -> Output {
     }
 }
 
-/// Wait until both CRDs are Established (served).
+/// Wait until the Skyhook CRDs are Established (served).
 pub fn wait_established(ctx: &TestCtx) {
-    let crds: Vec<String> = CRD_NAMES
-        .iter()
-        .chain(&NODEWRIGHT_CRD_NAMES)
-        .map(|n| format!("crd/{n}"))
-        .collect();
+    wait_for_crds(ctx, &CRD_NAMES);
+}
+
+/// Wait until every CRD `kubectl apply -k deploy/` installs is Established.
+pub fn wait_deploy_established(ctx: &TestCtx) {
+    wait_for_crds(ctx, &[CRD_NAMES, NODEWRIGHT_CRD_NAMES].concat());
+}
+
+fn wait_for_crds(ctx: &TestCtx, names: &[&str]) {
+    let crds: Vec<String> = names.iter().map(|n| format!("crd/{n}")).collect();
     let crds: Vec<&str> = crds.iter().map(String::as_str).collect();
     super::wait_crds(|| ctx.cluster.kubectl(), &crds);
 }
@@ -125,7 +130,7 @@ pub fn apply_deploy(ctx: &TestCtx) -> String {
         let _guard = APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         kubectl_retrying(ctx, &["apply", "-k", &dir])
     };
-    wait_established(ctx);
+    wait_deploy_established(ctx);
     text(&out.stdout)
 }
 
