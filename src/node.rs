@@ -23,7 +23,7 @@ pub struct NodeView {
     /// node selectors match these labels (`selector_labels`), as upstream matches a node's own,
     /// so a selector naming a `nodewright.nvidia.com/` or a user's `skyhook.nvidia.com/` label
     /// still matches; the node metadata ConfigMap copies both as they are.
-    pub stored: Option<Box<(Pairs, Pairs)>>,
+    pub stored: Option<std::sync::Arc<NodeView>>,
     /// All of them: the node metadata ConfigMap copies every annotation.
     pub annotations: Pairs,
     pub taints: Vec<Taint>,
@@ -42,12 +42,14 @@ pub struct NodeView {
 impl NodeView {
     /// The labels node selectors match: as stored (see `stored`).
     pub fn selector_labels(&self) -> &Pairs {
-        self.stored.as_ref().map_or(&self.labels, |s| &s.0)
+        self.stored.as_ref().map_or(&self.labels, |s| &s.labels)
     }
 
     /// The annotations as stored (see `stored`).
     pub fn stored_annotations(&self) -> &Pairs {
-        self.stored.as_ref().map_or(&self.annotations, |s| &s.1)
+        self.stored
+            .as_ref()
+            .map_or(&self.annotations, |s| &s.annotations)
     }
 
     pub fn annotation(&self, key: &str) -> Option<&str> {
@@ -158,7 +160,7 @@ impl NodeView {
             .collect();
         std::sync::Arc::new(NodeView {
             labels: pairs(&self.labels),
-            stored: Some(Box::new((self.labels.clone(), self.annotations.clone()))),
+            stored: Some(self.clone()),
             annotations: pairs(&self.annotations),
             conditions,
             ..(**self).clone()

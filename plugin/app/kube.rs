@@ -5,18 +5,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config};
 use serde_json::{Value, json};
-use skyhook::crd::{DeploymentPolicy, Skyhook};
+use skyhook::crd::{DeploymentPolicy, Skyhook, object_resource, policy_resource};
 use skyhook::kubeconfig::{KubeconfigError, Source, load};
 use skyhook::schema::Api as ApiKind;
 use skyhook::streamed;
 
 use crate::app::error::{CliError, is_not_found, one_line};
 use crate::app::global::GlobalArgs;
-use crate::app::lens::{object_resource, patch_in, selector_in};
+use crate::app::lens::{patch_in, selector_in};
 use crate::app::node_meta::{AllLabelsMeta, NodePage};
 pub use crate::app::node_meta::{Labels, NodeMeta};
 
@@ -144,11 +144,7 @@ impl Kube {
 
     /// The DeploymentPolicies of this API's group, read as the one type both groups share.
     pub async fn policies(&self) -> Result<Vec<DeploymentPolicy>, kube::Error> {
-        let resource = ApiResource {
-            kind: "DeploymentPolicy".to_string(),
-            plural: "deploymentpolicies".to_string(),
-            ..object_resource(self.api)
-        };
+        let resource = policy_resource(self.api);
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let list = api.list(&ListParams::default()).await?;
         Ok(list

@@ -2,7 +2,6 @@
 //! (`skyhook.nvidia.com/...`); a NodeWright's nodes, objects and Jobs are read into them and its
 //! writes go out under `nodewright.nvidia.com/`, as the operator's lens (`schema::Api`) does.
 
-use kube::api::ApiResource;
 use serde_json::Value;
 use skyhook::schema;
 use skyhook::schema::Api as ApiKind;
@@ -57,17 +56,6 @@ pub(super) fn patch_in(api: ApiKind, patch: &Value) -> Value {
         }
     }
     patch
-}
-
-/// The objects of `api` for a dynamic client.
-pub(super) fn object_resource(api: ApiKind) -> ApiResource {
-    ApiResource {
-        group: api.group().to_string(),
-        version: "v1alpha1".to_string(),
-        api_version: api.api_version().to_string(),
-        kind: api.kind().to_string(),
-        plural: api.plural().to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod normalize;
 pub mod policy;
 pub mod policy_in_use;
 mod quantity;
+pub mod resources;
 pub mod skyhook;
 pub mod status;
 pub mod upstream_fields;
@@ -41,6 +42,7 @@ pub use policy::{
     DeploymentStrategy, EffectiveStrategy, ExponentialStrategy, FixedStrategy, LinearStrategy,
     MaintenanceWindow, PolicyDefault, StrategyKind, StrategyParams, WindowDay,
 };
+pub use resources::{object_resource, policy_resource};
 pub use skyhook::{
     DeploymentPolicyOptions, DrainConfig, InterruptionBudget, Package, PackageResources,
     PackageUninstall, Sequencing, Skyhook, SkyhookSpec,

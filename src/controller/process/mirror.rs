@@ -13,9 +13,8 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::controller::watch::decode::api_resource;
 use crate::controller::write::event_queue::EventSink;
-use crate::crd::{DeploymentPolicy, Skyhook};
+use crate::crd::{DeploymentPolicy, Skyhook, object_resource, policy_resource};
 use crate::plan::mirror::{self, Kind, MirrorWrite};
 use crate::schema::{self, Api};
 
@@ -77,12 +76,8 @@ fn writes(sides: &Sides) -> Result<Vec<MirrorWrite>, serde_json::Error> {
 /// The new group's objects of `kind`.
 fn resource(kind: Kind) -> ApiResource {
     match kind {
-        Kind::NodeWright => api_resource(Api::NodeWright),
-        Kind::Policy => ApiResource {
-            kind: "DeploymentPolicy".to_string(),
-            plural: "deploymentpolicies".to_string(),
-            ..api_resource(Api::NodeWright)
-        },
+        Kind::NodeWright => object_resource(Api::NodeWright),
+        Kind::Policy => policy_resource(Api::NodeWright),
     }
 }
 

@@ -53,11 +53,7 @@ pub async fn run(
             }
         },
     };
-    let resource = kube::api::ApiResource {
-        kind: "DeploymentPolicy".to_string(),
-        plural: "deploymentpolicies".to_string(),
-        ..crate::controller::watch::decode::api_resource(kind)
-    };
+    let resource = crate::crd::policy_resource(kind);
     let api = Policies {
         api: Api::all_with(client, &resource),
         kind,

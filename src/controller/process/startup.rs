@@ -73,10 +73,8 @@ pub async fn wait_for_skyhook_api(
     selector: Option<&str>,
     crd_wait: Duration,
 ) -> Result<(), Error> {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &crate::controller::watch::decode::api_resource(kind),
-    );
+    let api: Api<kube::api::DynamicObject> =
+        Api::all_with(client.clone(), &crate::crd::object_resource(kind));
     let mut lp = ListParams::default().limit(1);
     if let Some(sel) = selector {
         lp = lp.labels(sel);
@@ -120,10 +118,8 @@ pub async fn wait_for_skyhook_api(
 /// Waits, quietly and for as long as it takes, until the API server serves the kind of `kind`:
 /// with `SERVE_APIS=auto` the NodeWright engine starts once its CRD is installed.
 pub async fn wait_until_served(client: &Client, kind: crate::schema::Api) {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &crate::controller::watch::decode::api_resource(kind),
-    );
+    let api: Api<kube::api::DynamicObject> =
+        Api::all_with(client.clone(), &crate::crd::object_resource(kind));
     let mut announced = false;
     loop {
         match api.list(&ListParams::default().limit(1)).await {

@@ -289,18 +289,6 @@ pub async fn patch_status(
     Ok(stored.metadata.resource_version)
 }
 
-/// The kind of `api` for a dynamic client (the writes to the object itself: finalizer, version
-/// annotation).
-pub fn api_resource(api: Api) -> kube::api::ApiResource {
-    kube::api::ApiResource {
-        group: api.group().to_string(),
-        version: "v1alpha1".to_string(),
-        api_version: api.api_version().to_string(),
-        kind: api.kind().to_string(),
-        plural: api.plural().to_string(),
-    }
-}
-
 /// An answer read for its resourceVersion; serde skips everything else without building it.
 #[derive(Deserialize)]
 struct VersionOnly {

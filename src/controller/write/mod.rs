@@ -209,7 +209,7 @@ impl<'a> Writer<'a> {
             sk,
             api: to.api,
             name: sk.name_any(),
-            skyhooks: Api::all_with(client.clone(), &lean::api_resource(to.api)),
+            skyhooks: Api::all_with(client.clone(), &crate::crd::object_resource(to.api)),
             jobs: Api::namespaced(client.clone(), to.namespace),
             cms: Api::namespaced(client.clone(), to.namespace),
             nodes: Api::all(client.clone()),

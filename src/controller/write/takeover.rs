@@ -13,7 +13,6 @@ use tracing::info;
 use super::event_queue::EventSink;
 use super::{Target, execute};
 use crate::controller::error::Error;
-use crate::controller::watch::decode::api_resource;
 use crate::crd::Skyhook;
 use crate::node::NodeView;
 use crate::plan::{self, Plan, api_handover};
@@ -56,7 +55,7 @@ async fn mark_taken_over(to: &Target<'_>, nw: &Skyhook) -> Result<(), Error> {
     let now = jiff::Timestamp::now().to_string();
     let patch = serde_json::json!({"metadata": {"annotations": {key.as_ref(): now}}});
     let objects: kube::Api<DynamicObject> =
-        kube::Api::all_with(to.client.clone(), &api_resource(to.api));
+        kube::Api::all_with(to.client.clone(), &crate::crd::object_resource(to.api));
     objects
         .patch(
             &nw.name_any(),

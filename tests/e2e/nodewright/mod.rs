@@ -12,7 +12,7 @@ mod takeover;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, Api as Kind};
@@ -27,26 +27,15 @@ pub async fn nw_setup(test: &str, nodes: usize, operator_env: &[(&str, &str)]) -
 
 /// The objects of `kind` (cluster scoped).
 pub fn objects(ctx: &TestCtx, kind: Kind) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: kind.group().into(),
-        version: "v1alpha1".into(),
-        api_version: kind.api_version().into(),
-        kind: kind.kind().into(),
-        plural: kind.plural().into(),
-    };
-    Api::all_with(ctx.client.clone(), &resource)
+    Api::all_with(ctx.client.clone(), &skyhook::crd::object_resource(kind))
 }
 
 /// The new group's DeploymentPolicies.
 pub fn nodewright_policies(ctx: &TestCtx) -> Api<DynamicObject> {
-    let resource = ApiResource {
-        group: Kind::NodeWright.group().into(),
-        version: "v1alpha1".into(),
-        api_version: Kind::NodeWright.api_version().into(),
-        kind: "DeploymentPolicy".into(),
-        plural: "deploymentpolicies".into(),
-    };
-    Api::all_with(ctx.client.clone(), &resource)
+    Api::all_with(
+        ctx.client.clone(),
+        &skyhook::crd::policy_resource(Kind::NodeWright),
+    )
 }
 
 /// A DeploymentPolicy of the new group with `spec`, labelled as the test's; its name.
