@@ -167,6 +167,16 @@ impl NodeView {
         })
     }
 
+    /// The types of the node conditions a Skyhook of this name set.
+    pub fn condition_types_of(&self, skyhook: &str) -> Vec<String> {
+        let prefix = schema::node_condition_prefix(skyhook);
+        self.conditions
+            .iter()
+            .filter(|c| c.type_.starts_with(&prefix))
+            .map(|c| c.type_.to_string())
+            .collect()
+    }
+
     /// The status of a condition neither the kubelet nor a Skyhook sets.
     pub fn other_condition(&self, type_: &str) -> Option<&str> {
         self.other_conditions

@@ -83,6 +83,17 @@ pub async fn list_selected(
     Ok((kube, nodes, selected))
 }
 
+/// The nodes the patterns select; `None` (every node) without a pattern.
+pub fn select_named(
+    patterns: &[String],
+    nodes: &[NodeMeta],
+) -> Result<Option<BTreeSet<String>>, CliError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    select_nodes(patterns, nodes.iter().map(|n| n.name.as_str())).map(Some)
+}
+
 /// The node names the patterns select. Every pattern must match at least one node, so a typo
 /// is an error rather than an empty result.
 pub fn select_nodes<'a>(

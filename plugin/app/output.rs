@@ -294,6 +294,20 @@ pub fn untabled<'a, T: Serialize + ?Sized>(
     structured(format, value)
 }
 
+/// [`untabled`], or `empty` when a table would have no rows.
+pub fn untabled_or<'a, T: Serialize + ?Sized>(
+    format: OutputFormat,
+    (resource, names_of): (&str, impl IntoIterator<Item = &'a str>),
+    value: &T,
+    rows: usize,
+    empty: impl FnOnce() -> String,
+) -> Result<Option<String>, CliError> {
+    match untabled(format, resource, names_of, value)? {
+        Some(text) => Ok(Some(text)),
+        None => Ok((rows == 0).then(empty)),
+    }
+}
+
 /// `-o name`: `<resource>/<name>` lines, each name once, in the order given.
 pub fn names<'a>(resource: &str, names: impl IntoIterator<Item = &'a str>) -> String {
     let mut seen = std::collections::HashSet::new();

@@ -18,9 +18,9 @@ use crate::app::access::{Change, Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
 use crate::app::nodes::{
-    check_patterns, health_gate, list_selected, parse_state, select_nodes, skyhook_states,
+    check_patterns, health_gate, list_selected, parse_state, select_named, skyhook_states,
 };
-use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
+use crate::app::output::{Field, OutputFormat, Painter, tone, untabled_or};
 use crate::app::sort::{Sortable, sort_by_key};
 
 /// Per-(node, Skyhook) roll-up of the package entries (§8.6).
@@ -127,11 +127,10 @@ pub fn render_list(
         nodes: entries,
     };
     let node_names = entries.iter().map(|e| e.node_name.as_str());
-    if let Some(text) = untabled(format, "node", node_names, &output)? {
+    let empty = || format!("No nodes found for Skyhook {skyhook:?}\n");
+    let names = ("node", node_names);
+    if let Some(text) = untabled_or(format, names, &output, entries.len(), empty)? {
         return Ok(text);
-    }
-    if entries.is_empty() {
-        return Ok(format!("No nodes found for Skyhook {skyhook:?}\n"));
     }
     let total = entries.len();
     let complete = entries
@@ -373,11 +372,10 @@ pub fn render_status(
     summaries: &[NodeSkyhookSummary],
 ) -> Result<String, CliError> {
     let node_names = summaries.iter().map(|s| s.node_name.as_str());
-    if let Some(text) = untabled(format, "node", node_names, summaries)? {
+    let empty = || "No Skyhook activity found on specified nodes\n".to_string();
+    let names = ("node", node_names);
+    if let Some(text) = untabled_or(format, names, summaries, summaries.len(), empty)? {
         return Ok(text);
-    }
-    if summaries.is_empty() {
-        return Ok("No Skyhook activity found on specified nodes\n".to_string());
     }
     if format == OutputFormat::Wide {
         return Ok(wide_table(painter, summaries));
@@ -441,14 +439,7 @@ pub async fn status(
         Labels::Skyhook
     };
     let nodes = kube.nodes_with(labels).await?;
-    let selected = if patterns.is_empty() {
-        None
-    } else {
-        Some(select_nodes(
-            patterns,
-            nodes.iter().map(|n| n.name.as_str()),
-        )?)
-    };
+    let selected = select_named(patterns, &nodes)?;
     // The plain table shows no package; a sort key may name one.
     let packages = ctx.global.output != OutputFormat::Table || ctx.global.sort_key.is_some();
     let cordoned = kube.cordoned_nodes().await?;
@@ -846,7 +837,7 @@ mod tests {
         let names = ["node-1", "node-10", "node-2", "worker.a"];
         let sel = |p: &[&str]| {
             let p: Vec<String> = p.iter().map(|s| s.to_string()).collect();
-            select_nodes(&p, names.iter().copied())
+            crate::app::nodes::select_nodes(&p, names.iter().copied())
         };
         assert_eq!(
             sel(&["node-1"]).unwrap().into_iter().collect::<Vec<_>>(),

@@ -9,8 +9,8 @@ use skyhook::schema::{self, PackageStatus};
 use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::kube::NodeMeta;
-use crate::app::nodes::{check_patterns, parse_state, select_nodes};
-use crate::app::output::{Field, OutputFormat, Painter, tone, untabled};
+use crate::app::nodes::{check_patterns, parse_state, select_named};
+use crate::app::output::{Field, OutputFormat, Painter, tone, untabled_or};
 use crate::app::sort::{Sortable, sort_by_key};
 
 /// A node-state entry with its node: the `PackageStatus` fields inlined, then `nodeName`.
@@ -93,11 +93,10 @@ pub fn render(
     statuses: &[NodePackageStatus],
 ) -> Result<String, CliError> {
     let node_names = statuses.iter().map(|s| s.node_name.as_str());
-    if let Some(text) = untabled(format, "node", node_names, statuses)? {
+    let empty = || format!("No package status found for skyhook {skyhook:?}\n");
+    let names = ("node", node_names);
+    if let Some(text) = untabled_or(format, names, statuses, statuses.len(), empty)? {
         return Ok(text);
-    }
-    if statuses.is_empty() {
-        return Ok(format!("No package status found for skyhook {skyhook:?}\n"));
     }
     let wide = format == OutputFormat::Wide;
     let mut headers = vec!["NODE", "PACKAGE", "VERSION", "STAGE", "STATE"];
@@ -141,14 +140,7 @@ pub async fn status(
     let kube = ctx.kube().await?;
     let sk = kube.skyhook(skyhook).await?;
     let nodes = kube.nodes().await?;
-    let selected = if node_patterns.is_empty() {
-        None
-    } else {
-        Some(select_nodes(
-            node_patterns,
-            nodes.iter().map(|n| n.name.as_str()),
-        )?)
-    };
+    let selected = select_named(node_patterns, &nodes)?;
     let mut statuses = collect(ctx, &nodes, skyhook, package, selected.as_ref());
     if let Some(key) = &ctx.global.sort_key {
         sort_by_key(&mut statuses, key);

@@ -141,12 +141,8 @@ pub async fn run(
         None => "\nThis will remove package state from node annotations and cause the package to re-run from the beginning.".to_string(),
     };
     let prompt = [first];
-    let change = Change::new(
-        format!("re-running package {:?}", target.package),
-        &[Need::PATCH_NODES],
-        confirm,
-        &prompt,
-    );
+    let action = format!("re-running package {:?}", target.package);
+    let change = Change::new(action, &[Need::PATCH_NODES], confirm, &prompt);
     if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }

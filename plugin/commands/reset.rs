@@ -155,12 +155,8 @@ pub async fn nodes(
         "All packages will re-run from the beginning.".to_string(),
     ];
     prompt.extend(stopping(ctx, &kube, skyhook, &targets).await);
-    let change = Change::new(
-        format!("resetting skyhook {skyhook:?} on nodes"),
-        &[Need::PATCH_NODES],
-        confirm,
-        &prompt,
-    );
+    let action = format!("resetting skyhook {skyhook:?} on nodes");
+    let change = Change::new(action, &[Need::PATCH_NODES], confirm, &prompt);
     if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
@@ -209,12 +205,8 @@ pub async fn skyhook(
     if !args.skip_batch_reset {
         needs.push(Need::PATCH_SKYHOOK_STATUS);
     }
-    let change = Change::new(
-        format!("resetting skyhook {name:?}"),
-        &needs,
-        args.confirm,
-        &prompt,
-    );
+    let action = format!("resetting skyhook {name:?}");
+    let change = Change::new(action, &needs, args.confirm, &prompt);
     if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }
@@ -343,12 +335,8 @@ pub async fn batch_state(
         format!("\nThis will reset the batch state for Skyhook {name:?}."),
         "The next reconciliation will start from batch 1.".to_string(),
     ];
-    let change = Change::new(
-        format!("resetting the batch state of skyhook {name:?}"),
-        &[Need::PATCH_SKYHOOK_STATUS],
-        confirm,
-        &prompt,
-    );
+    let action = format!("resetting the batch state of skyhook {name:?}");
+    let change = Change::new(action, &[Need::PATCH_SKYHOOK_STATUS], confirm, &prompt);
     if !proceed(ctx, &kube, &change, out, input).await? {
         return Ok(());
     }

@@ -68,79 +68,59 @@ pub fn skyhook_enum_additions() -> Vec<(&'static str, &'static str, Vec<Value>)>
 
 /// The Skyhook CRD's fields from later releases.
 pub fn skyhook_fields() -> Vec<UpstreamField> {
+    let added = |release: &'static str| {
+        move |path: &'static str, schema: Value| UpstreamField {
+            path,
+            release,
+            schema,
+        }
+    };
+    let (v14, v15, v16) = (added("v0.14.0"), added("v0.15.0"), added("v0.16.0"));
+    let (v18, v19) = (added("v0.18.0"), added("v0.19.0"));
     vec![
-        UpstreamField {
-            path: "spec.sequencing",
-            release: "v0.14.0",
-            schema: json!({"type": "string", "enum": ["all", "node"], "default": "node"}),
-        },
-        UpstreamField {
-            path: "status.nodeOrderOffset",
-            release: "v0.15.0",
-            schema: json!({"type": "integer"}),
-        },
-        UpstreamField {
-            path: "spec.packages.*.uninstall",
-            release: "v0.16.0",
-            schema: json!({"type": "object", "required": ["apply", "enabled"]}),
-        },
-        UpstreamField {
-            path: "spec.packages.*.uninstall.enabled",
-            release: "v0.16.0",
-            schema: json!({"type": "boolean", "default": false}),
-        },
-        UpstreamField {
-            path: "spec.packages.*.uninstall.apply",
-            release: "v0.16.0",
-            schema: json!({"type": "boolean", "default": false}),
-        },
+        v14(
+            "spec.sequencing",
+            json!({"type": "string", "enum": ["all", "node"], "default": "node"}),
+        ),
+        v15("status.nodeOrderOffset", json!({"type": "integer"})),
+        v16(
+            "spec.packages.*.uninstall",
+            json!({"type": "object", "required": ["apply", "enabled"]}),
+        ),
+        v16(
+            "spec.packages.*.uninstall.enabled",
+            json!({"type": "boolean", "default": false}),
+        ),
+        v16(
+            "spec.packages.*.uninstall.apply",
+            json!({"type": "boolean", "default": false}),
+        ),
         // The next ones upstream added to its NodeWright API (v0.18 on), with the shapes of
         // `../shared/reference/nodewright-delta.md` D26, D28 and D38; this project serves them on
         // the legacy API too, for manifests moving back from NodeWright.
-        UpstreamField {
-            path: "spec.packages.*.stageTimeout",
-            release: "v0.18.0",
-            schema: json!({"type": "string"}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig",
-            release: "v0.18.0",
-            schema: json!({"type": "object", "nullable": true}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig.disableEviction",
-            release: "v0.18.0",
-            schema: json!({"type": "boolean"}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig.deleteEmptyDirData",
-            release: "v0.18.0",
-            schema: json!({"type": "boolean"}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig.force",
-            release: "v0.18.0",
-            schema: json!({"type": "boolean"}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig.ignoreDaemonSets",
-            release: "v0.18.0",
-            schema: json!({"type": "boolean"}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig.timeout",
-            release: "v0.18.0",
-            schema: json!({"type": "string"}),
-        },
-        UpstreamField {
-            path: "spec.drainConfig.gracePeriod",
-            release: "v0.18.0",
-            schema: json!({"type": "string"}),
-        },
-        UpstreamField {
-            path: "spec.runtimeRequiredCordonAfter",
-            release: "v0.19.0",
-            schema: json!({"type": "boolean", "default": false}),
-        },
+        v18("spec.packages.*.stageTimeout", json!({"type": "string"})),
+        v18(
+            "spec.drainConfig",
+            json!({"type": "object", "nullable": true}),
+        ),
+        v18(
+            "spec.drainConfig.disableEviction",
+            json!({"type": "boolean"}),
+        ),
+        v18(
+            "spec.drainConfig.deleteEmptyDirData",
+            json!({"type": "boolean"}),
+        ),
+        v18("spec.drainConfig.force", json!({"type": "boolean"})),
+        v18(
+            "spec.drainConfig.ignoreDaemonSets",
+            json!({"type": "boolean"}),
+        ),
+        v18("spec.drainConfig.timeout", json!({"type": "string"})),
+        v18("spec.drainConfig.gracePeriod", json!({"type": "string"})),
+        v19(
+            "spec.runtimeRequiredCordonAfter",
+            json!({"type": "boolean", "default": false}),
+        ),
     ]
 }

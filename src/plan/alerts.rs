@@ -87,22 +87,11 @@ pub fn condition(gate: &AlertGate, hold: &AlertHold) -> Option<(&'static str, St
     match hold {
         AlertHold::Clear => None,
         AlertHold::Firing(alerts) => {
-            let more = alerts.len().saturating_sub(ALERTS_NAMED);
-            let named = alerts
-                .iter()
-                .take(ALERTS_NAMED)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ");
-            let tail = if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            };
+            let named = crate::schema::short_list(alerts, ALERTS_NAMED, ", ");
             Some((
                 crate::schema::ALERTS_FIRING_REASON,
                 format!(
-                    "{} firing alert(s) match alertGate.matchers at {}: {named}{tail}; no new batch starts until they clear",
+                    "{} firing alert(s) match alertGate.matchers at {}: {named}; no new batch starts until they clear",
                     alerts.len(),
                     gate.url
                 ),

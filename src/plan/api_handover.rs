@@ -96,13 +96,7 @@ pub fn pruned_keys(name: &str, node: &NodeView) -> Option<(NodePatch, Vec<String
     if node.label(&label).is_some() {
         patch.labels.insert(label, None);
     }
-    let prefix = schema::node_condition_prefix(name);
-    let conditions: Vec<String> = node
-        .conditions
-        .iter()
-        .filter(|c| c.type_.starts_with(&prefix))
-        .map(|c| c.type_.to_string())
-        .collect();
+    let conditions = node.condition_types_of(name);
     (!patch.is_empty() || !conditions.is_empty()).then_some((patch, conditions))
 }
 

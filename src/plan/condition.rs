@@ -50,3 +50,34 @@ pub fn present_while(
         None => list.retain(|c| c.type_ != kind),
     }
 }
+
+/// Condition `kind`, `True` with `reason` and `message` while `holding` says so; once it has
+/// been set, `False` with `clear` afterwards. A Skyhook that never had it does not carry it.
+pub fn kept_once_set(
+    list: &mut Vec<Condition>,
+    kind: &str,
+    holding: Option<(&str, String)>,
+    clear: (&str, &str),
+    generation: i64,
+    now: Timestamp,
+) {
+    let known = list.iter().any(|c| c.type_ == kind);
+    match holding {
+        Some((reason, message)) => {
+            set_condition(list, kind, true, reason, message, generation, now)
+        }
+        None if known => {
+            let (reason, message) = clear;
+            set_condition(
+                list,
+                kind,
+                false,
+                reason,
+                message.to_string(),
+                generation,
+                now,
+            )
+        }
+        None => {}
+    }
+}

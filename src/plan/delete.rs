@@ -35,7 +35,6 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>], jobs_on: &BTreeSet<Str
         schema::drain_start_annotation(&name),
         schema::health_gate_annotation(&name),
     ];
-    let condition_prefix = schema::node_condition_prefix(&name);
     for n in nodes {
         let mut patch = NodePatch::of(n);
         for k in &annotation_keys {
@@ -56,12 +55,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>], jobs_on: &BTreeSet<Str
         if !patch.is_empty() {
             plan.node_patches.push(patch);
         }
-        let conditions: Vec<String> = n
-            .conditions
-            .iter()
-            .filter(|c| c.type_.starts_with(&condition_prefix))
-            .map(|c| c.type_.to_string())
-            .collect();
+        let conditions = n.condition_types_of(&name);
         if !conditions.is_empty() {
             plan.node_conditions
                 .push((n.name.clone(), Vec::new(), conditions));

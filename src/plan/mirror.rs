@@ -53,35 +53,19 @@ pub fn nodewrights(
     legacy: &[Arc<Skyhook>],
     existing: &[Arc<Skyhook>],
 ) -> Result<Vec<MirrorWrite>, serde_json::Error> {
-    let by_name: BTreeMap<String, &Skyhook> = existing
-        .iter()
-        .map(|n| (n.name_any(), n.as_ref()))
-        .collect();
-    let mut writes = Vec::new();
-    for sk in legacy
-        .iter()
-        .filter(|s| s.metadata.deletion_timestamp.is_none())
-    {
-        let name = sk.name_any();
-        match by_name.get(&name) {
-            None => writes.push(MirrorWrite::Create {
-                kind: Kind::NodeWright,
-                body: nodewright_body(sk)?,
-                name,
-            }),
-            Some(nw) if ours(nw.annotations(), &name) && follows(sk, nw) => {
-                if let Some(patch) = follow_nodewright(sk, nw)? {
-                    writes.push(MirrorWrite::Follow {
-                        kind: Kind::NodeWright,
-                        name,
-                        patch,
-                    });
-                }
+    mirror_kind(
+        Kind::NodeWright,
+        legacy,
+        existing,
+        nodewright_body,
+        |sk, nw| {
+            if ours(nw.annotations(), &sk.name_any()) && follows(sk, nw) {
+                follow_nodewright(sk, nw)
+            } else {
+                Ok(None)
             }
-            Some(_) => {}
-        }
-    }
-    Ok(writes)
+        },
+    )
 }
 
 /// The writes that mirror `legacy` DeploymentPolicies into the new group. A mirror follows its
@@ -92,41 +76,60 @@ pub fn policies(
     skyhooks: &[Arc<Skyhook>],
     nodewrights: &[Arc<Skyhook>],
 ) -> Result<Vec<MirrorWrite>, serde_json::Error> {
-    let by_name: BTreeMap<String, &DeploymentPolicy> = existing
+    let create = |p: &DeploymentPolicy| {
+        let name = p.name_any();
+        Ok(json!({
+            "apiVersion": Api::NodeWright.api_version(),
+            "kind": "DeploymentPolicy",
+            "metadata": {
+                "name": name,
+                "labels": p.labels(),
+                "annotations": stamp(&name),
+            },
+            "spec": serde_json::to_value(&p.spec)?,
+        }))
+    };
+    let follow = |p: &DeploymentPolicy, mirror: &DeploymentPolicy| {
+        let name = p.name_any();
+        let stored = Api::NodeWright.canonical_map(mirror.annotations());
+        let live = used_by_live_skyhook(&name, skyhooks, nodewrights);
+        let spec = serde_json::to_value(&p.spec)?;
+        Ok(
+            (ours(&stored, &name) && live && serde_json::to_value(&mirror.spec)? != spec)
+                .then(|| json!([{"op": "replace", "path": "/spec", "value": spec}])),
+        )
+    };
+    mirror_kind(Kind::Policy, legacy, existing, create, follow)
+}
+
+/// The writes of one kind: the whole object for each live legacy object without a same-named
+/// object in the new group, and `follow`'s patch (if any) for each that has one.
+fn mirror_kind<T: kube::Resource>(
+    kind: Kind,
+    legacy: &[Arc<T>],
+    existing: &[Arc<T>],
+    create: impl Fn(&T) -> Result<Value, serde_json::Error>,
+    follow: impl Fn(&T, &T) -> Result<Option<Value>, serde_json::Error>,
+) -> Result<Vec<MirrorWrite>, serde_json::Error> {
+    let by_name: BTreeMap<String, &T> = existing
         .iter()
-        .map(|p| (p.name_any(), p.as_ref()))
+        .map(|o| (o.name_any(), o.as_ref()))
         .collect();
     let mut writes = Vec::new();
-    for p in legacy
+    for object in legacy
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|o| o.meta().deletion_timestamp.is_none())
     {
-        let name = p.name_any();
-        let spec = serde_json::to_value(&p.spec)?;
+        let name = object.name_any();
         match by_name.get(&name) {
             None => writes.push(MirrorWrite::Create {
-                kind: Kind::Policy,
-                body: json!({
-                    "apiVersion": Api::NodeWright.api_version(),
-                    "kind": "DeploymentPolicy",
-                    "metadata": {
-                        "name": name,
-                        "labels": p.labels(),
-                        "annotations": stamp(&name),
-                    },
-                    "spec": spec,
-                }),
+                kind,
+                body: create(object)?,
                 name,
             }),
             Some(mirror) => {
-                let stored = Api::NodeWright.canonical_map(mirror.annotations());
-                let live = used_by_live_skyhook(&name, skyhooks, nodewrights);
-                if ours(&stored, &name) && live && serde_json::to_value(&mirror.spec)? != spec {
-                    writes.push(MirrorWrite::Follow {
-                        kind: Kind::Policy,
-                        name,
-                        patch: json!([{"op": "replace", "path": "/spec", "value": spec}]),
-                    });
+                if let Some(patch) = follow(object, mirror)? {
+                    writes.push(MirrorWrite::Follow { kind, name, patch });
                 }
             }
         }

@@ -84,22 +84,11 @@ pub fn changes(src: &Source, before: &SkyhookStatus, after: &SkyhookStatus) -> V
         .map(|(n, _)| n)
         .collect();
     if let Some(first) = erroring.first() {
-        let named: Vec<&str> = erroring
-            .iter()
-            .take(NODES_NAMED)
-            .map(|n| n.as_str())
-            .collect();
-        let more = erroring.len().saturating_sub(NODES_NAMED);
-        let tail = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
         let message = format!(
-            "Skyhook {}: {} node(s) erroring: {}{tail}",
+            "Skyhook {}: {} node(s) erroring: {}",
             src.skyhook,
             erroring.len(),
-            named.join(", ")
+            crate::schema::short_list(&erroring, NODES_NAMED, ", ")
         );
         let node = (erroring.len() == 1).then_some(first.as_str());
         out.push(src.note(Kind::NodeErroring, first, None, node, message));

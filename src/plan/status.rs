@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::condition::set_condition;
+use super::condition::{kept_once_set, set_condition};
 use super::upstream_conditions;
 use crate::crd::{CompartmentStatus, Skyhook, SkyhookStatus};
 use crate::schema::{self, NodeState, State, Status};
@@ -370,36 +370,16 @@ fn node_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64)
 /// `True` while some node's stored progress cannot be read. Skyhooks that never had such a node
 /// do not carry the condition at all.
 fn unreadable_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
-    let known = list
-        .iter()
-        .any(|c| c.type_ == schema::NODE_STATE_UNREADABLE_CONDITION);
-    let (status, reason, message) = if f.unreadable.is_empty() {
-        let message = "every node's stored state can be read".to_string();
-        (false, schema::NODE_STATE_READABLE_REASON, message)
-    } else {
-        // (Events beyond the shown nodes are aggregated by the recorder.)
-        (
-            true,
-            schema::NODE_STATE_UNREADABLE_REASON,
-            bounded(
-                &f.unreadable
-                    .iter()
-                    .map(|(_, why)| why.clone())
-                    .collect::<Vec<_>>(),
-            ),
-        )
-    };
-    if status || known {
-        set_condition(
-            list,
-            schema::NODE_STATE_UNREADABLE_CONDITION,
-            status,
-            reason,
-            message,
-            generation,
-            f.now,
-        );
-    }
+    // (Events beyond the shown nodes are aggregated by the recorder.)
+    let why = f.unreadable.iter().map(|(_, why)| why.as_str());
+    let holding =
+        (!f.unreadable.is_empty()).then(|| (schema::NODE_STATE_UNREADABLE_REASON, bounded(why)));
+    let clear = (
+        schema::NODE_STATE_READABLE_REASON,
+        "every node's stored state can be read",
+    );
+    let kind = schema::NODE_STATE_UNREADABLE_CONDITION;
+    kept_once_set(list, kind, holding, clear, generation, f.now);
 }
 
 /// Pods matching `podNonInterruptLabels` began holding a node in this pass: the message.
@@ -412,37 +392,25 @@ pub fn newly_blocked_by_non_interrupt_pods(
 
 /// `True` while writes keep failing; Skyhooks that never had one do not carry the condition.
 fn write_failed_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
-    let known = list
-        .iter()
-        .any(|c| c.type_ == schema::WRITE_FAILED_CONDITION);
-    let (status, reason, message) = if f.write_failures.is_empty() {
-        let message = "every write of the last pass succeeded".to_string();
-        (false, schema::WRITES_SUCCEEDED_REASON, message)
-    } else {
-        (true, schema::WRITE_FAILED_REASON, bounded(f.write_failures))
-    };
-    if status || known {
-        set_condition(
-            list,
-            schema::WRITE_FAILED_CONDITION,
-            status,
-            reason,
-            message,
-            generation,
-            f.now,
-        );
-    }
+    let holding = (!f.write_failures.is_empty())
+        .then(|| (schema::WRITE_FAILED_REASON, bounded(f.write_failures)));
+    let clear = (
+        schema::WRITES_SUCCEEDED_REASON,
+        "every write of the last pass succeeded",
+    );
+    let kind = schema::WRITE_FAILED_CONDITION;
+    kept_once_set(list, kind, holding, clear, generation, f.now);
 }
 
 /// The first lines joined, then how many more: the CRD caps a condition message, and a status
 /// the API server refuses would stop every status update.
-fn bounded(lines: &[String]) -> String {
+fn bounded<I>(lines: I) -> String
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
     const SHOWN: usize = 10;
-    let mut message = lines[..lines.len().min(SHOWN)].join("; ");
-    if lines.len() > SHOWN {
-        message.push_str(&format!("; and {} more", lines.len() - SHOWN));
-    }
-    message
+    schema::short_list(lines, SHOWN, "; ")
 }
 
 /// The write failures the stored status does not report yet (each gets a Warning Event).

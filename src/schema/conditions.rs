@@ -64,15 +64,7 @@ pub fn non_interrupt_pods_message(nodes: &[&str]) -> String {
     const LISTED: usize = 10;
     let mut sorted = nodes.to_vec();
     sorted.sort_unstable();
-    let mut list = sorted
-        .iter()
-        .take(LISTED)
-        .copied()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if sorted.len() > LISTED {
-        list.push_str(&format!(" and {} more", sorted.len() - LISTED));
-    }
+    let list = super::short_list(sorted, LISTED, ", ");
     format!(
         "{} node(s) blocked by non-interrupt pods ({list}). Waiting.",
         nodes.len()
@@ -117,18 +109,11 @@ pub fn node_state_malformed_message(nodes: &[&str]) -> String {
     const NAME: usize = 10;
     let mut sorted = nodes.to_vec();
     sorted.sort_unstable();
-    let shown: Vec<String> = sorted
-        .iter()
-        .take(LISTED)
-        .map(|n| match n.char_indices().nth(NAME) {
-            Some((cut, _)) => format!("{}...", &n[..cut]),
-            None => (*n).to_string(),
-        })
-        .collect();
-    let mut list = shown.join(", ");
-    if sorted.len() > LISTED {
-        list.push_str(&format!(" and {} more", sorted.len() - LISTED));
-    }
+    let cut = sorted.iter().map(|n| match n.char_indices().nth(NAME) {
+        Some((cut, _)) => format!("{}...", &n[..cut]),
+        None => (*n).to_string(),
+    });
+    let list = super::short_list(cut, LISTED, ", ");
     format!(
         "nodeState annotation cannot be parsed on {} node(s): {list}",
         nodes.len()
@@ -317,21 +302,11 @@ pub fn health_gate_message(failed: &[(String, String)], holding: &[(String, Stri
         if list.is_empty() {
             continue;
         }
-        let named: Vec<String> = list
-            .iter()
-            .take(HEALTH_GATE_NODES_NAMED)
-            .map(|(n, why)| format!("node {n}: {why}"))
-            .collect();
-        let more = list.len().saturating_sub(HEALTH_GATE_NODES_NAMED);
-        let tail = if more > 0 {
-            format!("; and {more} more")
-        } else {
-            String::new()
-        };
+        let named = list.iter().map(|(n, why)| format!("node {n}: {why}"));
         parts.push(format!(
-            "{} node(s) {what}: {}{tail}",
+            "{} node(s) {what}: {}",
             list.len(),
-            named.join("; ")
+            super::short_list(named, HEALTH_GATE_NODES_NAMED, "; ")
         ));
     }
     parts.join(". ")
@@ -412,12 +387,7 @@ pub const MESSAGE_NODES_LISTED: usize = 20;
 
 /// `a, b, c` or, past [`MESSAGE_NODES_LISTED`], the first ones and `and N more`.
 fn node_list(nodes: &[&str]) -> String {
-    let shown = nodes.len().min(MESSAGE_NODES_LISTED);
-    let mut list = nodes[..shown].join(", ");
-    if nodes.len() > shown {
-        list.push_str(&format!(" and {} more", nodes.len() - shown));
-    }
-    list
+    super::short_list(nodes, MESSAGE_NODES_LISTED, ", ")
 }
 
 pub fn taint_not_tolerable_message(nodes: &[&str]) -> String {

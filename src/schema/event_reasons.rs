@@ -67,10 +67,7 @@ pub fn skyhook_apply_many_message(
     match nodes {
         [one] => skyhook_apply_message(package, version, one, stage),
         many => {
-            let mut list = many[..many.len().min(SHOWN)].join(", ");
-            if many.len() > SHOWN {
-                list.push_str(&format!(" and {} more", many.len() - SHOWN));
-            }
+            let list = super::short_list(many, SHOWN, ", ");
             format!("Applying package [{package}:{version}] to nodes [{list}] stage [{stage}]")
         }
     }

@@ -249,19 +249,14 @@ impl Settings {
         let durations = self.durations(&mut errs);
         self.check_leader(&durations.leader, &mut errs);
         self.check_paths_and_images(&mut errs);
-        let taint = match TaintSpec::parse(&self.runtime_required_taint) {
-            Ok(t) => match auto_taint_key_problem(&t.key) {
-                None => Some(t),
-                Some(why) => {
-                    errs.push(format!("RUNTIME_REQUIRED_TAINT: {why}"));
-                    None
-                }
-            },
-            Err(e) => {
-                errs.push(format!("RUNTIME_REQUIRED_TAINT: {e}"));
-                None
-            }
-        };
+        let taint = TaintSpec::parse(&self.runtime_required_taint)
+            .map_err(|e| e.to_string())
+            .and_then(|t| match auto_taint_key_problem(&t.key) {
+                None => Ok(t),
+                Some(why) => Err(why),
+            })
+            .map_err(|why| errs.push(format!("RUNTIME_REQUIRED_TAINT: {why}")))
+            .ok();
         let log_json = match self.log_encoder.as_str() {
             "json" => true,
             "console" => false,

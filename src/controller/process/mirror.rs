@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -131,42 +131,29 @@ async fn json_patch(
 
 /// A Normal Event on the legacy object: where its mirror is, and what happens next.
 fn announce(events: &EventSink, sides: &Sides, kind: Kind, name: &str) {
-    let (reference, note) = match kind {
-        Kind::NodeWright => {
-            let Some(sk) = sides
-                .skyhooks
-                .state()
-                .into_iter()
-                .find(|s| s.name_any() == name)
-            else {
-                return;
-            };
-            (
-                sk.object_ref(&()),
-                format!(
-                    "Skyhook {name} mirrored into NodeWright {name} (nodewright.nvidia.com); the \
-                     NodeWright takes its nodes over once the Skyhook is not mid-rollout, and the \
-                     Skyhook is then no longer reconciled: edit the NodeWright from then on"
-                ),
-            )
-        }
-        Kind::Policy => {
-            let Some(p) = sides
-                .policies
-                .state()
-                .into_iter()
-                .find(|p| p.name_any() == name)
-            else {
-                return;
-            };
-            (
-                p.object_ref(&()),
-                format!(
-                    "DeploymentPolicy {name} mirrored into deploymentpolicies.nodewright.nvidia.com \
-                     {name}, for the NodeWrights that name it"
-                ),
-            )
-        }
+    let found = match kind {
+        Kind::NodeWright => sides
+            .skyhooks
+            .get(&ObjectRef::new(name))
+            .map(|s| s.object_ref(&())),
+        Kind::Policy => sides
+            .policies
+            .get(&ObjectRef::new(name))
+            .map(|p| p.object_ref(&())),
+    };
+    let Some(reference) = found else {
+        return;
+    };
+    let note = match kind {
+        Kind::NodeWright => format!(
+            "Skyhook {name} mirrored into NodeWright {name} (nodewright.nvidia.com); the \
+             NodeWright takes its nodes over once the Skyhook is not mid-rollout, and the \
+             Skyhook is then no longer reconciled: edit the NodeWright from then on"
+        ),
+        Kind::Policy => format!(
+            "DeploymentPolicy {name} mirrored into deploymentpolicies.nodewright.nvidia.com \
+             {name}, for the NodeWrights that name it"
+        ),
     };
     let ev = Event {
         type_: EventType::Normal,

@@ -77,27 +77,20 @@ impl Writer<'_> {
 
     /// On deletion: every Job and ConfigMap labelled with this Skyhook.
     pub(super) async fn delete_owned(&self) -> Result<(), Error> {
-        let lp = ListParams::default().labels(&crate::jobs::localize::selector(
-            self.api,
-            schema::NAME_LABEL,
-            &self.name,
-        ));
+        let labelled = |label| {
+            let selector = crate::jobs::localize::selector(self.api, label, &self.name);
+            ListParams::default().labels(&selector)
+        };
+        let lp = labelled(schema::NAME_LABEL);
         // Foreground: a Job stays until its pod is gone, so the cordon it relies on (an
         // interrupt may be rebooting the node) is kept as long as the Job is seen.
         self.jobs
             .delete_collection(&DeleteParams::foreground(), &lp)
             .await?;
-        self.cms
-            .delete_collection(&DeleteParams::default(), &lp)
-            .await?;
-        let meta = ListParams::default().labels(&crate::jobs::localize::selector(
-            self.api,
-            schema::NODE_META_LABEL,
-            &self.name,
-        ));
-        self.cms
-            .delete_collection(&DeleteParams::default(), &meta)
-            .await?;
+        let plain = DeleteParams::default();
+        self.cms.delete_collection(&plain, &lp).await?;
+        let meta = labelled(schema::NODE_META_LABEL);
+        self.cms.delete_collection(&plain, &meta).await?;
         Ok(())
     }
 }
