@@ -1,7 +1,6 @@
 //! `kubectl skyhook debug collect` against a private operator with one failing package.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,31 +11,11 @@ use serde_json::{Value, json};
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, State};
 
+use crate::support::bundle::unpack;
 use crate::support::plugin::{Ran, plugin, plugin_with, token_kubeconfig};
 use crate::support::{Operator, TestCtx, install_crds};
 
 /// Every file of the archive by its path below the archive's root directory.
-fn unpack(path: &Path) -> BTreeMap<String, Vec<u8>> {
-    let file = std::fs::File::open(path).expect("open archive");
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    let mut files = BTreeMap::new();
-    for entry in tar.entries().expect("tar entries") {
-        let mut entry = entry.expect("tar entry");
-        let name = entry
-            .path()
-            .expect("entry path")
-            .to_string_lossy()
-            .into_owned();
-        let (_, rel) = name
-            .split_once('/')
-            .expect("entries sit under a root directory");
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).expect("read entry");
-        files.insert(rel.to_string(), bytes);
-    }
-    files
-}
-
 const SHELLSCRIPT: &str = "ghcr.io/nvidia/skyhook-packages/shellscript";
 
 /// A Skyhook named `sk` with these packages, on the test's nodes.

@@ -359,7 +359,8 @@ impl Collector<'_> {
         let mut piece = self.start("nodes");
         let mut involved: BTreeSet<String> = jobs
             .iter()
-            .filter_map(|j| j.labels().get(schema::NODE_LABEL).cloned())
+            .map(job_node)
+            .filter(|n| !n.is_empty())
             .collect();
         involved.extend(pods.iter().map(pod_node).filter(|n| !n.is_empty()));
         let state_keys: Vec<String> = skyhooks
@@ -372,7 +373,10 @@ impl Collector<'_> {
             .await
         {
             Ok(list) => {
-                for node in &list.items {
+                // A NodeWright's keys read as the canonical ones the description names.
+                let api = self.kube.api();
+                for node in list.items.into_iter().map(|n| describe::in_api(n, api)) {
+                    let node = &node;
                     let name = node.name_any();
                     let has_state = state_keys
                         .iter()
@@ -535,17 +539,20 @@ impl Collector<'_> {
 
 /// The node a pod runs on (or was meant for, by the operator's label, while still pending).
 fn job_node(job: &Job) -> String {
-    job.labels()
-        .get(schema::NODE_LABEL)
-        .cloned()
-        .unwrap_or_default()
+    owned_node_label(job.labels()).unwrap_or_default()
+}
+
+/// The node label of a Job or pod of ours, under the prefix of the API that made it.
+fn owned_node_label(labels: &BTreeMap<String, String>) -> Option<String> {
+    let api = schema::Api::of_owned(Some(labels));
+    labels.get(api.local(schema::NODE_LABEL).as_ref()).cloned()
 }
 
 fn pod_node(pod: &Pod) -> String {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
-        .or_else(|| pod.labels().get(schema::NODE_LABEL).cloned())
+        .or_else(|| owned_node_label(pod.labels()))
         .unwrap_or_default()
 }
 

@@ -12,6 +12,7 @@ use super::{
     create_nodewright, create_nodewright_policy, jobs_labelled, nodewright, nodewright_state,
     nw_setup, wait_nodewright,
 };
+use crate::support::bundle::unpack;
 use crate::support::deploy::{RoleBindings, apply_deploy};
 use crate::support::plugin::{nodewright_plugin, plugin};
 use crate::support::roles::{as_user_args, refused_patch, viewer_role_here, wait_bound};
@@ -96,6 +97,37 @@ async fn kubectl_nodewright_and_kubectl_skyhook_work_on_a_nodewright() {
     )
     .expect("package status JSON");
     assert_eq!(status.len(), 2, "alpha on both nodes: {status:?}");
+
+    // debug collect: the bundle's node files read the NodeWright's keys, and its Jobs are there.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let archive = dir.path().join("nw.tar.gz");
+    let archive_arg = archive.to_string_lossy().into_owned();
+    let args = ["debug", "collect", "--skyhook", &nw, "-n", &ns];
+    let ran = nodewright_plugin(
+        &env.ctx,
+        &[&args[..], &["--output-file", &archive_arg]].concat(),
+        None,
+    );
+    assert!(ran.code == 0 || ran.code == 3, "{ran:?}");
+    let files = unpack(&archive);
+    for n in [&n1, &n2] {
+        let path = format!("nodes/{n}.json");
+        let node: Value = serde_json::from_slice(files.get(&path).expect("node file"))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mine = &node["skyhooks"][nw.as_str()];
+        assert_eq!(mine["status"], "complete", "{path}: {node}");
+        assert!(
+            mine["nodeState"]["alpha|1.0.0"]["state"] == "complete",
+            "{path}: {node}"
+        );
+    }
+    assert!(
+        files
+            .keys()
+            .any(|f| f.starts_with("jobs/") && f.ends_with(".yaml")),
+        "the NodeWright's Jobs: {:?}",
+        files.keys().collect::<Vec<_>>()
+    );
 
     // pause and resume: the NodeWright's own annotation, by either name of the plugin.
     let pause = Kind::NodeWright

@@ -1,7 +1,6 @@
 //! The agent's real output, read through the kubelet: `kubectl skyhook logs -f` across stages,
 //! `kubectl logs job/<name>` and `kubectl skyhook debug collect`.
 
-use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -120,15 +119,9 @@ async fn plugin_logs_kubectl_logs_and_debug_collect_read_the_agents_output() {
     // The operator runs as a local process here, so only its own piece is missing (exit 3).
     assert_eq!(ran.code, 3, "{ran:?}");
     assert!(ran.stdout.contains("operator-errors.json"), "{ran:?}");
-    let mut found = false;
-    let file = std::fs::File::open(&archive).expect("open bundle");
-    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    for entry in tar.entries().expect("tar entries") {
-        let mut entry = entry.expect("tar entry");
-        let path = entry.path().expect("path").to_string_lossy().into_owned();
-        let mut body = String::new();
-        let _ = entry.read_to_string(&mut body);
-        found |= path.contains("/logs/") && body.contains(&config_text);
-    }
+    let files = crate::support::bundle::unpack(&archive);
+    let found = files.iter().any(|(path, body)| {
+        path.starts_with("logs/") && String::from_utf8_lossy(body).contains(&config_text)
+    });
     assert!(found, "no log file in the bundle has {config_text:?}");
 }

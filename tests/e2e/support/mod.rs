@@ -36,6 +36,7 @@
 
 #![allow(dead_code)]
 
+pub mod bundle;
 pub mod deploy;
 pub mod env;
 pub mod expect;
