@@ -1,7 +1,7 @@
 //! What every pass of an engine shares ([`Ctx`]: the caches, the writers' handles, the pacing of
 //! its objects), and the engines as the probes and metrics server sees them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -49,6 +49,8 @@ pub struct Ctx {
     pub peer: Option<kube::runtime::reflector::Store<Skyhook>>,
     /// NodeWrights told they wait for their Skyhook (one Event each).
     pub waiting: std::sync::Mutex<BTreeSet<String>>,
+    /// Frozen Skyhooks told their edit is not applied: the generation each was told of.
+    pub unapplied: std::sync::Mutex<BTreeMap<String, i64>>,
 }
 
 impl Ctx {

@@ -25,7 +25,7 @@ pub mod snapshot;
 pub mod watch;
 pub mod write;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -105,6 +105,7 @@ pub async fn run(
             serving: AtomicBool::new(false),
             peer,
             waiting: std::sync::Mutex::new(BTreeSet::new()),
+            unapplied: std::sync::Mutex::new(BTreeMap::new()),
         });
         ctxs.push(ctx.clone());
         parts.push((ctx, triggers, created_again));
@@ -399,6 +400,16 @@ async fn frozen(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
     ctx.pacing.forget(&name);
     if sk.meta().deletion_timestamp.is_none() {
         debug!(skyhook = %name, "taken over by the NodeWright of the same name; not reconciled");
+        if let Some(generation) = plan::api_handover::unapplied_edit(sk) {
+            let first = ctx
+                .unapplied
+                .lock()
+                .map(|mut told| told.insert(name.clone(), generation) != Some(generation))
+                .unwrap_or(false);
+            if first {
+                write::takeover::announce_unapplied(&ctx.events, sk, generation);
+            }
+        }
         return Ok(Action::requeue(ctx.config.default_interval));
     }
     write::takeover::release_frozen(ctx.target(), sk).await?;

@@ -35,6 +35,14 @@ pub fn mid_rollout(sk: &Skyhook) -> bool {
     )
 }
 
+/// The generation of a frozen Skyhook's spec that its last reconciled pass did not see: an edit
+/// made after the take-over, which nothing applies.
+pub fn unapplied_edit(sk: &Skyhook) -> Option<i64> {
+    let generation = sk.metadata.generation?;
+    let observed = sk.status.as_ref().map_or(0, |s| s.observed_generation);
+    (generation > observed).then_some(generation)
+}
+
 /// The turn of `mine` (of `api`), `peer` being the same-named object of the other API, if any.
 pub fn turn(api: Api, mine: &Skyhook, peer: Option<&Skyhook>) -> Turn {
     let Some(peer) = peer.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
@@ -166,6 +174,19 @@ mod tests {
         );
         assert_eq!(conditions, [schema::node_not_ready_condition("sk")]);
         assert!(pruned_keys("none", &node).is_none());
+    }
+
+    #[test]
+    fn an_edit_after_the_freeze_is_one_its_last_pass_did_not_see() {
+        let mut sk = with(Some(Status::Complete));
+        sk.metadata.generation = Some(3);
+        assert_eq!(unapplied_edit(&sk), Some(3), "status observed 0");
+        if let Some(s) = sk.status.as_mut() {
+            s.observed_generation = 3;
+        }
+        assert_eq!(unapplied_edit(&sk), None);
+        sk.metadata.generation = Some(4);
+        assert_eq!(unapplied_edit(&sk), Some(4));
     }
 
     #[test]

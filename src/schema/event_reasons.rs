@@ -8,6 +8,9 @@ pub const EVENT_COMPONENT: &str = "skyhook-controller";
 pub const APPLY_REASON: &str = "Apply";
 /// A NodeWright waits for the Skyhook of its name to finish its rollout before taking over.
 pub const WAITING_FOR_SKYHOOK_REASON: &str = "WaitingForSkyhook";
+/// Warning on a Skyhook edited after the NodeWright of its name took it over: the edit is not
+/// applied.
+pub const EDIT_NOT_APPLIED_REASON: &str = "EditNotApplied";
 /// A legacy Skyhook or DeploymentPolicy mirrored into the `nodewright.nvidia.com` group.
 pub const MIRRORED_REASON: &str = "MirroredToNodeWright";
 pub const INTERRUPT_REASON: &str = "Interrupt";

@@ -8,7 +8,7 @@ use std::time::Duration;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::event_queue::EventSink;
 use super::{Target, execute};
@@ -136,6 +136,24 @@ pub async fn release_frozen(to: Target<'_>, sk: &Skyhook) -> Result<(), Error> {
     };
     execute(to, sk, plan, |_| {}).await?;
     Ok(())
+}
+
+/// The Warning on a Skyhook edited after its NodeWright took it over.
+pub fn announce_unapplied(events: &EventSink, sk: &Skyhook, generation: i64) {
+    let name = sk.name_any();
+    warn!(skyhook = %name, generation, "a Skyhook taken over by its NodeWright was edited; the edit is not applied");
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: schema::EDIT_NOT_APPLIED_REASON.to_string(),
+        note: Some(format!(
+            "Skyhook {name} was taken over by NodeWright {name} (nodewright.nvidia.com) and is no \
+             longer reconciled: its generation {generation} is not applied. Make the change on the \
+             NodeWright (kubectl edit nodewrights.nodewright.nvidia.com {name})"
+        )),
+        action: "Freeze".to_string(),
+        secondary: None,
+    };
+    events.send(ev, sk.object_ref(&()));
 }
 
 /// The Event on a NodeWright that waits for the Skyhook of its name to finish its rollout.

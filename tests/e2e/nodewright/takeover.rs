@@ -56,8 +56,25 @@ async fn a_nodewright_waits_for_its_skyhook_then_takes_its_nodes_over_without_a_
         )
         .await
         .expect("edit the Skyhook");
+    // Its owner is told, once, in a Warning on the Skyhook.
+    let told = env
+        .wait_event("the Skyhook says its edit is not applied", &name, |e| {
+            e.reason.as_deref() == Some(schema::EDIT_NOT_APPLIED_REASON)
+                && e.involved_object.kind.as_deref() == Some("Skyhook")
+                && e.type_.as_deref() == Some("Warning")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("NodeWright"))
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(jobs_labelled(&env, schema::NAME_LABEL, &name).await, before);
+    let again = env
+        .wait_event("the Warning still there", &name, |e| {
+            e.metadata.uid == told.metadata.uid
+        })
+        .await;
+    assert_eq!(again.count.unwrap_or(1), 1, "told once: {again:?}");
     let frozen: Skyhook = env.skyhooks.get(&name).await.expect("the Skyhook");
     assert_eq!(
         frozen.status.and_then(|s| s.status),
