@@ -4,9 +4,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use skyhook::crd::Skyhook;
+use skyhook::schema;
 
 use crate::support::private::{Owned, PrivateCluster, alive};
 use crate::support::{Complete, cluster, free_port, run, wait_complete};
@@ -120,6 +121,48 @@ async fn operator_started_before_the_api_server_and_crds_waits_then_works() {
         "not ready after the CRDs:\n{}",
         log_text()
     );
+
+    // SERVE_APIS=auto (the default): the NodeWright CRD, installed while the operator runs, is
+    // picked up at its next look (every 30 s), with no restart.
+    assert!(
+        log_text().contains("the NodeWright CRD is not served"),
+        "the missing NodeWright CRD is not logged:\n{}",
+        log_text()
+    );
+    run(kubectl()
+        .arg("apply")
+        .arg("-k")
+        .arg(crds.join("nodewright")));
+    crate::support::wait_crds(kubectl, &crate::support::NODEWRIGHT_CRDS);
+    let nodewrights: Api<DynamicObject> = Api::all_with(
+        pc.client().await,
+        &skyhook::crd::object_resource(schema::Api::NodeWright),
+    );
+    let mut nw = serde_json::to_value(&sk).expect("JSON");
+    nw["apiVersion"] = json!(schema::Api::NodeWright.api_version());
+    nw["kind"] = json!(schema::Api::NodeWright.kind());
+    nw["metadata"] = json!({"name": "later"});
+    let nw: DynamicObject = serde_json::from_value(nw).expect("NodeWright");
+    nodewrights
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("create NodeWright");
+    let status = |o: &DynamicObject| o.data["status"]["status"].as_str().map(str::to_string);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let got = nodewrights.get("later").await.ok();
+        if got.as_ref().and_then(status).as_deref() == Some("complete") {
+            break;
+        }
+        assert!(alive(&mut op.0), "the operator exited:\n{}", log_text());
+        assert!(
+            Instant::now() < deadline,
+            "the NodeWright is not complete within 120 s ({:?}):\n{}",
+            got.as_ref().and_then(status),
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     drop(op);
     pc.down();
 }

@@ -488,26 +488,26 @@ pub const SKYHOOK_CRDS: [&str; 2] = [
     "crd/deploymentpolicies.skyhook.nvidia.com",
 ];
 
-static NODEWRIGHT_CRDS: OnceLock<()> = OnceLock::new();
+/// The NodeWright API's CRDs (`deploy/crds/nodewright/`).
+pub const NODEWRIGHT_CRDS: [&str; 2] = [
+    "crd/nodewrights.nodewright.nvidia.com",
+    "crd/deploymentpolicies.nodewright.nvidia.com",
+];
+
+static NODEWRIGHT_CRDS_INSTALLED: OnceLock<()> = OnceLock::new();
 
 /// Install the NodeWright API's CRDs (`deploy/crds/nodewright/`, installed on purpose only) once
 /// per test run, and wait until they are served.
 pub fn install_nodewright_crds() {
     install_crds();
-    NODEWRIGHT_CRDS.get_or_init(|| {
+    NODEWRIGHT_CRDS_INSTALLED.get_or_init(|| {
         let c = cluster();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/crds/nodewright");
         {
             let _guard = deploy::APPLY_LOCK.lock().unwrap_or_else(|p| p.into_inner());
             run(c.kubectl().arg("apply").arg("-k").arg(&dir));
         }
-        wait_crds(
-            || c.kubectl(),
-            &[
-                "crd/nodewrights.nodewright.nvidia.com",
-                "crd/deploymentpolicies.nodewright.nvidia.com",
-            ],
-        );
+        wait_crds(|| c.kubectl(), &NODEWRIGHT_CRDS);
     });
 }
 
