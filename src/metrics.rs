@@ -455,26 +455,41 @@ impl Metrics {
         out
     }
 
-    /// [`Metrics::encode`], and with `twins` every per-object family again under upstream
-    /// v0.18's names (delta D30): `nodewright_<suffix>`, label `nodewright_name`, the same
-    /// values. The operator's own families (leader, pass time, API requests) are not doubled.
-    pub fn encode_with_twins(&self, twins: bool) -> String {
+    /// [`Metrics::encode`], the per-object families under `names`: upstream v0.18's names are
+    /// `nodewright_<suffix>` with label `nodewright_name` (delta D30), the same values. The
+    /// operator's own families (leader, pass time, API requests) have one name only.
+    pub fn encode_named(&self, names: Names) -> String {
         let text = self.encode();
-        if !twins {
+        if names == Names::Legacy {
             return text;
         }
         let body = text.strip_suffix("# EOF\n").unwrap_or(&text);
         let mut out = String::with_capacity(text.len() * 2);
-        out.push_str(body);
+        if names == Names::Both {
+            out.push_str(body);
+        }
         for line in body.lines() {
-            if let Some(twin) = twin_line(line) {
-                out.push_str(&twin);
-                out.push('\n');
+            match twin_line(line) {
+                Some(twin) => out.push_str(&twin),
+                None if names == Names::NodeWright => out.push_str(line),
+                None => continue,
             }
+            out.push('\n');
         }
         out.push_str("# EOF\n");
         out
     }
+}
+
+/// The names the per-object families are published under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    /// `skyhook_*` (no NodeWright served).
+    Legacy,
+    /// `skyhook_*` and `nodewright_*`: upstream's dual publication.
+    Both,
+    /// `nodewright_*` only (`PUBLISH_LEGACY_METRICS=false`).
+    NodeWright,
 }
 
 /// The families of the operator process rather than of the objects it reconciles.
@@ -553,8 +568,8 @@ mod tests {
         let m = Metrics::default();
         m.observe(&sk, &st, &Census::of(&sk, &st), "legacy", &[]);
         m.leader.set(1);
-        assert_eq!(m.encode_with_twins(false), m.encode());
-        let text = m.encode_with_twins(true);
+        assert_eq!(m.encode_named(Names::Legacy), m.encode());
+        let text = m.encode_named(Names::Both);
         for line in [
             r#"skyhook_status{skyhook_name="stored-by-go",status="in_progress"} 1"#,
             r#"nodewright_status{nodewright_name="stored-by-go",status="in_progress"} 1"#,
@@ -568,6 +583,19 @@ mod tests {
         assert!(!text.contains("nodewright_api_requests"), "{text}");
         assert_eq!(text.matches("# EOF").count(), 1);
         assert!(text.ends_with("# EOF\n"));
+
+        // PUBLISH_LEGACY_METRICS=false: the per-object families under the new names only.
+        let only = m.encode_named(Names::NodeWright);
+        for line in [
+            r#"nodewright_status{nodewright_name="stored-by-go",status="in_progress"} 1"#,
+            "skyhook_operator_leader 1",
+        ] {
+            assert!(has(&only, line), "{line} missing from\n{only}");
+        }
+        assert!(!only.contains("skyhook_name"), "{only}");
+        assert!(!only.contains("skyhook_status"), "{only}");
+        assert_eq!(only.matches("# EOF").count(), 1);
+        assert!(only.ends_with("# EOF\n"));
     }
 
     #[test]

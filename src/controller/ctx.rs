@@ -18,7 +18,7 @@ use super::write;
 use super::write::event_queue::EventSink;
 use super::write::job_creations::JobCreations;
 use crate::crd::Skyhook;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Names};
 use crate::schema::Api;
 use crate::settings::Config;
 
@@ -107,7 +107,14 @@ impl probes::Served for Engines {
             .any(|c| c.api == Api::NodeWright && c.serving.load(Ordering::Relaxed));
         self.0
             .first()
-            .map(|c| c.metrics.encode_with_twins(twins))
+            .map(|c| {
+                let names = match (c.config.publish_legacy_metrics, twins) {
+                    (false, _) => Names::NodeWright,
+                    (true, true) => Names::Both,
+                    (true, false) => Names::Legacy,
+                };
+                c.metrics.encode_named(names)
+            })
             .unwrap_or_default()
     }
 

@@ -78,6 +78,14 @@ pub struct Settings {
     /// How long a successful Job is kept (ttlSecondsAfterFinished). Failed Jobs are kept.
     #[arg(long, env = "COMPLETED_JOB_TTL", default_value = "24h")]
     pub completed_job_ttl: String,
+    /// Upstream v0.18's name for COMPLETED_JOB_TTL; when set, it wins.
+    #[arg(long, env = "JOB_TTL_SUCCEEDED")]
+    pub job_ttl_succeeded: Option<String>,
+    /// Publish the per-object metric families under their `skyhook_*` names too (upstream's
+    /// `PUBLISH_LEGACY_METRICS`); `false`: under their `nodewright_*` names only. The operator's
+    /// own families (leader, pass time, API requests) have one name and are always published.
+    #[arg(long, env = "PUBLISH_LEGACY_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub publish_legacy_metrics: bool,
     /// Send rollout notifications (batch started, node erroring, rollout stopped, gate holding,
     /// rollout complete) to the webhook targets of the Secret `skyhook-notifications` in the
     /// operator's namespace.
@@ -187,6 +195,8 @@ pub struct Config {
     pub legacy_cleanup_delay: Duration,
     /// Legacy objects are mirrored into the new group.
     pub migrate_to_nodewright: bool,
+    /// `PUBLISH_LEGACY_METRICS`.
+    pub publish_legacy_metrics: bool,
     /// Bytes of per-node entries in a Skyhook's status (see `plan::status_budget`).
     pub status_node_budget: usize,
     pub retry_base: Duration,
@@ -310,7 +320,10 @@ impl Settings {
                 Some(t) => ("JOB_STAGE_TIMEOUT", t, Duration::ZERO),
                 None => ("STAGE_DEADLINE", &self.stage_deadline, Duration::ZERO),
             },
-            ("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::ZERO),
+            match &self.job_ttl_succeeded {
+                Some(t) => ("JOB_TTL_SUCCEEDED", t, Duration::ZERO),
+                None => ("COMPLETED_JOB_TTL", &self.completed_job_ttl, Duration::ZERO),
+            },
             ("RETRY_BASE", &self.retry_base, millis(100)),
             ("RETRY_MAX", &self.retry_max, millis(100)),
             ("LEADER_ELECTION_LEASE_DURATION", &self.leader_election_lease_duration, secs(2)),
@@ -452,6 +465,7 @@ impl Settings {
             serve_apis: AUTO,
             legacy_cleanup_delay: Duration::from_secs(24 * 3600),
             migrate_to_nodewright: false,
+            publish_legacy_metrics: self.publish_legacy_metrics,
             status_node_budget,
             retry_base: d.retry_base,
             retry_max: d.retry_max,
@@ -512,6 +526,30 @@ mod tests {
                 .legacy_cleanup_delay,
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn upstreams_names_of_the_job_settings_win_and_legacy_metrics_can_be_dropped() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["x"];
+            all.extend(args);
+            Cli::parse_from(all).settings.validate()
+        };
+        let d = parse(&[]).expect("defaults");
+        assert_eq!(d.completed_job_ttl, Duration::from_secs(24 * 3600));
+        assert!(d.publish_legacy_metrics);
+        let upstream = parse(&[
+            "--completed-job-ttl=24h",
+            "--job-ttl-succeeded=1h",
+            "--job-stage-timeout=30m",
+            "--publish-legacy-metrics=false",
+        ])
+        .expect("upstream's settings");
+        assert_eq!(upstream.completed_job_ttl, Duration::from_secs(3600));
+        assert_eq!(upstream.stage_deadline, Duration::from_secs(1800));
+        assert!(!upstream.publish_legacy_metrics);
+        let err = parse(&["--job-ttl-succeeded=soon"]).expect_err("bad TTL");
+        assert!(err.to_string().contains("JOB_TTL_SUCCEEDED"), "{err}");
     }
 
     #[test]

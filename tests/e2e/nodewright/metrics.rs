@@ -99,3 +99,40 @@ async fn the_upstream_v0_20_dashboard_is_answered_for_a_nodewright_and_a_skyhook
         assert!(lacking.is_empty(), "{name}: {}", lacking.join("\n  "));
     }
 }
+
+/// `PUBLISH_LEGACY_METRICS=false` (upstream's switch, chart
+/// `controllerManager.manager.env.publishLegacyMetrics`): a Skyhook's series are published under
+/// the new names only.
+#[tokio::test]
+async fn publish_legacy_metrics_false_drops_the_legacy_names() {
+    let env = nw_setup("nw-newnames", 1, &[("PUBLISH_LEGACY_METRICS", "false")]).await;
+    let sk = env.ctx.name("sk");
+    let packages = json!({"alpha": pkg("1.0.0", sleep("1"))});
+    env.create(&skyhook(&env.ctx, &sk, json!({"packages": packages})))
+        .await;
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(90))
+        .await;
+    let want = format!(r#"nodewright_status{{nodewright_name="{sk}",status="complete"}} 1"#);
+    let text = env
+        .ctx
+        .wait_for(
+            "the complete status under the new name",
+            Duration::from_secs(30),
+            || {
+                let text = scrape(env.op.metrics_port).unwrap_or_default();
+                let found = text.lines().any(|l| l == want);
+                async move { found.then_some(text) }
+            },
+        )
+        .await;
+    let legacy: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("skyhook_name=") || l.starts_with("skyhook_status"))
+        .collect();
+    assert!(legacy.is_empty(), "legacy series: {legacy:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("skyhook_operator_pass_seconds")),
+        "the operator's own families keep their one name:\n{text}"
+    );
+}
