@@ -369,7 +369,7 @@ estimatedNodeCount: 1
 #[test]
 fn templates_refuse_broken_values() {
     let c = chart();
-    let cases: [(&str, Vec<&str>, &str); 5] = [
+    let cases: [(&str, Vec<&str>, &str); 7] = [
         (
             "namespace default",
             vec!["-n", "default"],
@@ -404,6 +404,22 @@ fn templates_refuse_broken_values() {
             vec!["--set-string", "estimatedNodeCount=many"],
             "estimatedNodeCount must be a number",
         ),
+        (
+            "a retry budget that is no number",
+            vec![
+                "--set",
+                "controllerManager.manager.env.jobBackoffLimit=three",
+            ],
+            "jobBackoffLimit must be a whole number",
+        ),
+        (
+            "publishLegacyMetrics neither true nor false",
+            vec![
+                "--set",
+                "controllerManager.manager.env.publishLegacyMetrics=no",
+            ],
+            "publishLegacyMetrics must be \"true\", \"false\" or empty",
+        ),
     ];
     for (what, args, message) in cases {
         let mut full = vec!["template", "skyhook-operator", c.as_str()];
@@ -414,6 +430,79 @@ fn templates_refuse_broken_values() {
         let err = fails(helm(false).args(&full));
         assert!(err.contains(message), "{what}: {err}");
     }
+}
+
+/// Values carried over from upstream's chart v0.20.0 mean here what they meant there: the job
+/// settings, the clean-up delay and the legacy metrics under upstream's variable names, the agent
+/// and the metrics port; what has no meaning here renders nothing.
+#[test]
+fn upstream_v0_20_values_mean_the_same_here() {
+    let values = repo()
+        .join("tests/e2e/fixtures/upstream-v0.20-chart-values.yaml")
+        .display()
+        .to_string();
+    let c = chart();
+    let linted = ok(helm(false).args(["lint", "--strict", &c, "-n", "skyhook", "-f", &values]));
+    assert!(linted.contains("0 chart(s) failed"), "{linted}");
+    let objs = template(&["-f", &values]);
+    let dep = find(&objs, "Deployment", "skyhook-operator");
+    let c0 = &dep["spec"]["template"]["spec"]["containers"][0];
+    let env: BTreeMap<&str, &Value> = c0["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap_or_default(), &e["value"]))
+        .collect();
+    for (name, value) in [
+        ("LEGACY_CLEANUP_DELAY", "24h"),
+        ("JOB_TTL_SUCCEEDED", "1h"),
+        ("JOB_STAGE_TIMEOUT", "1h"),
+        ("JOB_BACKOFF_LIMIT", "3"),
+        ("PUBLISH_LEGACY_METRICS", "true"),
+        ("METRICS_PORT", ":8443"),
+        (
+            "RUNTIME_REQUIRED_TAINT",
+            "nodewright.nvidia.com=runtime-required:NoSchedule",
+        ),
+        (
+            "AGENT_IMAGE",
+            "ghcr.io/nvidia/nodewright/agent:v7.0.0@sha256:7cf394273374142370473cd3df191b9a40d2d1a7f0ac119b922e5c90c88a592b",
+        ),
+    ] {
+        assert_eq!(
+            env.get(name).copied(),
+            Some(&json!(value)),
+            "{name}: {env:?}"
+        );
+    }
+    assert!(!env.contains_key("JOB_TTL_FAILED"), "{env:?}");
+    // Upstream's Service port 8443 reaches the operator's metrics port.
+    assert_eq!(c0["ports"][0]["containerPort"], json!(8443));
+    let svc = find(&objs, "Service", "skyhook-operator-metrics");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], json!(8443));
+    let kinds: BTreeSet<&str> = objs.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for k in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "Certificate",
+    ] {
+        assert!(!kinds.contains(k), "{k} rendered: {kinds:?}");
+    }
+
+    // publishLegacyMetrics "false": the PrometheusRule asks for the series under the names the
+    // operator then publishes.
+    let renamed = template(&[
+        "-f",
+        &values,
+        "--set",
+        "controllerManager.manager.env.publishLegacyMetrics=false,metrics.prometheusRule.enabled=true",
+    ]);
+    let rule =
+        serde_json::to_string(find(&renamed, "PrometheusRule", "skyhook-operator")).expect("JSON");
+    assert!(rule.contains("nodewright_node_status_count"), "{rule}");
+    assert!(rule.contains("skyhook_operator_leader"), "{rule}");
+    assert!(!rule.contains("skyhook_name"), "{rule}");
+    assert!(!rule.contains("skyhook_node_status_count"), "{rule}");
 }
 
 /// Requests and limits of the rendered Deployment: (cpu, memory) each.
