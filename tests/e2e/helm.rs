@@ -139,6 +139,16 @@ fn template(args: &[&str]) -> Vec<Value> {
     objects(&ok(helm(false).args(&full)))
 }
 
+/// A container's environment: each variable's `value` by name.
+fn env_of(container: &Value) -> BTreeMap<&str, &Value> {
+    container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap_or_default(), &e["value"]))
+        .collect()
+}
+
 /// The objects of a multi-document YAML stream.
 fn objects(yaml: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
@@ -283,12 +293,7 @@ fn lint_and_template_pass_with_every_option() {
         c0["image"], "ghcr.io/skyhook-rs/skyhook-operator@sha256:0123",
         "a digest selects the image"
     );
-    let env: BTreeMap<&str, &Value> = c0["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .map(|e| (e["name"].as_str().unwrap_or_default(), &e["value"]))
-        .collect();
+    let env = env_of(c0);
     assert_eq!(
         env["AGENT_IMAGE"],
         "nvcr.io/nvidia/skyhook/agent:v6.4.1@sha256:4567"
@@ -447,12 +452,7 @@ fn upstream_v0_20_values_mean_the_same_here() {
     let objs = template(&["-f", &values]);
     let dep = find(&objs, "Deployment", "skyhook-operator");
     let c0 = &dep["spec"]["template"]["spec"]["containers"][0];
-    let env: BTreeMap<&str, &Value> = c0["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .map(|e| (e["name"].as_str().unwrap_or_default(), &e["value"]))
-        .collect();
+    let env = env_of(c0);
     for (name, value) in [
         ("LEGACY_CLEANUP_DELAY", "24h"),
         ("JOB_TTL_SUCCEEDED", "1h"),
