@@ -488,13 +488,15 @@ mod tests {
         settings: Settings,
     }
 
+    /// The settings of `x <args>`, validated.
+    fn parse(args: &[&str]) -> Result<Config, SettingsError> {
+        let mut all = vec!["x"];
+        all.extend(args);
+        Cli::parse_from(all).settings.validate()
+    }
+
     #[test]
     fn serve_apis_and_the_cleanup_delay_are_checked_naming_the_setting() {
-        let parse = |args: &[&str]| {
-            let mut all = vec!["x"];
-            all.extend(args);
-            Cli::parse_from(all).settings.validate()
-        };
         let auto = parse(&[]).expect("defaults");
         assert!(auto.serve_apis.skyhook && auto.serve_apis.nodewright);
         assert!(!auto.serve_apis.required(schema::Api::NodeWright));
@@ -530,11 +532,6 @@ mod tests {
 
     #[test]
     fn upstreams_names_of_the_job_settings_win_and_legacy_metrics_can_be_dropped() {
-        let parse = |args: &[&str]| {
-            let mut all = vec!["x"];
-            all.extend(args);
-            Cli::parse_from(all).settings.validate()
-        };
         let d = parse(&[]).expect("defaults");
         assert_eq!(d.completed_job_ttl, Duration::from_secs(24 * 3600));
         assert!(d.publish_legacy_metrics);
