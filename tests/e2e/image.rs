@@ -310,21 +310,13 @@ fn the_image_built_without_docker_matches_the_dockerfile_and_runs() {
     let exe = dir.path().join("manager");
     std::fs::write(&exe, &manager.data).expect("write /manager");
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let ver = Command::new(&exe)
-        .arg("--version")
-        .env_clear()
-        .output()
-        .expect("run /manager --version");
+    let ver = output_of(Command::new(&exe).arg("--version").env_clear());
     assert!(ver.status.success(), "/manager --version: {ver:?}");
     assert_eq!(
         String::from_utf8_lossy(&ver.stdout).trim(),
         format!("skyhook-operator {version}")
     );
-    let run = Command::new(&exe)
-        .env_clear()
-        .env("DEFAULT_INTERVAL", "1s")
-        .output()
-        .expect("run /manager");
+    let run = output_of(Command::new(&exe).env_clear().env("DEFAULT_INTERVAL", "1s"));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{run:?}");
     assert!(
@@ -377,4 +369,18 @@ fn dockerfile_parsing() {
         BTreeSet::from(["80/tcp".into(), "81/tcp".into()])
     );
     assert_eq!(d.version, "1.2");
+}
+
+/// `cmd`'s output. A binary just written can be "busy" for a moment: a process another test
+/// thread forks meanwhile holds the write descriptor until its exec closes it.
+fn output_of(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..50 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other.unwrap_or_else(|e| panic!("run {cmd:?}: {e}")),
+        }
+    }
+    panic!("run {cmd:?}: the file stayed busy for 5 s")
 }
