@@ -2,6 +2,7 @@
 //! (`skyhook.nvidia.com/...`); a NodeWright's nodes, objects and Jobs are read into them and its
 //! writes go out under `nodewright.nvidia.com/`, as the operator's lens (`schema::Api`) does.
 
+use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
 use skyhook::schema;
 use skyhook::schema::Api as ApiKind;
@@ -56,6 +57,23 @@ pub(super) fn patch_in(api: ApiKind, patch: &Value) -> Value {
         }
     }
     patch
+}
+
+/// The node with its labels, annotations and conditions in `api`'s canonical keys (those of the
+/// other API left out), as the plugin's lens reads nodes.
+pub fn node_in_api(mut node: Node, api: ApiKind) -> Node {
+    api.canonicalize(&mut node.metadata.labels);
+    api.canonicalize(&mut node.metadata.annotations);
+    if let Some(conditions) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        conditions.retain_mut(|c| match api.canonical(&c.type_).map(|k| k.into_owned()) {
+            Some(canonical) => {
+                c.type_ = canonical;
+                true
+            }
+            None => false,
+        });
+    }
+    node
 }
 
 #[cfg(test)]

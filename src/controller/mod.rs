@@ -400,20 +400,26 @@ async fn frozen(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
     ctx.pacing.forget(&name);
     if sk.meta().deletion_timestamp.is_none() {
         debug!(skyhook = %name, "taken over by the NodeWright of the same name; not reconciled");
-        if let Some(generation) = plan::api_handover::unapplied_edit(sk) {
-            let first = ctx
-                .unapplied
-                .lock()
-                .map(|mut told| told.insert(name.clone(), generation) != Some(generation))
-                .unwrap_or(false);
-            if first {
-                write::takeover::announce_unapplied(&ctx.events, sk, generation);
-            }
-        }
+        tell_unapplied(sk, ctx);
         return Ok(Action::requeue(ctx.config.default_interval));
     }
     write::takeover::release_frozen(ctx.target(), sk).await?;
     Ok(Action::await_change())
+}
+
+/// Says once per generation, in a Warning on a frozen Skyhook, that an edit is not applied.
+fn tell_unapplied(sk: &Skyhook, ctx: &Ctx) {
+    let Some(generation) = plan::api_handover::unapplied_edit(sk) else {
+        return;
+    };
+    let first = ctx
+        .unapplied
+        .lock()
+        .map(|mut told| told.insert(sk.name_any(), generation) != Some(generation))
+        .unwrap_or(false);
+    if first {
+        write::takeover::announce_unapplied(&ctx.events, sk, generation);
+    }
 }
 
 /// Says once, in an Event on the NodeWright, that it waits for its Skyhook to finish.

@@ -141,23 +141,6 @@ pub fn pod(pod: &Pod) -> String {
     out
 }
 
-/// The node with its labels, annotations and conditions in `api`'s canonical keys (those of the
-/// other API left out), as the plugin's lens reads nodes.
-pub fn in_api(mut node: Node, api: schema::Api) -> Node {
-    api.canonicalize(&mut node.metadata.labels);
-    api.canonicalize(&mut node.metadata.annotations);
-    if let Some(conditions) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-        conditions.retain_mut(|c| match api.canonical(&c.type_).map(|k| k.into_owned()) {
-            Some(canonical) => {
-                c.type_ = canonical;
-                true
-            }
-            None => false,
-        });
-    }
-    node
-}
-
 /// A node as Skyhook sees it: per Skyhook the decoded nodeState, status, cordon annotation
 /// and the node conditions it owns, plus the node's taints and cordon flag.
 pub fn node_state(node: &Node, skyhooks: &[String]) -> Value {

@@ -32,6 +32,7 @@ use crate::app::Ctx;
 use crate::app::error::CliError;
 use crate::app::global::{GlobalArgs, Timeout};
 use crate::app::kube::{Kind, Kube};
+use crate::app::lens::node_in_api;
 use crate::app::operator::PLUGIN_VERSION;
 use crate::cli::CollectArgs;
 
@@ -375,7 +376,7 @@ impl Collector<'_> {
             Ok(list) => {
                 // A NodeWright's keys read as the canonical ones the description names.
                 let api = self.kube.api();
-                for node in list.items.into_iter().map(|n| describe::in_api(n, api)) {
+                for node in list.items.into_iter().map(|n| node_in_api(n, api)) {
                     let node = &node;
                     let name = node.name_any();
                     let has_state = state_keys
