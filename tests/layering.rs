@@ -115,6 +115,7 @@ fn load_module(file: &Path, path: &str, dir_owner: bool, out: &mut BTreeMap<Stri
 fn strip(text: &str) -> String {
     let mut out = String::new();
     let mut lines = text.lines().peekable();
+    let visibility = Regex::new(r"pub\s*\(\s*in\s+[^)]*\)").unwrap();
     while let Some(line) = lines.next() {
         let trimmed = line.trim_start();
         if trimmed.starts_with("#[cfg(test)]") {
@@ -132,7 +133,9 @@ fn strip(text: &str) -> String {
             continue;
         }
         let code = line.split(" //").next().unwrap_or(line);
-        out.push_str(&strip_strings(code));
+        // `pub(in crate::x)` names where an item is visible, not what it imports.
+        let code = visibility.replace_all(code, "pub");
+        out.push_str(&strip_strings(&code));
         out.push('\n');
     }
     out
@@ -299,11 +302,25 @@ fn edges(krate: &Crate) -> BTreeMap<String, BTreeSet<String>> {
                 && target != *module
                 && !(target.is_empty() && segs.is_empty())
             {
+                // An item taken through a sibling's re-export depends on that sibling too: only
+                // an ancestor's re-exports (a facade such as `plan::Plan`) are see-through.
+                if let Some(named) = krate.resolve(&segs, &Reexports::default())
+                    && named != target
+                    && named != *module
+                    && !is_ancestor(&named, module)
+                {
+                    targets.insert(named);
+                }
                 targets.insert(target);
             }
         }
     }
     out
+}
+
+/// `ancestor` is `module` 's parent, grandparent, … or the crate root.
+fn is_ancestor(ancestor: &str, module: &str) -> bool {
+    ancestor.is_empty() || module.starts_with(&format!("{ancestor}::"))
 }
 
 /// One cycle, if the graph has any.
@@ -534,5 +551,36 @@ fn a_cycle_and_a_back_import_are_found() {
         cycles_in(&reexported),
         Ok(()),
         "a re-exported item leads to its module"
+    );
+    let through_a_sibling = krate(&[
+        (
+            "app",
+            "mod kube;
+mod lens;
+mod meta;
+",
+        ),
+        (
+            "app::meta",
+            "pub struct Meta;
+",
+        ),
+        (
+            "app::kube",
+            "pub use super::meta::Meta;
+fn f() { super::lens::patch() }
+",
+        ),
+        (
+            "app::lens",
+            "use super::kube::Meta;
+pub fn patch() {}
+",
+        ),
+    ]);
+    let found = cycles_in(&through_a_sibling).unwrap_err();
+    assert!(
+        found.contains("app::kube → app::lens → app::kube"),
+        "a sibling's re-export is an import of that sibling: {found}"
     );
 }

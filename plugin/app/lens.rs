@@ -7,7 +7,7 @@ use serde_json::Value;
 use skyhook::schema;
 use skyhook::schema::Api as ApiKind;
 
-use super::kube::NodeMeta;
+use super::node_meta::NodeMeta;
 
 impl NodeMeta {
     /// The node as `api` sees it: its keys in the canonical set (`skyhook.nvidia.com/...`), the

@@ -18,6 +18,7 @@
 pub mod api;
 mod ctx;
 mod error;
+mod handover;
 pub mod outbound;
 pub mod pacing;
 pub mod process;
@@ -41,8 +42,12 @@ pub use ctx::Ctx;
 use ctx::Engines;
 pub use error::Error;
 use pacing::Pacing;
-use process::leader::{Leadership, lead, supervise};
-use process::{metrics_auth, policy_finalizer, probes, startup};
+use process::around::{
+    beside, mark_ready_when_synced, mirror_sides, notifications_task, policy_finalizer_task,
+    prepare,
+};
+use process::leader::supervise;
+use process::startup;
 use snapshot::Snapshot;
 use watch::caches::{Caches, owner_of, skyhooks_selecting, skyhooks_using};
 use watch::streams::NoPause;
@@ -54,7 +59,7 @@ use crate::crd::{DeploymentPolicy, Skyhook};
 use crate::metrics::Metrics;
 use crate::plan;
 use crate::schema::Api;
-use crate::settings::{Config, MetricsAuth};
+use crate::settings::Config;
 
 /// Run until `shutdown` resolves.
 pub async fn run(
@@ -130,21 +135,6 @@ pub async fn run(
     Ok(())
 }
 
-/// What the mirror reads (`MIGRATE_TO_NODEWRIGHT`), when it is on and both APIs are served.
-fn mirror_sides(engines: &Engines, config: &Config) -> Option<process::mirror::Sides> {
-    let of = |api| engines.0.iter().find(|c| c.api == api);
-    let (legacy, nw) = (of(Api::Skyhook)?, of(Api::NodeWright)?);
-    config
-        .migrate_to_nodewright
-        .then(|| process::mirror::Sides {
-            skyhooks: legacy.caches.skyhooks.clone(),
-            policies: legacy.caches.policies.clone(),
-            nodewrights: nw.caches.skyhooks.clone(),
-            nodewright_policies: nw.caches.policies.clone(),
-            selected: config.skyhook_selector.is_some(),
-        })
-}
-
 /// [`engine`] once its API is served (at once for a required API; for `SERVE_APIS=auto`'s
 /// NodeWrights, once their CRD is installed).
 async fn served_engine(
@@ -201,85 +191,6 @@ async fn engine(
         .await
 }
 
-/// The notification sender (with `NOTIFICATIONS`), for as long as reconciling runs; without it,
-/// a task that never ends.
-fn notifications_task(
-    client: &Client,
-    config: &Config,
-    http: outbound::http::Outbound,
-) -> impl std::future::Future<Output = ()> + use<> {
-    let run = config
-        .notifications
-        .then(|| outbound::notify::run(client.clone(), config.namespace.clone(), http));
-    async move {
-        match run {
-            Some(task) => task.await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-/// The task that keeps the DeploymentPolicy in-use finalizer, for as long as reconciling runs.
-fn policy_finalizer_task(ctx: &Ctx) -> impl std::future::Future<Output = ()> + use<> {
-    policy_finalizer::run(
-        ctx.client.clone(),
-        ctx.api,
-        ctx.config.skyhook_selector.clone(),
-        ctx.caches.skyhooks.clone(),
-        ctx.caches.policies.clone(),
-    )
-}
-
-/// `main` until it ends, with `task` running beside it.
-async fn beside(
-    main: impl std::future::Future<Output = ()>,
-    task: impl std::future::Future<Output = ()>,
-) {
-    tokio::select! {
-        _ = main => {}
-        _ = task => {}
-    }
-}
-
-/// Everything between building the caches and reconciling: probes and metrics first (a
-/// liveness probe must not kill an operator that waits), the API and its CRDs, then leadership.
-/// `None` when shut down while waiting to lead.
-async fn prepare(
-    engines: &Engines,
-    client: &Client,
-    shutdown: impl std::future::Future<Output = ()> + Clone,
-) -> Result<Option<Leadership>, Error> {
-    let Some(first) = engines.0.first() else {
-        return Err(Error::NoApis);
-    };
-    let serving = &first.config.serving;
-    let auth = (serving.metrics_auth == MetricsAuth::TokenReview)
-        .then(|| metrics_auth::Authorizer::new(client.clone()));
-    probes::spawn(serving, auth, Arc::new(Engines(engines.0.clone()))).await?;
-    let selector = first.config.skyhook_selector.as_deref();
-    let required = engines
-        .0
-        .iter()
-        .filter(|c| c.config.serve_apis.required(c.api));
-    for ctx in required {
-        tokio::select! {
-            waited = startup::wait_for_skyhook_api(client, ctx.api, selector, CRD_WAIT) => waited?,
-            _ = shutdown.clone() => return Ok(None),
-        }
-    }
-    let (timings, ns) = (first.config.leader, &first.config.namespace);
-    let standby = &first.standby;
-    let Some(leadership) = lead(timings, ns, standby, client, shutdown).await else {
-        return Ok(None);
-    };
-    first.metrics.leader.set(1);
-    Ok(Some(leadership))
-}
-
-/// How long start-up waits for the Skyhook CRD to be served (it may be being installed beside
-/// the operator) before saying it is missing.
-const CRD_WAIT: Duration = Duration::from_secs(120);
-
 /// One Skyhook at a time, with no debounce: kube's debounce postpones a pass again with every
 /// event that arrives within it, and a rollout over a thousand nodes never pauses for 300 ms,
 /// so passes waited for a lull (10 s and more) while stages finished. Events that arrive during
@@ -287,17 +198,6 @@ const CRD_WAIT: Duration = Duration::from_secs(120);
 /// Skyhook's wait never holds the others' passes back.
 fn queue_config() -> controller::Config {
     controller::Config::default().concurrency(1)
-}
-
-/// Marks the operator ready once the caches have filled, whether or not any Skyhook exists to
-/// reconcile (the caches fill once the reconcile loop runs).
-fn mark_ready_when_synced(ctx: &Arc<Ctx>) {
-    let readiness = ctx.clone();
-    tokio::spawn(async move {
-        while let Err(e) = readiness.wait_ready().await {
-            warn!(error = %e, "caches not ready");
-        }
-    });
 }
 
 fn error_policy(sk: Arc<Skyhook>, err: &Error, _ctx: Arc<Ctx>) -> Action {
@@ -309,22 +209,10 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if !ctx.caches_ready()? {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
+    if let Some(instead) = handover::turn(&sk, &ctx).await? {
+        return Ok(instead);
+    }
     let name = sk.name_any();
-    let peer = ctx
-        .peer
-        .as_ref()
-        .and_then(|s| s.get(&kube::runtime::reflector::ObjectRef::new(&name)));
-    match plan::api_handover::turn(ctx.api, &sk, peer.as_deref()) {
-        plan::api_handover::Turn::Run => {}
-        plan::api_handover::Turn::Frozen => return frozen(&sk, &ctx).await,
-        plan::api_handover::Turn::Wait => {
-            wait_for_skyhook(&sk, &ctx);
-            return Ok(Action::requeue(HANDOVER_RECHECK));
-        }
-    }
-    if let Ok(mut w) = ctx.waiting.lock() {
-        w.remove(&name);
-    }
     if let Some(left) = ctx.pacing.wait_left(&name) {
         return Ok(Action::requeue(left));
     }
@@ -345,93 +233,6 @@ async fn reconcile(sk: Arc<Skyhook>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
     }
     action
-}
-
-/// A NodeWright's writes before it plans (`write::takeover`): the node keys of the Skyhook of its
-/// name it lacks, then the clean-up of the legacy ones when due. `Ok(when the clean-up is due)`
-/// to go on planning; `Err(the pass)` when a write ended it.
-async fn before_planning(
-    sk: &Skyhook,
-    ctx: &Ctx,
-) -> Result<Result<Option<Duration>, Box<Passed>>, Error> {
-    if let Some(copied) = take_over_keys(sk, ctx).await? {
-        return Ok(Err(Box::new(copied)));
-    }
-    let nodes = ctx.caches.nodes.all();
-    let delay = ctx.config.legacy_cleanup_delay;
-    Ok(
-        match write::takeover::legacy_cleanup(ctx.target(), sk, &nodes, delay).await? {
-            write::takeover::Cleanup::Pruned(failures) => Err(Box::new(Passed {
-                action: Action::requeue(CONFLICT_REQUEUE),
-                stored: None,
-                failures,
-                drain_blocks: Vec::new(),
-            })),
-            write::takeover::Cleanup::Due(left) => Ok(Some(left)),
-            write::takeover::Cleanup::Nothing => Ok(None),
-        },
-    )
-}
-
-/// A NodeWright first copies the node keys of the Skyhook of its name it lacks
-/// (`write::takeover::copy_keys`), then plans from them in its next pass: planning before the
-/// copy is in the cache would run every stage again. `None` when there is nothing to copy.
-async fn take_over_keys(sk: &Skyhook, ctx: &Ctx) -> Result<Option<Passed>, Error> {
-    if ctx.api != Api::NodeWright {
-        return Ok(None);
-    }
-    let copied = write::takeover::copy_keys(ctx.target(), sk, &ctx.caches.nodes.all()).await?;
-    Ok(copied.map(|failures| Passed {
-        action: Action::requeue(CONFLICT_REQUEUE),
-        stored: None,
-        failures,
-        drain_blocks: Vec::new(),
-    }))
-}
-
-/// How often a NodeWright waiting for its Skyhook looks again (upstream's migration hold: 20 s).
-const HANDOVER_RECHECK: Duration = Duration::from_secs(20);
-
-/// A Skyhook its NodeWright has taken over: nothing is written, and a deletion only releases the
-/// finalizer. Looked at again now and then: if the NodeWright goes, the Skyhook is reconciled
-/// again.
-async fn frozen(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
-    let name = sk.name_any();
-    ctx.pacing.forget(&name);
-    if sk.meta().deletion_timestamp.is_none() {
-        debug!(skyhook = %name, "taken over by the NodeWright of the same name; not reconciled");
-        tell_unapplied(sk, ctx);
-        return Ok(Action::requeue(ctx.config.default_interval));
-    }
-    write::takeover::release_frozen(ctx.target(), sk).await?;
-    Ok(Action::await_change())
-}
-
-/// Says once per generation, in a Warning on a frozen Skyhook, that an edit is not applied.
-fn tell_unapplied(sk: &Skyhook, ctx: &Ctx) {
-    let Some(generation) = plan::api_handover::unapplied_edit(sk) else {
-        return;
-    };
-    let first = ctx
-        .unapplied
-        .lock()
-        .map(|mut told| told.insert(sk.name_any(), generation) != Some(generation))
-        .unwrap_or(false);
-    if first {
-        write::takeover::announce_unapplied(&ctx.events, sk, generation);
-    }
-}
-
-/// Says once, in an Event on the NodeWright, that it waits for its Skyhook to finish.
-fn wait_for_skyhook(nw: &Skyhook, ctx: &Ctx) {
-    let first = ctx
-        .waiting
-        .lock()
-        .map(|mut w| w.insert(nw.name_any()))
-        .unwrap_or(false);
-    if first {
-        write::takeover::announce_wait(&ctx.events, ctx.api, nw);
-    }
 }
 
 /// What a pass leaves: the action for the controller, the Skyhook as its status write stored
@@ -459,9 +260,16 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     }
     let started = Instant::now();
     let name = sk.name_any();
-    let cleanup_due = match before_planning(sk, ctx).await? {
+    let cleanup_due = match handover::before_planning(sk, ctx).await? {
         Ok(due) => due,
-        Err(done) => return Ok(*done),
+        Err((action, failures)) => {
+            return Ok(Passed {
+                action,
+                stored: None,
+                failures,
+                drain_blocks: Vec::new(),
+            });
+        }
     };
     let snapshot = Snapshot::take(
         ctx.api,

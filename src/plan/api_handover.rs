@@ -3,9 +3,17 @@
 //! (upstream v0.18's migration: legacy objects' status freezes, delta D23). While the Skyhook is
 //! mid-rollout (`in_progress`, `erroring`, `blocked`, `waiting`, `unknown`: upstream's migration
 //! hold, D24) it finishes, and the NodeWright waits.
+//!
+//! The take-over is recorded twice, so that it happens once and is never undone by accident: on
+//! the Skyhook (`taken-over-by-nodewright`), which stays frozen from then on even when the
+//! NodeWright is edited or deleted, until it is deleted or released; and per node
+//! (`takenOver_<name>` under the NodeWright's prefix), so that the legacy keys are copied to a
+//! node once and a key the NodeWright removed later is never copied back.
+
+use kube::ResourceExt;
 
 use super::actions::NodePatch;
-use crate::crd::Skyhook;
+use crate::crd::{Skyhook, SkyhookStatus};
 use crate::node::NodeView;
 use crate::schema::{self, Api, Status};
 
@@ -19,6 +27,21 @@ pub enum Turn {
     Frozen,
     /// A NodeWright whose Skyhook is mid-rollout: wait for it.
     Wait,
+    /// A Skyhook taken over, released by its owner, with no NodeWright of its name left: the
+    /// record and the release come off, and the Skyhook is reconciled again.
+    Release,
+}
+
+/// A Skyhook its NodeWright took over (recorded on it).
+pub fn taken_over(sk: &Skyhook) -> bool {
+    sk.annotations().contains_key(schema::TAKEN_OVER_ANNOTATION)
+}
+
+/// A Skyhook its owner handed back to the legacy engine (`kubectl skyhook release`).
+fn released(sk: &Skyhook) -> bool {
+    sk.annotations()
+        .get(schema::RELEASE_FROM_NODEWRIGHT_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 /// Upstream's hold: a legacy object in one of these holds the migration.
@@ -44,16 +67,48 @@ pub fn unapplied_edit(sk: &Skyhook) -> Option<i64> {
 }
 
 /// The turn of `mine` (of `api`), `peer` being the same-named object of the other API, if any.
+///
+/// A Skyhook recorded as taken over stays frozen whatever becomes of its NodeWright: deleting or
+/// editing the NodeWright never runs the old spec again. Only its own deletion (a deletion pass
+/// runs no stage) and an explicit release, once no NodeWright of its name is left, end that.
 pub fn turn(api: Api, mine: &Skyhook, peer: Option<&Skyhook>) -> Turn {
-    let Some(peer) = peer.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
-        return Turn::Run;
-    };
+    let live = peer.filter(|p| p.metadata.deletion_timestamp.is_none());
     match api {
-        Api::Skyhook if mid_rollout(mine) => Turn::Run,
-        Api::Skyhook => Turn::Frozen,
-        Api::NodeWright if mid_rollout(peer) => Turn::Wait,
-        Api::NodeWright => Turn::Run,
+        Api::Skyhook if mine.metadata.deletion_timestamp.is_some() => match live {
+            Some(_) if taken_over(mine) || !mid_rollout(mine) => Turn::Frozen,
+            _ => Turn::Run,
+        },
+        Api::Skyhook if taken_over(mine) => {
+            if released(mine) && peer.is_none() {
+                Turn::Release
+            } else {
+                Turn::Frozen
+            }
+        }
+        Api::Skyhook => match live {
+            Some(_) if !mid_rollout(mine) => Turn::Frozen,
+            _ => Turn::Run,
+        },
+        Api::NodeWright => match live {
+            Some(p) if mid_rollout(p) && !taken_over(p) => Turn::Wait,
+            _ => Turn::Run,
+        },
     }
+}
+
+/// The status a frozen Skyhook shows: its NodeWright's, so that what polls the legacy object
+/// (`kubectl wait --for=condition=Ready`, `.status.status`, `completeNodes`) follows the rollout
+/// that now runs its nodes. The generation observed stays the Skyhook's own: an edit of the
+/// Skyhook is still one nothing applied (`unapplied_edit`). `None` when it shows that already, or
+/// when there is no NodeWright status to follow (the last one followed stays).
+pub fn followed_status(sk: &Skyhook, nw: &Skyhook) -> Option<SkyhookStatus> {
+    let mut status = nw.status.clone()?;
+    let observed = sk.status.as_ref().map_or(0, |s| s.observed_generation);
+    status.observed_generation = observed;
+    for c in &mut status.conditions {
+        c.observed_generation = Some(observed);
+    }
+    (sk.status.as_ref() != Some(&status)).then_some(status)
 }
 
 /// The node keys a NodeWright takes over from the Skyhook of its name (upstream's copy, delta
@@ -61,9 +116,17 @@ pub fn turn(api: Api, mine: &Skyhook, peer: Option<&Skyhook>) -> Turn {
 /// `autoTaint_` annotations and `ignore` label. A key the NodeWright already has wins.
 ///
 /// `node` is as stored (the legacy API's view); the patch is in the canonical keys, which the
-/// NodeWright's writer puts under its prefix. `None` when there is nothing to copy.
-pub fn copied_keys(name: &str, node: &NodeView) -> Option<NodePatch> {
+/// NodeWright's writer puts under its prefix, with the record of the copy (`takenOver_<name>`,
+/// `at`). `None` when there is nothing to copy, or when the copy was made already: once per
+/// (name, node), so that a key the NodeWright removed is never copied back. A node the
+/// NodeWright already keeps state on (taken over by an earlier build, which did not record it)
+/// gets the record alone.
+pub fn copied_keys(name: &str, node: &NodeView, at: &str) -> Option<NodePatch> {
     let nw = Api::NodeWright;
+    let record = schema::taken_over_annotation(name);
+    if node.annotation(&nw.local(&record)).is_some() {
+        return None;
+    }
     let named = schema::name_scoped_annotations(name);
     let auto_taints = node
         .annotations
@@ -85,7 +148,16 @@ pub fn copied_keys(name: &str, node: &NodeView) -> Option<NodePatch> {
             patch.labels.insert(key, Some(v.to_string()));
         }
     }
-    (!patch.is_empty()).then_some(patch)
+    if patch.is_empty() {
+        return None;
+    }
+    let state = schema::node_state_annotation(name);
+    if node.annotation(&nw.local(&state)).is_some() {
+        patch.annotations.clear();
+        patch.labels.clear();
+    }
+    patch.annotations.insert(record, Some(at.to_string()));
+    Some(patch)
 }
 
 /// The legacy keys of `name` on `node` once a NodeWright's take-over is old enough (upstream's
@@ -126,17 +198,47 @@ mod tests {
                 schema::IGNORE_LABEL: "true",
             }))
             .build();
-        let patch = copied_keys("sk", &node).expect("a patch");
+        let patch = copied_keys("sk", &node, "T").expect("a patch");
         let keys: Vec<&String> = patch.annotations.keys().collect();
         assert_eq!(
             keys,
             [
                 &schema::auto_taint_annotation("skyhook.nvidia.com"),
                 &schema::node_state_annotation("sk"),
+                &schema::taken_over_annotation("sk"),
             ]
         );
+        assert_eq!(
+            patch.annotations[&schema::taken_over_annotation("sk")].as_deref(),
+            Some("T")
+        );
         assert_eq!(patch.labels.len(), 2);
-        assert!(copied_keys("none", &crate::plan::fixtures::node("n2").build()).is_none());
+        assert!(copied_keys("none", &crate::plan::fixtures::node("n2").build(), "T").is_none());
+    }
+
+    #[test]
+    fn the_copy_is_made_once_per_node() {
+        let legacy = || {
+            crate::plan::fixtures::node("n1")
+                .annotation(&schema::node_state_annotation("sk"), "{}")
+                .annotation(&schema::cordon_annotation("sk"), "true")
+        };
+        // Recorded: the NodeWright removed its cordon since, and it is not copied back.
+        let recorded = legacy()
+            .annotation("nodewright.nvidia.com/takenOver_sk", "T")
+            .annotation("nodewright.nvidia.com/nodeState_sk", "{}")
+            .build();
+        assert!(copied_keys("sk", &recorded, "T2").is_none());
+        // Taken over by an earlier build (state, no record): the record alone.
+        let earlier = legacy()
+            .annotation("nodewright.nvidia.com/nodeState_sk", "{}")
+            .build();
+        let patch = copied_keys("sk", &earlier, "T2").expect("the record");
+        assert_eq!(
+            patch.annotations.keys().collect::<Vec<_>>(),
+            [&schema::taken_over_annotation("sk")]
+        );
+        assert!(patch.labels.is_empty());
     }
 
     fn with(status: Option<Status>) -> Skyhook {
@@ -239,15 +341,94 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_peer_being_deleted_takes_nothing_over() {
-        let mut nw = with(None);
-        nw.metadata.deletion_timestamp = Some(
+    fn deleting(mut sk: Skyhook) -> Skyhook {
+        sk.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         );
+        sk
+    }
+
+    fn annotated(mut sk: Skyhook, pairs: &[(&str, &str)]) -> Skyhook {
+        let a = sk.metadata.annotations.get_or_insert_default();
+        for (k, v) in pairs {
+            a.insert(k.to_string(), v.to_string());
+        }
+        sk
+    }
+
+    fn recorded(status: Option<Status>) -> Skyhook {
+        annotated(with(status), &[(schema::TAKEN_OVER_ANNOTATION, "T")])
+    }
+
+    #[test]
+    fn a_peer_being_deleted_that_never_took_over_takes_nothing_over() {
+        let nw = deleting(with(None));
         assert_eq!(
             turn(Api::Skyhook, &with(Some(Status::Complete)), Some(&nw)),
             Turn::Run
         );
+    }
+
+    #[test]
+    fn a_skyhook_taken_over_stays_frozen_when_its_nodewright_is_edited_or_deleted() {
+        let sk = recorded(Some(Status::Complete));
+        let nw = with(Some(Status::InProgress));
+        assert_eq!(turn(Api::Skyhook, &sk, Some(&nw)), Turn::Frozen);
+        assert_eq!(turn(Api::Skyhook, &sk, Some(&deleting(nw))), Turn::Frozen);
+        assert_eq!(turn(Api::Skyhook, &sk, None), Turn::Frozen, "gone");
+        // Its status follows the NodeWright's (in_progress): that holds nothing.
+        let following = recorded(Some(Status::InProgress));
+        assert_eq!(turn(Api::Skyhook, &following, None), Turn::Frozen);
+        assert_eq!(
+            turn(Api::NodeWright, &with(None), Some(&following)),
+            Turn::Run
+        );
+    }
+
+    #[test]
+    fn only_an_explicit_release_with_no_nodewright_left_unfreezes_it() {
+        let release = [(schema::RELEASE_FROM_NODEWRIGHT_ANNOTATION, "true")];
+        let sk = annotated(recorded(Some(Status::Complete)), &release);
+        assert_eq!(turn(Api::Skyhook, &sk, None), Turn::Release);
+        assert_eq!(turn(Api::Skyhook, &sk, Some(&with(None))), Turn::Frozen);
+        assert_eq!(
+            turn(Api::Skyhook, &sk, Some(&deleting(with(None)))),
+            Turn::Frozen,
+            "its NodeWright's deletion pass first"
+        );
+        let no = annotated(
+            recorded(None),
+            &[(schema::RELEASE_FROM_NODEWRIGHT_ANNOTATION, "false")],
+        );
+        assert_eq!(turn(Api::Skyhook, &no, None), Turn::Frozen);
+    }
+
+    #[test]
+    fn a_deleted_skyhook_is_cleaned_up_unless_a_nodewright_keeps_its_nodes() {
+        let gone = deleting(recorded(Some(Status::Complete)));
+        assert_eq!(turn(Api::Skyhook, &gone, None), Turn::Run);
+        assert_eq!(turn(Api::Skyhook, &gone, Some(&with(None))), Turn::Frozen);
+        let busy = deleting(with(Some(Status::InProgress)));
+        assert_eq!(turn(Api::Skyhook, &busy, Some(&with(None))), Turn::Run);
+    }
+
+    #[test]
+    fn a_frozen_skyhook_shows_its_nodewrights_status_at_its_own_generation() {
+        let mut sk = recorded(Some(Status::Complete));
+        if let Some(s) = sk.status.as_mut() {
+            s.observed_generation = 2;
+        }
+        let mut nw = with(Some(Status::InProgress));
+        if let Some(s) = nw.status.as_mut() {
+            s.observed_generation = 7;
+            s.complete_nodes = "1/3".to_string();
+        }
+        let shown = followed_status(&sk, &nw).expect("a new status");
+        assert_eq!(shown.status, Some(Status::InProgress));
+        assert_eq!(shown.complete_nodes, "1/3");
+        assert_eq!(shown.observed_generation, 2);
+        sk.status = Some(shown);
+        assert_eq!(followed_status(&sk, &nw), None, "shown already");
+        assert_eq!(followed_status(&sk, &with(None)), None, "nothing to follow");
     }
 }

@@ -11,6 +11,11 @@ pub const WAITING_FOR_SKYHOOK_REASON: &str = "WaitingForSkyhook";
 /// Warning on a Skyhook edited after the NodeWright of its name took it over: the edit is not
 /// applied.
 pub const EDIT_NOT_APPLIED_REASON: &str = "EditNotApplied";
+/// Warning on a Skyhook its owner released from its NodeWright: its spec runs again.
+pub const RELEASED_FROM_NODEWRIGHT_REASON: &str = "ReleasedFromNodeWright";
+/// Warning on a legacy object whose mirror the API server refuses for good (a 403: the operator
+/// lacks a right), so the migration cannot go on.
+pub const MIGRATION_REFUSED_REASON: &str = "MigrationRefused";
 /// A legacy Skyhook or DeploymentPolicy mirrored into the `nodewright.nvidia.com` group.
 pub const MIRRORED_REASON: &str = "MirroredToNodeWright";
 pub const INTERRUPT_REASON: &str = "Interrupt";

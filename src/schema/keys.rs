@@ -145,6 +145,25 @@ pub fn is_skyhook_key(key: &str) -> bool {
 /// its name (RFC 3339); the legacy node keys of that name go `LEGACY_CLEANUP_DELAY` later.
 pub const LEGACY_MIGRATED_AT_ANNOTATION: &str = "skyhook.nvidia.com/legacy-migrated-at";
 
+/// Node annotation `takenOver_<name>` (written under the NodeWright's prefix): when the NodeWright
+/// of that name copied the legacy node keys of its Skyhook to this node. The copy happens once
+/// per (name, node): a key the NodeWright removes later (a reset, a finished drain) is never
+/// copied back. New in this implementation; upstream copies on every adoption.
+pub fn taken_over_annotation(name: &str) -> String {
+    format!("{PREFIX}/takenOver_{name}")
+}
+
+/// On a legacy Skyhook: when the NodeWright of its name took it over (RFC 3339). From then on the
+/// Skyhook is never reconciled again, whether or not the NodeWright still exists, until it is
+/// deleted or released ([`RELEASE_FROM_NODEWRIGHT_ANNOTATION`]). Upstream never reconciles a
+/// migrated Skyhook again either (delta D23).
+pub const TAKEN_OVER_ANNOTATION: &str = "skyhook.nvidia.com/taken-over-by-nodewright";
+
+/// On a legacy Skyhook taken over by its NodeWright: `"true"` hands it back to the legacy engine
+/// once no NodeWright of its name exists (`kubectl skyhook release`). The operator then removes
+/// both annotations and reconciles the Skyhook's spec again.
+pub const RELEASE_FROM_NODEWRIGHT_ANNOTATION: &str = "skyhook.nvidia.com/release-from-nodewright";
+
 /// On a NodeWright or a new-group DeploymentPolicy (under its prefix, as upstream's mirror
 /// stamps it): the name of the legacy object it mirrors. Only an object carrying it is ever
 /// updated by the mirror (`MIGRATE_TO_NODEWRIGHT`).

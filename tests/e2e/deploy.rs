@@ -549,15 +549,16 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         Cluster,
         true,
     ));
-    // The same engine serves NodeWrights (upstream's API after v0.18).
+    // The same engine serves NodeWrights (upstream's API after v0.18); create: the mirror of
+    // MIGRATE_TO_NODEWRIGHT.
     table.extend(checks(
-        &["get", "list", "watch", "patch", "update"],
+        &["get", "list", "watch", "create", "patch", "update"],
         "nodewrights.nodewright.nvidia.com",
         Cluster,
         true,
     ));
     table.extend(checks(
-        &["get", "list", "watch", "patch"],
+        &["get", "list", "watch", "create", "patch"],
         "deploymentpolicies.nodewright.nvidia.com",
         Cluster,
         true,
@@ -654,14 +655,14 @@ async fn operator_service_account_has_exactly_what_it_needs() {
         Cluster,
         false,
     ));
-    table.extend(checks(
-        &["create", "delete"],
+    table.push(check(
+        "delete",
         "nodewrights.nodewright.nvidia.com",
         Cluster,
         false,
     ));
     table.extend(checks(
-        &["create", "update", "delete"],
+        &["update", "delete"],
         "deploymentpolicies.nodewright.nvidia.com",
         Cluster,
         false,

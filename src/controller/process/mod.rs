@@ -4,6 +4,7 @@
 //! in-use finalizer ([`policy_finalizer`]), and the mirror of legacy objects into the new group on
 //! request ([`mirror`]).
 
+pub mod around;
 pub mod http;
 pub mod leader;
 pub mod metrics_auth;

@@ -26,9 +26,10 @@ pub async fn copy_keys(
     nodes: &[Arc<NodeView>],
 ) -> Result<Option<Vec<String>>, Error> {
     let name = nw.name_any();
+    let at = jiff::Timestamp::now().to_string();
     let patches: Vec<plan::NodePatch> = nodes
         .iter()
-        .filter_map(|n| api_handover::copied_keys(&name, n))
+        .filter_map(|n| api_handover::copied_keys(&name, n, &at))
         .collect();
     if patches.is_empty() {
         return Ok(None);
@@ -64,6 +65,65 @@ async fn mark_taken_over(to: &Target<'_>, nw: &Skyhook) -> Result<(), Error> {
         )
         .await?;
     Ok(())
+}
+
+/// Records on a legacy Skyhook that the NodeWright of its name took it over
+/// (`taken-over-by-nodewright`): from then on it stays frozen, whatever becomes of the NodeWright.
+/// Guarded by the Skyhook's resourceVersion, so that a release written meanwhile is not lost.
+pub async fn record_on_skyhook(to: Target<'_>, sk: &Skyhook) -> Result<(), Error> {
+    let name = sk.name_any();
+    info!(skyhook = %name, "recording that the NodeWright of the same name took this Skyhook over");
+    let now = jiff::Timestamp::now().to_string();
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": sk.resource_version(),
+        "annotations": {schema::TAKEN_OVER_ANNOTATION: now},
+    }});
+    patch_legacy(&to, &name, &patch).await
+}
+
+/// A released Skyhook with no NodeWright of its name left: the record and the release come off,
+/// and its next pass reconciles its spec again.
+pub async fn release(to: Target<'_>, sk: &Skyhook) -> Result<(), Error> {
+    let name = sk.name_any();
+    warn!(skyhook = %name, "released from its NodeWright: the Skyhook's spec is reconciled again");
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": sk.resource_version(),
+        "annotations": {
+            schema::TAKEN_OVER_ANNOTATION: null,
+            schema::RELEASE_FROM_NODEWRIGHT_ANNOTATION: null,
+        },
+    }});
+    patch_legacy(&to, &name, &patch).await?;
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: schema::RELEASED_FROM_NODEWRIGHT_REASON.to_string(),
+        note: Some(format!(
+            "Skyhook {name} was released from its NodeWright (annotation {}): its spec is \
+             reconciled again on the nodes it selects, from the legacy node state",
+            schema::RELEASE_FROM_NODEWRIGHT_ANNOTATION
+        )),
+        action: "Release".to_string(),
+        secondary: None,
+    };
+    to.events.send(ev, sk.object_ref(&()));
+    Ok(())
+}
+
+/// A merge patch of a legacy Skyhook's metadata; a 409 (it changed since it was read) is left to
+/// the next pass, which reads it again.
+async fn patch_legacy(to: &Target<'_>, name: &str, patch: &serde_json::Value) -> Result<(), Error> {
+    let objects: kube::Api<DynamicObject> = kube::Api::all_with(
+        to.client.clone(),
+        &crate::crd::object_resource(Api::Skyhook),
+    );
+    match objects
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// What the clean-up of the legacy keys did.
