@@ -51,6 +51,23 @@ pub struct Ctx {
     pub waiting: std::sync::Mutex<BTreeSet<String>>,
     /// Frozen Skyhooks told their edit is not applied: the generation each was told of.
     pub unapplied: std::sync::Mutex<BTreeMap<String, i64>>,
+    /// Legacy objects whose mirror (`MIGRATE_TO_NODEWRIGHT`) is refused for good: a pass of the
+    /// Skyhook reports it among its failed writes.
+    pub mirror_refusals: super::process::mirror::Refusals,
+}
+
+impl Ctx {
+    /// What the last pass of `name` could not write, and a refusal of its mirror.
+    pub(super) fn write_failures(&self, name: &str) -> Vec<String> {
+        let mut failed = self.pacing.write_failures(name);
+        if self.api == Api::Skyhook
+            && let Ok(refused) = self.mirror_refusals.lock()
+            && let Some(said) = refused.get(name)
+        {
+            failed.push(said.clone());
+        }
+        failed
+    }
 }
 
 impl Ctx {

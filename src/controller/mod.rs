@@ -80,6 +80,7 @@ pub async fn run(
     let notifier = notifications_task(&client, &config, http.clone());
     let metrics = Arc::new(Metrics::default());
     let alerts = Arc::new(outbound::alerts::AlertSources::new(http.clone()));
+    let refusals = process::mirror::Refusals::default();
     let mut ctxs = Vec::new();
     let mut parts = Vec::new();
     let stores: Vec<_> = engines
@@ -111,6 +112,7 @@ pub async fn run(
             peer,
             waiting: std::sync::Mutex::new(BTreeSet::new()),
             unapplied: std::sync::Mutex::new(BTreeMap::new()),
+            mirror_refusals: refusals.clone(),
         });
         ctxs.push(ctx.clone());
         parts.push((ctx, triggers, created_again));
@@ -291,7 +293,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
         room,
     );
     inputs.status_hold = ctx.pacing.status_hold(&name);
-    let failed_before = ctx.pacing.write_failures(&name);
+    let failed_before = ctx.write_failures(&name);
     inputs.write_failures = &failed_before;
     let blocked_before = ctx.pacing.drain_blocks(&name);
     inputs.drain_blocks = &blocked_before;

@@ -24,6 +24,7 @@ pub(in crate::controller) fn mirror_sides(
     let of = |api| engines.0.iter().find(|c| c.api == api);
     let (legacy, nw) = (of(Api::Skyhook)?, of(Api::NodeWright)?);
     config.migrate_to_nodewright.then(|| mirror::Sides {
+        refusals: legacy.mirror_refusals.clone(),
         skyhooks: legacy.caches.skyhooks.clone(),
         policies: legacy.caches.policies.clone(),
         nodewrights: nw.caches.skyhooks.clone(),

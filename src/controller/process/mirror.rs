@@ -20,8 +20,14 @@ use crate::schema::{self, Api};
 
 const PERIOD: Duration = Duration::from_secs(2);
 
+/// Legacy objects whose mirror the API server refuses for good (a 403: the install lacks a
+/// right), with what it said: the legacy Skyhook's passes report it (`WriteFailed`).
+pub type Refusals = Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>;
+
 /// The caches the mirror reads: each API's objects and policies.
 pub struct Sides {
+    /// Where refusals go (shared with the legacy engine).
+    pub refusals: Refusals,
     pub skyhooks: Store<Skyhook>,
     pub policies: Store<DeploymentPolicy>,
     pub nodewrights: Store<Skyhook>,
@@ -93,11 +99,15 @@ async fn apply(client: &Client, events: &EventSink, sides: &Sides, w: MirrorWrit
             match api.create(&PostParams::default(), &object).await {
                 Ok(_) => {
                     info!(name, ?kind, "mirrored into nodewright.nvidia.com");
+                    forget_refusal(sides, kind, &name);
                     announce(events, sides, kind, &name);
                 }
                 // Made meanwhile (by a user, or seen by this scan before the cache): the next
                 // scan reads it.
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    refused(events, sides, kind, &name, &e.message);
+                }
                 Err(e) => warn!(name, ?kind, error = %e, "could not create the mirror; retrying"),
             }
         }
@@ -127,6 +137,66 @@ async fn json_patch(
         .body(body)
         .map_err(kube::Error::HttpError)?;
     client.request::<DynamicObject>(req).await.map(drop)
+}
+
+/// The legacy Skyhook a refusal is reported on: the Skyhook itself, or for a policy, every
+/// Skyhook that names it.
+fn reported_on(sides: &Sides, kind: Kind, name: &str) -> Vec<std::sync::Arc<Skyhook>> {
+    match kind {
+        Kind::NodeWright => sides
+            .skyhooks
+            .get(&ObjectRef::new(name))
+            .into_iter()
+            .collect(),
+        Kind::Policy => sides
+            .skyhooks
+            .state()
+            .into_iter()
+            .filter(|s| s.spec.deployment_policy.as_deref() == Some(name))
+            .collect(),
+    }
+}
+
+/// A mirror the API server refuses for good: a Warning on the legacy object (once per
+/// message), and the refusal kept for its passes' `WriteFailed` condition. Tried again every
+/// scan: a grant added later lets the migration go on.
+fn refused(events: &EventSink, sides: &Sides, kind: Kind, name: &str, message: &str) {
+    let what = match kind {
+        Kind::NodeWright => format!("NodeWright {name}"),
+        Kind::Policy => format!("DeploymentPolicy {name} of nodewright.nvidia.com"),
+    };
+    let said = format!(
+        "MIGRATE_TO_NODEWRIGHT cannot create {what}: the API server refused it ({message}). \
+         Grant the operator's ClusterRole create on nodewrights and deploymentpolicies of \
+         nodewright.nvidia.com (deploy/rbac-operator.yaml and the chart grant it)"
+    );
+    warn!(name, ?kind, error = %message, "the mirror is refused for good; retrying every scan");
+    for sk in reported_on(sides, kind, name) {
+        let first = sides
+            .refusals
+            .lock()
+            .map(|mut r| r.insert(sk.name_any(), said.clone()) != Some(said.clone()))
+            .unwrap_or(false);
+        if first {
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: schema::MIGRATION_REFUSED_REASON.to_string(),
+                note: Some(said.clone()),
+                action: "Mirror".to_string(),
+                secondary: None,
+            };
+            events.send(ev, sk.object_ref(&()));
+        }
+    }
+}
+
+/// A mirror made at last: its legacy objects' refusals go.
+fn forget_refusal(sides: &Sides, kind: Kind, name: &str) {
+    if let Ok(mut r) = sides.refusals.lock() {
+        for sk in reported_on(sides, kind, name) {
+            r.remove(&sk.name_any());
+        }
+    }
 }
 
 /// A Normal Event on the legacy object: where its mirror is, and what happens next.

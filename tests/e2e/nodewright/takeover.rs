@@ -11,9 +11,11 @@ use serde_json::json;
 use skyhook::crd::Skyhook;
 use skyhook::schema::{self, Status};
 
+use skyhook::schema::Api as Kind;
+
 use super::{
     assert_keys_under_both_prefixes, create_nodewright, jobs_labelled, nodewright_state, nw_setup,
-    wait_nodewright,
+    objects, wait_nodewright,
 };
 use crate::support::{pkg, skyhook, sleep};
 
@@ -185,4 +187,194 @@ async fn the_legacy_keys_go_after_the_clean_up_delay() {
         0
     );
     wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(10)).await;
+}
+
+/// The label `key` of every node of the test, as stored.
+async fn node_labels(env: &crate::support::Env, key: &str) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for node in &env.nodes {
+        let n = env.node_api.get(node).await.expect("node");
+        out.push(n.metadata.labels.unwrap_or_default().get(key).cloned());
+    }
+    out
+}
+
+/// From the operator's `/metrics`: (its node patches, its passes planned).
+fn node_patches_and_passes(env: &crate::support::Env) -> (f64, f64) {
+    let text = crate::support::metrics::raw_metrics(env.op.metrics_port);
+    let patches = crate::support::metrics::requests(&text)
+        .get(&("patch".to_string(), "nodes".to_string()))
+        .copied()
+        .unwrap_or(0.0);
+    let passes = crate::support::metrics::samples(&text)
+        .into_iter()
+        .find(|(n, l, _)| {
+            n == "skyhook_operator_pass_seconds_count"
+                && l.get("phase").map(String::as_str) == Some("plan")
+        })
+        .and_then(|(_, _, v)| v.parse().ok())
+        .unwrap_or(0.0);
+    (patches, passes)
+}
+
+/// Issue 49, acceptances 2, 5 and 6. After a take-over:
+/// - the legacy node keys are copied once: 20 NodeWright passes with nothing changing patch no
+///   node, and a key the NodeWright's owner removed (its copy of `ignore`) is not copied back;
+/// - the frozen Skyhook's status follows its NodeWright's rollout, and
+///   `kubectl wait --for=condition=Ready skyhook/<name>` returns when the NodeWright completes;
+/// - editing, then deleting the NodeWright never runs the Skyhook's own spec (edited meanwhile,
+///   so that it would have something to run): no Job of it for 60 s.
+#[tokio::test]
+async fn a_taken_over_skyhook_follows_its_nodewright_and_never_runs_again() {
+    let env = nw_setup("nw-frozen", 2, &[]).await;
+    let name = env.ctx.name("sk");
+    for node in &env.nodes {
+        env.node_api
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {schema::IGNORE_LABEL: "false"}}})),
+            )
+            .await
+            .expect("label the node");
+    }
+    let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
+    env.create(&skyhook(&env.ctx, &name, spec.clone())).await;
+    env.wait_status(&name, Status::Complete, Duration::from_secs(60))
+        .await;
+    create_nodewright(&env.ctx, &name, spec).await;
+    wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(60)).await;
+    env.ctx
+        .wait_for(
+            "the take-over recorded on the Skyhook",
+            Duration::from_secs(30),
+            || async {
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                sk.metadata
+                    .annotations?
+                    .contains_key(schema::TAKEN_OVER_ANNOTATION)
+                    .then_some(())
+            },
+        )
+        .await;
+    let nw_ignore = Kind::NodeWright.local(schema::IGNORE_LABEL).into_owned();
+    env.ctx
+        .wait_for(
+            "the ignore label copied",
+            Duration::from_secs(30),
+            || async {
+                let all = node_labels(&env, &nw_ignore).await;
+                all.iter()
+                    .all(|v| v.as_deref() == Some("false"))
+                    .then_some(())
+            },
+        )
+        .await;
+    // The Skyhook is edited while frozen: its spec now differs from its node state.
+    env.skyhooks
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"packages": {"old": pkg("1.0.0", sleep("1"))}}})),
+        )
+        .await
+        .expect("edit the Skyhook");
+
+    // Acceptance 2: the NodeWright's owner un-ignores a node in the new API; 20 passes follow.
+    env.node_api
+        .patch(
+            &env.nodes[0],
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {nw_ignore.clone(): null}}})),
+        )
+        .await
+        .expect("remove the NodeWright's ignore label");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (patches, passes) = node_patches_and_passes(&env);
+    let nodewrights = objects(&env.ctx, Kind::NodeWright);
+    for i in 0..20 {
+        let poke = json!({"metadata": {"annotations": {"e2e-poke": i.to_string()}}});
+        nodewrights
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&poke))
+            .await
+            .expect("poke the NodeWright");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    env.ctx
+        .eventually("20 NodeWright passes", Duration::from_secs(40), || async {
+            let (_, now) = node_patches_and_passes(&env);
+            if now >= passes + 20.0 {
+                Ok(())
+            } else {
+                Err(format!("{} passes", now - passes))
+            }
+        })
+        .await;
+    let (patched, _) = node_patches_and_passes(&env);
+    assert_eq!(patched, patches, "node patches during 20 quiet passes");
+    assert_eq!(
+        node_labels(&env, &nw_ignore).await[0],
+        None,
+        "a key removed after the take-over was copied back"
+    );
+
+    // Acceptance 6: the NodeWright rolls a change out; the Skyhook's status moves with it.
+    let legacy_jobs = jobs_labelled(&env, schema::NAME_LABEL, &name).await;
+    nodewrights
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"packages": {"more": pkg("1.0.0", sleep("8"))}}})),
+        )
+        .await
+        .expect("edit the NodeWright");
+    env.wait_status(&name, Status::InProgress, Duration::from_secs(30))
+        .await;
+    let kubectl = env.ctx.cluster.kubectl();
+    let target = format!("skyhook.skyhook.nvidia.com/{name}");
+    let waited = tokio::task::spawn_blocking(move || {
+        let mut kubectl = kubectl;
+        kubectl
+            .args(["wait", "--for=condition=Ready", "--timeout=120s", &target])
+            .output()
+            .expect("run kubectl wait")
+    });
+    let done = wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(120)).await;
+    let out = waited.await.expect("kubectl wait");
+    assert!(
+        out.status.success(),
+        "kubectl wait: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = env
+        .wait_status(&name, Status::Complete, Duration::from_secs(10))
+        .await
+        .status
+        .unwrap_or_default();
+    let followed = done.status.unwrap_or_default();
+    assert_eq!(shown.complete_nodes, followed.complete_nodes);
+    assert_eq!(shown.complete_nodes, "2/2");
+
+    // Acceptance 5: the NodeWright goes; the Skyhook's own (edited) spec never runs.
+    nodewrights
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete the NodeWright");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        assert_eq!(
+            jobs_labelled(&env, schema::NAME_LABEL, &name).await,
+            legacy_jobs,
+            "a Job of the Skyhook's spec after its NodeWright went"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let sk = env.skyhooks.get(&name).await.expect("the Skyhook");
+    assert!(
+        sk.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(schema::TAKEN_OVER_ANNOTATION),
+        "the Skyhook stays recorded as taken over"
+    );
 }

@@ -51,6 +51,7 @@ pub mod promql;
 pub mod proxy;
 pub mod real;
 pub mod refusal;
+pub mod rights;
 pub mod roles;
 pub mod translate;
 pub mod wait;
@@ -448,6 +449,7 @@ impl Drop for TestCtx {
             .kubectl()
             .args(["delete", "namespace", &self.ns, "--wait=false"])
             .output();
+        rights::unbind(self);
         if !self.nodes.is_empty() {
             let _ = Command::new(cluster_dir().join("nodes"))
                 .arg("remove")
@@ -568,12 +570,18 @@ pub fn free_port() -> u16 {
 
 /// A `skyhook-operator run` process owned by one test: it reconciles only Skyhooks labelled
 /// `skyhook-e2e=<test prefix>` and runs their Jobs in the test's namespace.
+///
+/// It runs with the rights it ships with ([`rights`]): a ServiceAccount token, unless the test
+/// passes a `KUBECONFIG` of its own or opts out with [`Operator::start_as_admin`], saying why.
+/// A test whose operator logged an API answer of 403 fails when the operator is dropped.
 pub struct Operator {
     child: Option<std::process::Child>,
     pub log: PathBuf,
     pub metrics_port: u16,
     pub probe_port: u16,
     env: Vec<(String, String)>,
+    /// Why this operator runs as the cluster's admin (`None`: the shipped rights).
+    admin: Option<&'static str>,
 }
 
 impl Operator {
@@ -583,6 +591,26 @@ impl Operator {
 
     /// A further operator of the same test, logging to its own file (`-<name>` appended).
     pub fn start_named(ctx: &TestCtx, name: &str, env: &[(&str, &str)]) -> Operator {
+        Operator::start_with(ctx, name, env, None)
+    }
+
+    /// An operator with the admin's kubeconfig: only for a test that says `why` it cannot run
+    /// with the shipped rights (docs/testing.md lists them).
+    pub fn start_as_admin(
+        ctx: &TestCtx,
+        name: &str,
+        env: &[(&str, &str)],
+        why: &'static str,
+    ) -> Operator {
+        Operator::start_with(ctx, name, env, Some(why))
+    }
+
+    fn start_with(
+        ctx: &TestCtx,
+        name: &str,
+        env: &[(&str, &str)],
+        admin: Option<&'static str>,
+    ) -> Operator {
         let suffix = if name.is_empty() {
             String::new()
         } else {
@@ -598,7 +626,13 @@ impl Operator {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            admin,
         };
+        if admin.is_none() && !op.env.iter().any(|(k, _)| k == "KUBECONFIG") {
+            let own = rights::operator_kubeconfig(ctx);
+            op.env
+                .insert(0, ("KUBECONFIG".to_string(), own.display().to_string()));
+        }
         op.spawn(ctx);
         op
     }
@@ -675,6 +709,17 @@ impl Drop for Operator {
             );
         }
         self.kill();
+        if std::thread::panicking() || self.admin.is_some() {
+            return;
+        }
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let refused = rights::forbidden_in(&log);
+        assert!(
+            refused.is_empty(),
+            "the operator ({}) met 403s with the rights it ships with:\n{}",
+            self.log.display(),
+            refused[..refused.len().min(10)].join("\n")
+        );
     }
 }
 

@@ -1,0 +1,188 @@
+//! The rights an e2e operator runs with: those it ships with (issue 49). Each test's operator is
+//! a ServiceAccount of the test's namespace bound to the ClusterRole and Roles of
+//! `deploy/rbac-operator.yaml`, the operator namespace's Role copied into the test's namespace,
+//! and speaks with a token, never the admin's certificate: a write the shipped install cannot
+//! make fails the test that needs it (and [`forbidden_in`] fails a test whose operator met a
+//! 403 at all).
+//!
+//! The cluster-scoped roles are copies under names of their own (`skyhook-e2e-operator…`), so
+//! that a test that installs or deletes `deploy/` never changes what the other tests run with.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::plugin::token_kubeconfig;
+use super::{TestCtx, cluster};
+
+/// The ClusterRole of `deploy/`, copied under this name.
+const CLUSTER_ROLE: &str = "skyhook-e2e-operator";
+/// The Role for Events in `default`, copied under this name.
+const EVENTS_ROLE: &str = "skyhook-e2e-operator-events";
+/// The operator's ServiceAccount in each test's namespace.
+const ACCOUNT: &str = "skyhook-operator";
+
+/// The objects of `deploy/rbac-operator.yaml`, as the API server would take them.
+fn shipped() -> Vec<Value> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac-operator.yaml");
+    let text = std::fs::read_to_string(&file).expect("read deploy/rbac-operator.yaml");
+    text.split("\n---")
+        .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
+        .filter(|v| v.get("kind").is_some())
+        .collect()
+}
+
+/// The shipped object of `kind` in `namespace` (`None`: cluster-scoped).
+fn shipped_one(all: &[Value], kind: &str, namespace: Option<&str>) -> Value {
+    all.iter()
+        .find(|v| v["kind"] == kind && v["metadata"]["namespace"].as_str() == namespace)
+        .cloned()
+        .unwrap_or_else(|| panic!("deploy/rbac-operator.yaml has no {kind} in {namespace:?}"))
+}
+
+/// `kubectl apply` of `objects`, as the cluster's admin.
+fn apply(objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let mut child = cluster()
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl apply");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(list.to_string().as_bytes())
+            .expect("write the objects");
+    }
+    let out = child.wait_with_output().expect("kubectl apply");
+    assert!(
+        out.status.success(),
+        "kubectl apply of the operator's rights: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+static ROLES: OnceLock<()> = OnceLock::new();
+
+/// The shipped ClusterRole and Events Role, under the e2e copies' names, once per run (applied
+/// again on every run, so an edit of `deploy/` takes effect on a reused cluster).
+fn cluster_roles() {
+    ROLES.get_or_init(|| {
+        let all = shipped();
+        let mut role = shipped_one(&all, "ClusterRole", None);
+        role["metadata"]["name"] = json!(CLUSTER_ROLE);
+        let mut events = shipped_one(&all, "Role", Some("default"));
+        events["metadata"]["name"] = json!(EVENTS_ROLE);
+        apply(&[role, events]);
+    });
+}
+
+static KUBECONFIGS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+
+/// A kubeconfig of the test's operator ServiceAccount, with the shipped rights (made once per
+/// test; its further operators share it).
+pub fn operator_kubeconfig(ctx: &TestCtx) -> PathBuf {
+    let mut made = KUBECONFIGS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, path)) = made.iter().find(|(p, _)| *p == ctx.prefix) {
+        return path.clone();
+    }
+    cluster_roles();
+    let all = shipped();
+    let subject = json!([{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ctx.ns}]);
+    let labels = json!({"skyhook-e2e": ctx.prefix});
+    let mut role = shipped_one(&all, "Role", Some("skyhook"));
+    role["metadata"]["namespace"] = json!(ctx.ns);
+    let mut role_binding = shipped_one(&all, "RoleBinding", Some("skyhook"));
+    role_binding["metadata"]["namespace"] = json!(ctx.ns);
+    role_binding["subjects"] = subject.clone();
+    let bound = format!("skyhook-e2e-{}", ctx.prefix);
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": ACCOUNT, "namespace": ctx.ns}}),
+        role,
+        role_binding,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": bound, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": CLUSTER_ROLE},
+            "subjects": subject}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": bound, "namespace": "default", "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                "name": EVENTS_ROLE},
+            "subjects": subject}),
+    ];
+    apply(&objects);
+    let token = ctx.kubectl(&["create", "token", ACCOUNT, "-n", &ctx.ns, "--duration=12h"]);
+    assert!(
+        token.status.success(),
+        "a token for the operator: {}",
+        String::from_utf8_lossy(&token.stderr)
+    );
+    let path = std::env::temp_dir().join(format!("skyhook-operator-{}.kubeconfig", ctx.prefix));
+    token_kubeconfig(ctx, &path, String::from_utf8_lossy(&token.stdout).trim());
+    wait_bound(ctx);
+    made.push((ctx.prefix.clone(), path.clone()));
+    path
+}
+
+/// RBAC is served from informers: waits until the new bindings apply.
+fn wait_bound(ctx: &TestCtx) {
+    let user = format!("system:serviceaccount:{}:{ACCOUNT}", ctx.ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (verb, resource, ns) in [
+        ("list", "nodes", None),
+        ("create", "jobs.batch", Some(ctx.ns.as_str())),
+        ("create", "events", Some("default")),
+    ] {
+        loop {
+            let mut args = vec!["auth", "can-i", verb, resource, "--as", &user];
+            if let Some(ns) = ns {
+                args.extend(["-n", ns]);
+            }
+            let out = ctx.kubectl(&args);
+            if String::from_utf8_lossy(&out.stdout).trim() == "yes" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{user} may not {verb} {resource} after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The bindings of the test's operator outside its namespace (which goes with the test).
+pub fn unbind(ctx: &TestCtx) {
+    let made = KUBECONFIGS
+        .lock()
+        .map(|m| m.iter().any(|(p, _)| *p == ctx.prefix));
+    if !made.unwrap_or(false) {
+        return;
+    }
+    let name = format!("skyhook-e2e-{}", ctx.prefix);
+    let _ = ctx.kubectl(&["delete", "clusterrolebinding", &name, "--wait=false"]);
+    let _ = ctx.kubectl(&[
+        "delete",
+        "rolebinding",
+        &name,
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+}
+
+/// The lines of an operator's log that report an API answer of 403: a write or read the shipped
+/// rights do not allow.
+pub fn forbidden_in(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains("code: 403") || l.contains("is forbidden: User"))
+        .collect()
+}
