@@ -60,11 +60,19 @@ impl NodeView {
         self.labels.get(key)
     }
 
-    /// Another Skyhook than `skyhook` holds a cordon on the node.
+    /// Another Skyhook or NodeWright than `skyhook` holds a cordon on the node. Read from the
+    /// node as stored, under both prefixes: a cordon either API relies on is never lifted by the
+    /// other. The same name's mark under the other prefix is not another's: it is the copy a
+    /// take-over made (or will make) of the same object's cordon.
     pub fn cordoned_by_another(&self, skyhook: &str) -> bool {
-        self.annotations
-            .keys()
-            .any(|k| schema::is_other_cordon(k, skyhook))
+        let prefixes =
+            schema::Api::ALL.map(|api| api.local(&schema::cordon_annotation("")).into_owned());
+        self.stored_annotations().keys().any(|k| {
+            prefixes.iter().any(|p| {
+                k.strip_prefix(p.as_str())
+                    .is_some_and(|owner| owner != skyhook)
+            })
+        })
     }
 
     /// Someone else than `skyhook` wants the node kept cordoned: another Skyhook's cordon, or

@@ -47,6 +47,9 @@ pub async fn run(ctx: &Ctx, out: &mut dyn Write, name: &str) -> Result<(), CliEr
         skyhook: &sk,
         status: sk.status.as_ref(),
         skyhooks: &skyhooks,
+        // The compartments and batches of this object's own API; the other API's objects only
+        // gate single nodes (priority), which a preview does not show.
+        peers: plan::fleet::Peers::NONE,
         policies: &world.policies,
         nodes: &world.nodes,
         jobs: &world.jobs,

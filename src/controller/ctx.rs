@@ -57,6 +57,12 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The objects of the other API (none when it is not served), for the rules over both.
+    pub(super) fn peers(&self) -> (Api, Vec<Arc<Skyhook>>) {
+        let objects = self.peer.as_ref().map(|s| s.state()).unwrap_or_default();
+        (self.api.other(), objects)
+    }
+
     /// What the last pass of `name` could not write, and a refusal of its mirror.
     pub(super) fn write_failures(&self, name: &str) -> Vec<String> {
         let mut failed = self.pacing.write_failures(name);

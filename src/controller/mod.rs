@@ -280,6 +280,7 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
         &ctx.client,
         &ctx.config.namespace,
         &ctx.alerts,
+        ctx.peers(),
         sk,
     )
     .await?;

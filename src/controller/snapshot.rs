@@ -28,6 +28,8 @@ pub struct Snapshot {
     /// The Skyhook, normalised, without its status (the planner reads the stored one).
     pub skyhook: Skyhook,
     pub skyhooks: Vec<Arc<Skyhook>>,
+    /// The objects of the other served API, and which it is.
+    pub peers: (Api, Vec<Arc<Skyhook>>),
     pub policies: Vec<Arc<DeploymentPolicy>>,
     pub nodes: Vec<Arc<NodeView>>,
     pub jobs: Vec<Arc<JobView>>,
@@ -52,6 +54,7 @@ impl Snapshot {
         client: &Client,
         namespace: &str,
         alerts: &AlertSources,
+        peers: (Api, Vec<Arc<Skyhook>>),
         sk: &Skyhook,
     ) -> Result<Snapshot, Error> {
         let name = sk.name_any();
@@ -88,6 +91,7 @@ impl Snapshot {
         Ok(Snapshot {
             invalid: problems(&normalized, &policies),
             skyhooks: caches.skyhooks.state(),
+            peers,
             jobs: job_views(caches, creations, api, &name),
             configmaps: caches
                 .configmaps
@@ -125,6 +129,10 @@ impl Snapshot {
             skyhook: &self.skyhook,
             status,
             skyhooks: &self.skyhooks,
+            peers: plan::fleet::Peers {
+                api: self.peers.0,
+                objects: &self.peers.1,
+            },
             policies: &self.policies,
             nodes: &self.nodes,
             jobs: &self.jobs,

@@ -98,15 +98,18 @@ pub fn turn(api: Api, mine: &Skyhook, peer: Option<&Skyhook>) -> Turn {
 
 /// The status a frozen Skyhook shows: its NodeWright's, so that what polls the legacy object
 /// (`kubectl wait --for=condition=Ready`, `.status.status`, `completeNodes`) follows the rollout
-/// that now runs its nodes. The generation observed stays the Skyhook's own: an edit of the
-/// Skyhook is still one nothing applied (`unapplied_edit`). `None` when it shows that already, or
-/// when there is no NodeWright status to follow (the last one followed stays).
+/// that now runs its nodes. The generation observed is the Skyhook's own, and the newest: the
+/// operator has seen an edit made while frozen and answered it (the `EditNotApplied` Warning,
+/// sent before this status), and `kubectl wait` ignores a status or condition whose generation
+/// is older than the object's. `None` when it shows that already, or when there is no NodeWright
+/// status to follow (the last one followed stays).
 pub fn followed_status(sk: &Skyhook, nw: &Skyhook) -> Option<SkyhookStatus> {
     let mut status = nw.status.clone()?;
-    let observed = sk.status.as_ref().map_or(0, |s| s.observed_generation);
-    status.observed_generation = observed;
+    let before = sk.status.as_ref().map_or(0, |s| s.observed_generation);
+    let seen = sk.metadata.generation.unwrap_or(before);
+    status.observed_generation = seen;
     for c in &mut status.conditions {
-        c.observed_generation = Some(observed);
+        c.observed_generation = Some(seen);
     }
     (sk.status.as_ref() != Some(&status)).then_some(status)
 }
@@ -117,10 +120,11 @@ pub fn followed_status(sk: &Skyhook, nw: &Skyhook) -> Option<SkyhookStatus> {
 ///
 /// `node` is as stored (the legacy API's view); the patch is in the canonical keys, which the
 /// NodeWright's writer puts under its prefix, with the record of the copy (`takenOver_<name>`,
-/// `at`). `None` when there is nothing to copy, or when the copy was made already: once per
-/// (name, node), so that a key the NodeWright removed is never copied back. A node the
-/// NodeWright already keeps state on (taken over by an earlier build, which did not record it)
-/// gets the record alone.
+/// `at`). `None` when the node holds nothing of the name, or when the copy was made already:
+/// once per (name, node), so that a key the NodeWright removed is never copied back. The
+/// node-scoped keys come with the first take-over of the node. A node the NodeWright already
+/// keeps state on (taken over by an earlier build, which did not record it) gets the record
+/// alone.
 pub fn copied_keys(name: &str, node: &NodeView, at: &str) -> Option<NodePatch> {
     let nw = Api::NodeWright;
     let record = schema::taken_over_annotation(name);
@@ -128,33 +132,40 @@ pub fn copied_keys(name: &str, node: &NodeView, at: &str) -> Option<NodePatch> {
         return None;
     }
     let named = schema::name_scoped_annotations(name);
-    let auto_taints = node
-        .annotations
-        .keys()
-        .filter(|k| k.starts_with(&schema::auto_taint_annotation("")))
-        .map(str::to_string);
-    let mut patch = NodePatch::of(node);
-    for key in named.into_iter().chain(auto_taints) {
-        if let Some(v) = node.annotation(&key)
-            && node.annotation(&nw.local(&key)).is_none()
-        {
-            patch.annotations.insert(key, Some(v.to_string()));
-        }
-    }
-    for key in [schema::status_label(name), schema::IGNORE_LABEL.to_string()] {
-        if let Some(v) = node.label(&key)
-            && node.label(&nw.local(&key)).is_none()
-        {
-            patch.labels.insert(key, Some(v.to_string()));
-        }
-    }
-    if patch.is_empty() {
+    let label = schema::status_label(name);
+    let here = named.iter().any(|k| node.annotation(k).is_some()) || node.label(&label).is_some();
+    if !here {
         return None;
     }
+    let mut patch = NodePatch::of(node);
     let state = schema::node_state_annotation(name);
-    if node.annotation(&nw.local(&state)).is_some() {
-        patch.annotations.clear();
-        patch.labels.clear();
+    if node.annotation(&nw.local(&state)).is_none() {
+        // The node-scoped keys come with the first take-over of the node only: copied again with
+        // another name's, a key the NodeWrights' owner removed (`ignore`) would come back.
+        let first = !node
+            .annotations
+            .keys()
+            .any(|k| k.starts_with(nw.local(&schema::taken_over_annotation("")).as_ref()));
+        let auto_taints = node
+            .annotations
+            .keys()
+            .filter(|k| first && k.starts_with(&schema::auto_taint_annotation("")))
+            .map(str::to_string);
+        for key in named.into_iter().chain(auto_taints) {
+            if let Some(v) = node.annotation(&key)
+                && node.annotation(&nw.local(&key)).is_none()
+            {
+                patch.annotations.insert(key, Some(v.to_string()));
+            }
+        }
+        let ignore = first.then(|| schema::IGNORE_LABEL.to_string());
+        for key in std::iter::once(label).chain(ignore) {
+            if let Some(v) = node.label(&key)
+                && node.label(&nw.local(&key)).is_none()
+            {
+                patch.labels.insert(key, Some(v.to_string()));
+            }
+        }
     }
     patch.annotations.insert(record, Some(at.to_string()));
     Some(patch)
@@ -229,6 +240,20 @@ mod tests {
             .annotation("nodewright.nvidia.com/nodeState_sk", "{}")
             .build();
         assert!(copied_keys("sk", &recorded, "T2").is_none());
+        // A node with nothing of the name: nothing, not even the node's own keys.
+        let other = crate::plan::fixtures::node("n2")
+            .annotation(&schema::node_state_annotation("other"), "{}")
+            .labels(serde_json::json!({schema::IGNORE_LABEL: "true"}))
+            .build();
+        assert!(copied_keys("sk", &other, "T").is_none());
+        // The node-scoped keys come with the node's first take-over only.
+        let second = crate::plan::fixtures::node("n3")
+            .annotation(&schema::node_state_annotation("sk"), "{}")
+            .annotation("nodewright.nvidia.com/takenOver_first", "T")
+            .labels(serde_json::json!({schema::IGNORE_LABEL: "true"}))
+            .build();
+        let patch = copied_keys("sk", &second, "T2").expect("the name's keys");
+        assert!(patch.labels.is_empty(), "{patch:?}");
         // Taken over by an earlier build (state, no record): the record alone.
         let earlier = legacy()
             .annotation("nodewright.nvidia.com/nodeState_sk", "{}")
@@ -413,8 +438,9 @@ mod tests {
     }
 
     #[test]
-    fn a_frozen_skyhook_shows_its_nodewrights_status_at_its_own_generation() {
+    fn a_frozen_skyhook_shows_its_nodewrights_status_at_its_own_newest_generation() {
         let mut sk = recorded(Some(Status::Complete));
+        sk.metadata.generation = Some(3);
         if let Some(s) = sk.status.as_mut() {
             s.observed_generation = 2;
         }
@@ -422,11 +448,26 @@ mod tests {
         if let Some(s) = nw.status.as_mut() {
             s.observed_generation = 7;
             s.complete_nodes = "1/3".to_string();
+            s.conditions.push(
+                serde_json::from_value(serde_json::json!({"type": "Ready", "status": "False",
+                    "reason": "InProgress", "message": "", "lastTransitionTime":
+                    "2026-01-01T00:00:00Z", "observedGeneration": 7}))
+                .expect("a condition"),
+            );
         }
         let shown = followed_status(&sk, &nw).expect("a new status");
         assert_eq!(shown.status, Some(Status::InProgress));
         assert_eq!(shown.complete_nodes, "1/3");
-        assert_eq!(shown.observed_generation, 2);
+        assert_eq!(
+            shown.observed_generation, 3,
+            "kubectl wait skips a status older than the Skyhook's generation"
+        );
+        assert!(
+            shown
+                .conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
         sk.status = Some(shown);
         assert_eq!(followed_status(&sk, &nw), None, "shown already");
         assert_eq!(followed_status(&sk, &with(None)), None, "nothing to follow");

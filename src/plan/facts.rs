@@ -136,7 +136,7 @@ fn read<'a>(
             .annotations
             .contains_key(&schema::cordon_annotation(&skyhook)),
         block: select::block(node, tolerations),
-        gated: held_back || select::gated(sk, inp.skyhooks, node),
+        gated: held_back || select::gated(sk, &inp.fleet(), node),
         node,
         name,
         prior,

@@ -22,6 +22,9 @@ pub struct Inputs<'a> {
     /// would copy every node's state on every pass (megabytes at a thousand nodes).
     pub status: Option<&'a SkyhookStatus>,
     pub skyhooks: &'a [Arc<Skyhook>],
+    /// The objects of the other served API: priority, `sequencing: all` and the
+    /// runtime-required taint are decided over both (`fleet`).
+    pub peers: super::fleet::Peers<'a>,
     pub policies: &'a [Arc<DeploymentPolicy>],
     pub nodes: &'a [Arc<NodeView>],
     /// This Skyhook's Jobs.
@@ -60,6 +63,16 @@ pub struct Inputs<'a> {
     /// Jobs this pass may create: [`launch::MAX_JOB_CREATES_PER_PASS`] less those still being
     /// created from earlier passes.
     pub create_room: usize,
+}
+
+impl<'a> Inputs<'a> {
+    /// The objects of both APIs, as the rules over shared nodes read them.
+    pub fn fleet(&self) -> super::fleet::Fleet<'a> {
+        super::fleet::Fleet {
+            own: self.skyhooks,
+            peers: self.peers,
+        }
+    }
 }
 
 /// No node: the default of [`Inputs::refused_auto_taints`].

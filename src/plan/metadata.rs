@@ -2,7 +2,6 @@
 //! cordon, taints and conditions this Skyhook writes on a node.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{NodeCondition, Taint};
@@ -10,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::facts::{NodeFacts, Switches};
-use super::select::selects;
+use super::fleet::Fleet;
 use super::stage::NodeOutcome;
 use super::{NodePatch, NodeView};
 use crate::crd::Skyhook;
@@ -48,7 +47,8 @@ pub fn node_status(sw: Switches, f: &NodeFacts, settled: bool, o: &NodeOutcome) 
 /// Everything the metadata step reads besides the node.
 pub struct MetaInput<'a> {
     pub skyhook: &'a Skyhook,
-    pub skyhooks: &'a [Arc<Skyhook>],
+    /// The objects of both APIs (the runtime-required taint stays until every one is done).
+    pub fleet: Fleet<'a>,
     pub runtime_taints: &'a RuntimeTaints,
     pub operator_version: &'a str,
 }
@@ -231,19 +231,14 @@ pub fn auto_taint_retry(m: &MetaInput, node: &NodeView) -> Option<NodePatch> {
 }
 
 /// Removes the runtime-required taints (each one recognised) once no other runtime-required
-/// Skyhook that selects the node is still short of complete there.
+/// Skyhook or NodeWright that selects the node is still short of complete there.
 pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
     let taints = m.runtime_taints;
     if !node.taints.iter().any(|t| taints.matches(t)) {
         return;
     }
-    let me = m.skyhook.name_any();
-    let others_done = m.skyhooks.iter().all(|o| {
-        o.name_any() == me
-            || !o.spec.runtime_required
-            || !selects(o, node.selector_labels())
-            || node.annotation(&schema::status_annotation(&o.name_any()))
-                == Some(Status::Complete.as_str())
+    let others_done = m.fleet.members().all(|o| {
+        o.is(m.skyhook) || !o.sk.spec.runtime_required || !o.selects(node) || o.complete_on(node)
     });
     if others_done {
         let kept = node.taints.iter().filter(|t| !taints.matches(t)).cloned();
@@ -258,10 +253,8 @@ pub fn lift_runtime_taint(m: &MetaInput, node: &NodeView, patch: &mut NodePatch)
 /// every later interrupt and reset ([`NodeView::cordon_kept_by_others`]) until an administrator
 /// lifts both.
 fn cordon_after(m: &MetaInput, node: &NodeView, patch: &mut NodePatch) {
-    let wanted = m.skyhooks.iter().any(|o| {
-        o.spec.runtime_required
-            && o.spec.runtime_required_cordon_after
-            && selects(o, node.selector_labels())
+    let wanted = m.fleet.members().any(|o| {
+        o.sk.spec.runtime_required && o.sk.spec.runtime_required_cordon_after && o.selects(node)
     }) || m.skyhook.spec.runtime_required_cordon_after;
     if wanted {
         patch.unschedulable = Some(true);
@@ -343,12 +336,13 @@ pub fn node_conditions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// The metadata step's inputs for `sk` alone.
     fn meta_of<'a>(sk: &'a Skyhook, rt: &'a RuntimeTaints) -> MetaInput<'a> {
         MetaInput {
             skyhook: sk,
-            skyhooks: &[],
+            fleet: Fleet::alone(&[]),
             runtime_taints: rt,
             operator_version: OP,
         }
@@ -986,7 +980,7 @@ mod tests {
             let all = [Arc::new(sk.clone())];
             let m = MetaInput {
                 skyhook: &sk,
-                skyhooks: &all,
+                fleet: Fleet::alone(&all),
                 runtime_taints: &rt,
                 operator_version: OP,
             };
@@ -1017,7 +1011,7 @@ mod tests {
         let all = [Arc::new(sk.clone()), Arc::new(asker)];
         let m = MetaInput {
             skyhook: &sk,
-            skyhooks: &all,
+            fleet: Fleet::alone(&all),
             runtime_taints: &rt,
             operator_version: OP,
         };
@@ -1276,7 +1270,7 @@ mod tests {
             all.push(Arc::new(sk.clone()));
             let m = MetaInput {
                 skyhook: &sk,
-                skyhooks: &all,
+                fleet: Fleet::alone(&all),
                 runtime_taints: &rt,
                 operator_version: OP,
             };

@@ -36,6 +36,7 @@ pub mod delete;
 pub mod drain;
 pub mod events;
 pub mod facts;
+pub mod fleet;
 pub mod gates;
 pub mod health;
 pub mod inputs;
@@ -161,7 +162,7 @@ fn plan_live(inp: &Inputs) -> Plan {
     let tolerations = select::job_tolerations(sk, &runtime_taints);
     // Nodes whose stored progress cannot be read are left out of the pass: no write, no Job,
     // no budget slot; the status and an Event name them.
-    let waiting_on = select::waiting_on(sk, inp.skyhooks, inp.nodes).map(|s| s.name_any());
+    let waiting_on = select::waiting_on(sk, &inp.fleet(), inp.nodes).map(|s| s.name_any());
     let (facts, unreadable): (Vec<NodeFacts>, Vec<NodeFacts>) =
         facts::gather(inp, &tolerations, waiting_on.is_some())
             .into_iter()
@@ -183,7 +184,7 @@ fn plan_live(inp: &Inputs) -> Plan {
         by_node: jobs_by_node(inp.jobs),
         meta: MetaInput {
             skyhook: sk,
-            skyhooks: inp.skyhooks,
+            fleet: inp.fleet(),
             runtime_taints: &runtime_taints,
             operator_version: inp.operator_version,
         },

@@ -7,9 +7,10 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use kube::ResourceExt;
 
 use super::NodeView;
+use super::fleet::{Fleet, Member};
 use crate::crd::{Sequencing, Skyhook};
 use crate::node::{LabelMatch, Labels};
-use crate::schema::{self, RuntimeTaints, Status};
+use crate::schema::{self, RuntimeTaints};
 
 /// Why a targeted node cannot be worked on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,17 +106,18 @@ pub fn block(node: &NodeView, tolerations: &[Toleration]) -> Option<Block> {
 /// the node must be complete there first. One being deleted does not gate: it starts nothing
 /// more, and the pass that its deletion's node writes trigger here may see it before its final
 /// delete event arrives, which triggers only its own (no longer existing) key.
-pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &NodeView) -> bool {
+///
+/// Over the objects of both APIs (`fleet`): a NodeWright ordered before a Skyhook gates it too.
+pub fn gated(sk: &Skyhook, fleet: &Fleet, node: &NodeView) -> bool {
     let key = |s: &Skyhook| (s.spec.priority, s.name_any());
     let mine = key(sk);
-    all.iter().any(|other| {
-        other.name_any() != sk.name_any()
-            && key(other) < mine
-            && other.metadata.deletion_timestamp.is_none()
-            && !flag(other, schema::DISABLE_ANNOTATION)
-            && selects(other, node.selector_labels())
-            && node.annotation(&schema::status_annotation(&other.name_any()))
-                != Some(Status::Complete.as_str())
+    fleet.members().any(|other| {
+        !other.is(sk)
+            && key(other.sk) < mine
+            && other.sk.metadata.deletion_timestamp.is_none()
+            && !flag(other.sk, schema::DISABLE_ANNOTATION)
+            && other.selects(node)
+            && !other.complete_on(node)
     })
 }
 
@@ -125,30 +127,30 @@ pub fn gated(sk: &Skyhook, all: &[Arc<Skyhook>], node: &NodeView) -> bool {
 /// nothing back, paused ones do (as for per-node gating).
 pub fn waiting_on<'a>(
     sk: &Skyhook,
-    all: &'a [Arc<Skyhook>],
+    fleet: &Fleet<'a>,
     nodes: &[Arc<NodeView>],
 ) -> Option<&'a Skyhook> {
     let key = |s: &Skyhook| (s.spec.priority, s.name_any());
     let mine = key(sk);
-    let mut before: Vec<&Skyhook> = all
-        .iter()
-        .map(|s| &**s)
+    let mut before: Vec<Member<'a>> = fleet
+        .members()
         .filter(|o| {
-            o.name_any() != sk.name_any()
-                && key(o) < mine
-                && o.spec.sequencing == Some(Sequencing::All)
-                && o.metadata.deletion_timestamp.is_none()
-                && !flag(o, schema::DISABLE_ANNOTATION)
+            !o.is(sk)
+                && key(o.sk) < mine
+                && o.sk.spec.sequencing == Some(Sequencing::All)
+                && o.sk.metadata.deletion_timestamp.is_none()
+                && !flag(o.sk, schema::DISABLE_ANNOTATION)
         })
         .collect();
-    before.sort_by_key(|o| key(o));
-    before.into_iter().find(|o| {
-        let status = schema::status_annotation(&o.name_any());
-        targeted(o, nodes).iter().any(|n| {
-            n.label(schema::IGNORE_LABEL) != Some(schema::TRUE_VALUE)
-                && n.annotation(&status) != Some(Status::Complete.as_str())
+    before.sort_by_key(|o| key(o.sk));
+    before
+        .into_iter()
+        .find(|o| {
+            nodes
+                .iter()
+                .any(|n| o.selects(n) && !o.ignores(n) && !o.complete_on(n))
         })
-    })
+        .map(|o| o.sk)
 }
 
 /// An annotation `key` of the Skyhook set to `true` (pause, disable).
@@ -670,7 +672,7 @@ mod tests {
                 .labels(json!({"role": "gpu"}))
                 .annotations(annotations)
                 .build();
-            assert_eq!(gated(&me, &all, &n), want, "case: {name}");
+            assert_eq!(gated(&me, &Fleet::alone(&all), &n), want, "case: {name}");
         }
     }
 
@@ -680,11 +682,17 @@ mod tests {
         let mut first = skyhook("a").set("priority", json!(100)).build();
         let n = node("n").build();
         let all = |first: &Skyhook| vec![Arc::new(first.clone()), Arc::new(me.clone())];
-        assert!(gated(&me, &all(&first), &n), "gates while it lives");
+        assert!(
+            gated(&me, &Fleet::alone(&all(&first)), &n),
+            "gates while it lives"
+        );
         first.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
         );
-        assert!(!gated(&me, &all(&first), &n), "gates while being deleted");
+        assert!(
+            !gated(&me, &Fleet::alone(&all(&first)), &n),
+            "gates while being deleted"
+        );
     }
 
     /// Delta D3: a `sequencing: all` predecessor holds every node back until it is complete on
@@ -757,7 +765,7 @@ mod tests {
             ];
             let all = vec![Arc::new(a), Arc::new(me.clone())];
             assert_eq!(
-                waiting_on(&me, &all, &nodes).map(|s| s.name_any()),
+                waiting_on(&me, &Fleet::alone(&all), &nodes).map(|s| s.name_any()),
                 want.then(|| "a".to_string()),
                 "case: {case}"
             );

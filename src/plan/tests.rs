@@ -43,6 +43,8 @@ fn go_state(package: &str, stage: &str, state: &str) -> Value {
 struct World {
     sk: Skyhook,
     others: Vec<Arc<Skyhook>>,
+    /// NodeWrights beside this Skyhook (the other API).
+    peers: Vec<Arc<Skyhook>>,
     nodes: Vec<Arc<NodeView>>,
     jobs: Vec<JobView>,
     pods: BTreeMap<String, Vec<PodInfo>>,
@@ -65,6 +67,7 @@ impl World {
         World {
             sk,
             others: Vec::new(),
+            peers: Vec::new(),
             nodes,
             jobs: Vec::new(),
             pods: BTreeMap::new(),
@@ -93,6 +96,10 @@ impl World {
             skyhook: &self.sk,
             status: self.sk.status.as_ref(),
             skyhooks: &skyhooks,
+            peers: crate::plan::fleet::Peers {
+                api: schema::Api::NodeWright,
+                objects: &self.peers,
+            },
             policies: &self.policies,
             nodes: &self.nodes,
             jobs: &jobs,

@@ -100,6 +100,14 @@ impl Api {
         self.metric_word()
     }
 
+    /// The other of the two APIs.
+    pub fn other(self) -> Api {
+        match self {
+            Api::Skyhook => Api::NodeWright,
+            Api::NodeWright => Api::Skyhook,
+        }
+    }
+
     /// The API a `SERVE_APIS` word names.
     pub fn from_word(word: &str) -> Option<Api> {
         Api::ALL.into_iter().find(|a| a.word() == word)

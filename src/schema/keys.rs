@@ -46,13 +46,6 @@ pub fn cordon_annotation(skyhook: &str) -> String {
     format!("{CORDON_PREFIX}{skyhook}")
 }
 
-/// Whether `key` is another Skyhook's cordon annotation than `skyhook`'s: a cordon shared by
-/// Skyhooks is lifted only by the last of them to finish.
-pub fn is_other_cordon(key: &str, skyhook: &str) -> bool {
-    key.strip_prefix(CORDON_PREFIX)
-        .is_some_and(|owner| owner != skyhook)
-}
-
 /// Upstream v0.19's mark of a node it keeps cordoned after its runtime-required taint went
 /// (`runtimeRequiredCordonAfter`, delta D38): the cordon is upstream's, and this operator never
 /// lifts it.

@@ -28,7 +28,7 @@ use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::schema;
 
 use crate::support::deploy::repo;
-use crate::support::{Operator, TestCtx, cluster, install_crds, pkg, skyhook, sleep};
+use crate::support::{Operator, TestCtx, cluster, pkg, skyhook, sleep};
 
 /// The labels Helm adds to what `deploy/` has; the comparison ignores exactly these.
 const HELM_LABELS: [&str; 3] = [
@@ -867,7 +867,9 @@ impl Drop for Release {
 
 #[tokio::test]
 async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
-    install_crds();
+    // Both APIs: the chart's hook then deletes NodeWrights too (it renders that step when the
+    // cluster serves them at install).
+    crate::support::install_nodewright_crds();
     let mut ctx = TestCtx::new("helm").await;
     install_monitoring_crds(&ctx);
     let nodes = ctx.add_test_nodes(2);
@@ -1060,12 +1062,39 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         )
         .await
         .expect("create Skyhook");
+    // A NodeWright on the same nodes, with an interrupt of its own.
+    let nw_name = ctx.name("nw");
+    let nodewrights: Api<kube::api::DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &skyhook::crd::object_resource(schema::Api::NodeWright),
+    );
+    let mut nw_spec = json!({"packages": {"tune": tune}, "nodeSelectors": {"matchLabels": {k.clone(): v.clone()}}});
+    nw_spec["packages"]["tune"]["version"] = json!("2.0.0");
+    let nw: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": schema::Api::NodeWright.api_version(), "kind": schema::Api::NodeWright.kind(),
+        "metadata": {"name": nw_name, "labels": {k.clone(): v.clone()}},
+        "spec": nw_spec,
+    }))
+    .expect("NodeWright");
+    nodewrights
+        .create(&PostParams::default(), &nw)
+        .await
+        .expect("create NodeWright");
     ctx.wait_for(
         "the rollout as the chart's ServiceAccount to complete",
         Duration::from_secs(240),
         || async {
             let s = skyhooks.get(&name).await.ok()?;
             (s.status?.status == Some(schema::Status::Complete)).then_some(())
+        },
+    )
+    .await;
+    ctx.wait_for(
+        "the NodeWright's rollout to complete",
+        Duration::from_secs(240),
+        || async {
+            let o = nodewrights.get(&nw_name).await.ok()?;
+            (o.data["status"]["status"] == "complete").then_some(())
         },
     )
     .await;
@@ -1122,7 +1151,7 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         .chain(spec.containers.iter())
         .map(|c| c.args.clone().unwrap_or_default())
         .collect();
-    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!(steps.len(), 3, "NodeWrights, Skyhooks, policies: {steps:?}");
     assert!(
         steps.iter().all(|s| s.contains(&format!("{k}={v}"))),
         "the hook deletes only this operator's objects: {steps:?}"
@@ -1161,19 +1190,31 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         policies.get_opt(&policy_name).await.expect("get").is_none(),
         "the DeploymentPolicy is gone"
     );
+    assert!(
+        nodewrights.get_opt(&nw_name).await.expect("get").is_none(),
+        "the NodeWright is gone"
+    );
     let node_api: Api<Node> = Api::all(ctx.client.clone());
     for node in &nodes {
         let n = node_api.get(node).await.expect("node");
-        let anns = n.annotations();
-        for key in [
-            schema::node_state_annotation(&name),
-            schema::cordon_annotation(&name),
-        ] {
-            assert!(!anns.contains_key(&key), "{node} still has {key}");
-        }
+        let ours: Vec<&String> = n
+            .annotations()
+            .keys()
+            .chain(n.labels().keys())
+            .filter(|k| k.contains(&name) || k.contains(&nw_name))
+            .collect();
+        assert!(ours.is_empty(), "{node} still has {ours:?}");
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
         assert!(
-            !n.labels().contains_key(&schema::status_label(&name)),
-            "{node} still has the status label"
+            !taints
+                .iter()
+                .any(|t| t.key.starts_with("skyhook.nvidia.com")
+                    || t.key.starts_with("nodewright.nvidia.com")),
+            "{node} still has {taints:?}"
         );
         assert_ne!(
             n.spec.as_ref().and_then(|s| s.unschedulable),

@@ -11,7 +11,7 @@ use crate::schema::Stage;
 fn meta<'a>(sk: &'a crate::crd::Skyhook, rt: &'a schema::RuntimeTaints) -> MetaInput<'a> {
     MetaInput {
         skyhook: sk,
-        skyhooks: &[],
+        fleet: crate::plan::fleet::Fleet::alone(&[]),
         runtime_taints: rt,
         operator_version: "test",
     }
