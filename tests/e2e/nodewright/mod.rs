@@ -7,6 +7,7 @@ mod migration;
 mod plugin;
 mod rollout;
 mod scenarios;
+mod shared_node;
 mod takeover;
 
 use std::time::Duration;

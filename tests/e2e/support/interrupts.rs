@@ -53,9 +53,11 @@ impl SlowInterrupts {
                     "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                         "operations": ["CREATE"], "resources": ["pods"]}],
                 },
+                // A Skyhook's interrupt pods or a NodeWright's (its label under its prefix).
                 "matchConditions": [{"name": "interrupt-pods", "expression": format!(
-                    r#"has(object.metadata.labels) && object.metadata.labels.exists(k, k == "{}")"#,
-                    schema::INTERRUPT_LABEL)}],
+                    r#"has(object.metadata.labels) && object.metadata.labels.exists(k, k == "{}" || k == "{}")"#,
+                    schema::INTERRUPT_LABEL,
+                    schema::Api::NodeWright.local(schema::INTERRUPT_LABEL))}],
                 "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
             },
         }))
