@@ -57,6 +57,12 @@ pub enum Command {
     Disable(LifecycleArgs),
     /// Enable a disabled Skyhook
     Enable(LifecycleArgs),
+    /// Hand a Skyhook its NodeWright took over back to the legacy engine, once no NodeWright of
+    /// its name exists; says first what its next pass would run
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook release gpu-init --dry-run\n  kubectl skyhook release gpu-init --confirm"
+    )]
+    Release(LifecycleArgs),
     /// Inspect and manage nodes targeted by Skyhooks
     #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
     Node(NodeCommand),

@@ -102,6 +102,11 @@ pub enum CliError {
     )]
     PolicyNotFound { skyhook: String, policy: String },
 
+    #[error(
+        "skyhook {0:?} was not taken over by a NodeWright (it has no skyhook.nvidia.com/taken-over-by-nodewright annotation): the operator reconciles it already, nothing to release"
+    )]
+    NotTakenOver(String),
+
     #[error("failed to update {failed} of {total} node(s); see the errors above")]
     PartialFailure { failed: usize, total: usize },
 

@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod operator;
 pub mod output;
 pub mod packages;
+pub mod planner;
 pub mod prompt;
 pub mod sort;
 

@@ -9,6 +9,7 @@ pub mod man;
 pub mod node;
 pub mod package;
 pub mod preview;
+pub mod release;
 pub mod rerun;
 pub mod reset;
 pub mod version;

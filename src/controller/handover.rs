@@ -88,6 +88,24 @@ pub(super) async fn before_planning(
     )
 }
 
+/// A NodeWright being deleted whose Skyhook is gone (or going): the legacy keys of its name it
+/// took over go with it, at once, whatever `LEGACY_CLEANUP_DELAY` says; nothing else would
+/// remove them. While the Skyhook lives they stay: a release continues from them. `true` when it
+/// wrote (the deletion pass then waits for the next one).
+pub(super) async fn before_deletion(sk: &Skyhook, ctx: &Ctx) -> Result<bool, Error> {
+    if ctx.api != Api::NodeWright {
+        return Ok(false);
+    }
+    if peer_of(sk, ctx).is_some_and(|p| p.metadata.deletion_timestamp.is_none()) {
+        return Ok(false);
+    }
+    let nodes = ctx.caches.nodes.all();
+    Ok(matches!(
+        takeover::legacy_cleanup(ctx.target(), sk, &nodes, Duration::ZERO).await?,
+        takeover::Cleanup::Pruned(_)
+    ))
+}
+
 /// A Skyhook its NodeWright took over: no stage runs. It is recorded as taken over (once), shows
 /// its NodeWright's status, and an edit is answered with a Warning; a deletion only releases the
 /// finalizer while the NodeWright keeps its nodes. Looked at again now and then.

@@ -349,6 +349,9 @@ fn observe(ctx: &Ctx, sk: &Skyhook, stored: Option<&crate::crd::SkyhookStatus>, 
 /// A pass of a deleted Skyhook: its marks come off the nodes, its Jobs and ConfigMaps go, and
 /// the finalizer last.
 async fn deletion_pass(sk: &Skyhook, ctx: &Ctx) -> Result<Action, Error> {
+    if handover::before_deletion(sk, ctx).await? {
+        return Ok(Action::requeue(CONFLICT_REQUEUE));
+    }
     let name = sk.name_any();
     ctx.metrics.forget(&name);
     ctx.pacing.forget(&name);

@@ -17,6 +17,7 @@ use super::{
     assert_keys_under_both_prefixes, create_nodewright, jobs_labelled, nodewright_state, nw_setup,
     objects, wait_nodewright,
 };
+use crate::support::plugin::plugin_async;
 use crate::support::{pkg, skyhook, sleep};
 
 #[tokio::test]
@@ -376,5 +377,50 @@ async fn a_taken_over_skyhook_follows_its_nodewright_and_never_runs_again() {
             .unwrap_or_default()
             .contains_key(schema::TAKEN_OVER_ANNOTATION),
         "the Skyhook stays recorded as taken over"
+    );
+
+    // Released on purpose: `kubectl skyhook release` says what will run (the package added
+    // while frozen, from the legacy node state), then the operator runs it.
+    let ns = env.ctx.ns.clone();
+    let said = plugin_async(&env.ctx, &["release", &name, "-n", &ns, "--dry-run"]).await;
+    let text = said.ok();
+    assert!(text.contains("taken over by NodeWright"), "{text}");
+    assert!(
+        text.contains("old") && text.contains("apply") && !text.contains("more"),
+        "the release names what its next pass starts: {text}"
+    );
+    assert!(text.contains("[dry-run]"), "{text}");
+    assert_eq!(
+        jobs_labelled(&env, schema::NAME_LABEL, &name).await,
+        legacy_jobs
+    );
+    plugin_async(&env.ctx, &["release", &name, "-n", &ns, "--confirm"])
+        .await
+        .ok();
+    env.wait_event("the release announced", &name, |e| {
+        e.reason.as_deref() == Some(schema::RELEASED_FROM_NODEWRIGHT_REASON)
+    })
+    .await;
+    env.ctx
+        .wait_for(
+            "the released Skyhook to run its added package everywhere",
+            Duration::from_secs(120),
+            || async {
+                for node in &env.nodes {
+                    let (raw, _) = env.node_state(node, &name).await?;
+                    raw.contains("\"old\"").then_some(())?;
+                }
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                (sk.status?.status == Some(Status::Complete)).then_some(())
+            },
+        )
+        .await;
+    let sk = env.skyhooks.get(&name).await.expect("the Skyhook");
+    let annotations = sk.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key(schema::TAKEN_OVER_ANNOTATION));
+    assert!(!annotations.contains_key(schema::RELEASE_FROM_NODEWRIGHT_ANNOTATION));
+    assert!(
+        jobs_labelled(&env, schema::NAME_LABEL, &name).await > legacy_jobs,
+        "the released Skyhook ran its added package"
     );
 }

@@ -91,6 +91,9 @@ struct Install {
 
 async fn install_env(test: &str, kwok: usize) -> Install {
     install_crds();
+    // Both APIs, as `kubectl apply -k deploy/` installs them: the chart's migration needs the
+    // NodeWright CRDs.
+    crate::support::install_nodewright_crds();
     let mut ctx = TestCtx::new(test).await;
     let real = ctx.add_real_node();
     let kwok = if kwok > 0 {
@@ -341,12 +344,75 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
     )
     .await;
 
+    // `nodewright.migrate=true` (issue 49): the operator pods, with the chart's rights, mirror
+    // the Skyhook into a NodeWright, which takes its nodes over with no stage run again.
+    run(helm(&ctx)
+        .args(["upgrade", &ctx.prefix])
+        .arg(&chart)
+        .args(["-n", &ns, "--reuse-values", "--wait", "--timeout", "3m"])
+        .args(["--set", "nodewright.migrate=true"]));
+    let nodewrights: Api<kube::api::DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &skyhook::crd::object_resource(schema::Api::NodeWright),
+    );
+    ctx.wait_for(
+        "the mirrored NodeWright to take over and complete",
+        Duration::from_secs(180),
+        || async {
+            let o = nodewrights.get(&sk).await.ok()?;
+            (o.data["status"]["status"] == "complete").then_some(())
+        },
+    )
+    .await;
+    ctx.wait_for(
+        "the Skyhook recorded as taken over",
+        Duration::from_secs(30),
+        || async {
+            let s = skyhooks.get(&sk).await.ok()?;
+            s.annotations()
+                .contains_key(schema::TAKEN_OVER_ANNOTATION)
+                .then_some(())
+        },
+    )
+    .await;
+    let nw_label = schema::Api::NodeWright
+        .local(schema::NAME_LABEL)
+        .into_owned();
+    let nw_jobs = jobs
+        .list(&ListParams::default().labels(&format!("{nw_label}={sk}")))
+        .await
+        .expect("jobs")
+        .items;
+    assert!(
+        nw_jobs.is_empty(),
+        "the take-over ran stages again: {nw_jobs:?}"
+    );
+    let operator_logs = ctx.kubectl(&[
+        "logs",
+        "-n",
+        &ns,
+        "-l",
+        "control-plane=controller-manager",
+        "--tail=-1",
+    ]);
+    let operator_logs = String::from_utf8_lossy(&operator_logs.stdout);
+    let refused = crate::support::rights::forbidden_in(&operator_logs);
+    assert!(
+        refused.is_empty(),
+        "the operator pods met 403s: {refused:?}"
+    );
+
     // `helm uninstall`: the pre-delete hook (kubectl from the cluster's registry, on the real
-    // node) deletes the Skyhook, the operator cleans up, then the release goes.
+    // node) deletes the NodeWright and the Skyhook, the operator cleans up, then the release
+    // goes.
     run(helm(&ctx).args(["uninstall", &ctx.prefix, "-n", &ns, "--timeout", "4m"]));
     assert!(
         skyhooks.get_opt(&sk).await.expect("get").is_none(),
         "the Skyhook is still there"
+    );
+    assert!(
+        nodewrights.get_opt(&sk).await.expect("get").is_none(),
+        "the NodeWright is still there"
     );
     ctx.wait_for(
         "the release's pods and Jobs to be gone",
@@ -362,10 +428,17 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
     for node in kwok.iter().chain([&real]) {
         let n: k8s_openapi::api::core::v1::Node =
             Api::all(ctx.client.clone()).get(node).await.expect("node");
-        assert!(
-            !n.annotations()
-                .contains_key(&schema::node_state_annotation(&sk)),
-            "{node} still carries the Skyhook's state"
+        let left: Vec<&String> = n
+            .annotations()
+            .keys()
+            .chain(n.labels().keys())
+            .filter(|k| k.ends_with(&sk))
+            .collect();
+        assert!(left.is_empty(), "{node} still carries {left:?}");
+        assert_ne!(
+            n.spec.as_ref().and_then(|s| s.unschedulable),
+            Some(true),
+            "{node} left cordoned"
         );
     }
 }

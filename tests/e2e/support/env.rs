@@ -14,8 +14,10 @@ use skyhook::schema::{self, NodeState};
 use super::{Operator, TestCtx, install_crds};
 
 pub struct Env {
-    pub ctx: TestCtx,
+    // Dropped first (fields drop in declaration order): the operator stops before its test's
+    // namespace and bindings go, which it would otherwise meet as 403s.
     pub op: Operator,
+    pub ctx: TestCtx,
     pub nodes: Vec<String>,
     pub skyhooks: Api<Skyhook>,
     pub jobs: Api<Job>,
