@@ -132,3 +132,79 @@ async fn turned_on_it_mirrors_skyhooks_and_their_policy_and_takes_over_with_no_r
         .await;
     wait_nodewright(&env, &done, Status::Complete, Duration::from_secs(10)).await;
 }
+
+/// Issue 49, acceptance 3: an install whose roles lack `create` on NodeWrights (the shipped ones
+/// lacked it before) cannot mirror. The legacy Skyhook says so, in a Warning Event and its
+/// `WriteFailed` condition, naming the missing grant; it is not only a log line.
+#[tokio::test]
+async fn a_refused_mirror_is_a_warning_and_a_condition_on_the_skyhook() {
+    crate::support::install_nodewright_crds();
+    crate::support::install_crds();
+    let mut ctx = crate::support::TestCtx::new("nw-refused").await;
+    let nodes = ctx.add_test_nodes(1);
+    let trimmed = crate::support::rights::trimmed_kubeconfig(
+        &ctx,
+        "nodewright.nvidia.com",
+        "nodewrights",
+        "create",
+    );
+    let kubeconfig = trimmed.display().to_string();
+    let op = crate::support::Operator::start_unchecked(
+        &ctx,
+        "",
+        &[
+            ("KUBECONFIG", &kubeconfig),
+            ("MIGRATE_TO_NODEWRIGHT", "true"),
+        ],
+        "its role lacks create on nodewrights on purpose",
+    );
+    let env = crate::support::Env::new(ctx, op, nodes);
+    let name = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}}),
+    ))
+    .await;
+    env.wait_status(&name, Status::Complete, Duration::from_secs(90))
+        .await;
+    let warned = env
+        .wait_event("a MigrationRefused Warning", &name, |e| {
+            e.reason.as_deref() == Some(schema::MIGRATION_REFUSED_REASON)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .await;
+    let said = warned.message.unwrap_or_default();
+    assert!(
+        said.contains("create") && said.contains("nodewrights"),
+        "the Warning names the missing grant: {said}"
+    );
+    // The condition comes with the Skyhook's next pass (an edit brings one at once).
+    env.skyhooks
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"poke": "1"}}})),
+        )
+        .await
+        .expect("touch the Skyhook");
+    env.ctx
+        .wait_for(
+            "the WriteFailed condition naming the refusal",
+            Duration::from_secs(60),
+            || async {
+                let sk = env.skyhooks.get(&name).await.ok()?;
+                sk.status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| {
+                        c.type_ == schema::WRITE_FAILED_CONDITION
+                            && c.status == "True"
+                            && c.message.contains("MIGRATE_TO_NODEWRIGHT")
+                    })
+                    .map(drop)
+            },
+        )
+        .await;
+    assert!(nodewright(&env.ctx, &name).await.is_none());
+}

@@ -594,9 +594,9 @@ impl Operator {
         Operator::start_with(ctx, name, env, None)
     }
 
-    /// An operator with the admin's kubeconfig: only for a test that says `why` it cannot run
-    /// with the shipped rights (docs/testing.md lists them).
-    pub fn start_as_admin(
+    /// An operator with the admin's kubeconfig (or the `KUBECONFIG` in `env`) whose 403s are not
+    /// held against the test: only for a test that says `why` (docs/testing.md lists them).
+    pub fn start_unchecked(
         ctx: &TestCtx,
         name: &str,
         env: &[(&str, &str)],
@@ -629,7 +629,11 @@ impl Operator {
             admin,
         };
         if admin.is_none() && !op.env.iter().any(|(k, _)| k == "KUBECONFIG") {
-            let own = rights::operator_kubeconfig(ctx);
+            let metrics_auth = op
+                .env
+                .iter()
+                .any(|(k, v)| k == "METRICS_AUTH" && v == "tokenreview");
+            let own = rights::operator_kubeconfig(ctx, metrics_auth);
             op.env
                 .insert(0, ("KUBECONFIG".to_string(), own.display().to_string()));
         }

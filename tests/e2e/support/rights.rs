@@ -26,8 +26,13 @@ const ACCOUNT: &str = "skyhook-operator";
 
 /// The objects of `deploy/rbac-operator.yaml`, as the API server would take them.
 fn shipped() -> Vec<Value> {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac-operator.yaml");
-    let text = std::fs::read_to_string(&file).expect("read deploy/rbac-operator.yaml");
+    read_docs("deploy/rbac-operator.yaml")
+}
+
+/// The objects of a YAML file of the repository.
+fn read_docs(path: &str) -> Vec<Value> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {path}: {e}"));
     text.split("\n---")
         .filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok())
         .filter(|v| v.get("kind").is_some())
@@ -70,7 +75,11 @@ fn apply(objects: &[Value]) {
 
 static ROLES: OnceLock<()> = OnceLock::new();
 
-/// The shipped ClusterRole and Events Role, under the e2e copies' names, once per run (applied
+/// The ClusterRole `deploy/metrics-auth/` adds (`METRICS_AUTH=tokenreview`), copied under this
+/// name.
+const METRICS_AUTH_ROLE: &str = "skyhook-e2e-operator-metrics-auth";
+
+/// The shipped ClusterRoles and Events Role, under the e2e copies' names, once per run (applied
 /// again on every run, so an edit of `deploy/` takes effect on a reused cluster).
 fn cluster_roles() {
     ROLES.get_or_init(|| {
@@ -79,7 +88,15 @@ fn cluster_roles() {
         role["metadata"]["name"] = json!(CLUSTER_ROLE);
         let mut events = shipped_one(&all, "Role", Some("default"));
         events["metadata"]["name"] = json!(EVENTS_ROLE);
-        apply(&[role, events]);
+        let mut metrics_auth = read_docs("deploy/metrics-auth/rbac-metrics-auth.yaml")
+            .into_iter()
+            .find(|v| {
+                v["kind"] == "ClusterRole"
+                    && v["metadata"]["name"] == "skyhook-operator-metrics-auth"
+            })
+            .expect("deploy/metrics-auth/ has the operator's ClusterRole");
+        metrics_auth["metadata"]["name"] = json!(METRICS_AUTH_ROLE);
+        apply(&[role, events, metrics_auth]);
     });
 }
 
@@ -87,12 +104,53 @@ static KUBECONFIGS: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
 
 /// A kubeconfig of the test's operator ServiceAccount, with the shipped rights (made once per
 /// test; its further operators share it).
-pub fn operator_kubeconfig(ctx: &TestCtx) -> PathBuf {
+///
+/// With `metrics_auth` (`METRICS_AUTH=tokenreview`), also what `deploy/metrics-auth/` grants.
+pub fn operator_kubeconfig(ctx: &TestCtx, metrics_auth: bool) -> PathBuf {
     let mut made = KUBECONFIGS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, path)) = made.iter().find(|(p, _)| *p == ctx.prefix) {
         return path.clone();
     }
     cluster_roles();
+    let path = bind(ctx, CLUSTER_ROLE);
+    if metrics_auth {
+        let name = format!("skyhook-e2e-{}-metrics-auth", ctx.prefix);
+        apply(&[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": {"skyhook-e2e": ctx.prefix}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": METRICS_AUTH_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ctx.ns}]}),
+        ]);
+    }
+    made.push((ctx.prefix.clone(), path.clone()));
+    path
+}
+
+/// A kubeconfig of the test's operator with the shipped rights less `verb` on `resource` of
+/// `group` (an install whose roles were trimmed): a ClusterRole of the test's own.
+pub fn trimmed_kubeconfig(ctx: &TestCtx, group: &str, resource: &str, verb: &str) -> PathBuf {
+    let mut made = KUBECONFIGS.lock().unwrap_or_else(|p| p.into_inner());
+    cluster_roles();
+    let mut role = shipped_one(&shipped(), "ClusterRole", None);
+    let own = format!("skyhook-e2e-{}", ctx.prefix);
+    role["metadata"] = json!({"name": own, "labels": {"skyhook-e2e": ctx.prefix}});
+    for rule in role["rules"].as_array_mut().expect("rules") {
+        let of = |k: &str, v: &str| rule[k].as_array().is_some_and(|a| a.iter().any(|x| x == v));
+        if of("apiGroups", group) && of("resources", resource) {
+            let verbs = rule["verbs"].as_array_mut().expect("verbs");
+            verbs.retain(|v| v != verb);
+        }
+    }
+    apply(&[role]);
+    let path = bind(ctx, &own);
+    made.push((ctx.prefix.clone(), path.clone()));
+    path
+}
+
+/// The test's operator ServiceAccount bound to `cluster_role`, the operator namespace's Role
+/// and the Events Role; a token kubeconfig for it.
+fn bind(ctx: &TestCtx, cluster_role: &str) -> PathBuf {
     let all = shipped();
     let subject = json!([{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ctx.ns}]);
     let labels = json!({"skyhook-e2e": ctx.prefix});
@@ -110,7 +168,7 @@ pub fn operator_kubeconfig(ctx: &TestCtx) -> PathBuf {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": bound, "labels": labels},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                "name": CLUSTER_ROLE},
+                "name": cluster_role},
             "subjects": subject}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": bound, "namespace": "default", "labels": labels},
@@ -128,7 +186,6 @@ pub fn operator_kubeconfig(ctx: &TestCtx) -> PathBuf {
     let path = std::env::temp_dir().join(format!("skyhook-operator-{}.kubeconfig", ctx.prefix));
     token_kubeconfig(ctx, &path, String::from_utf8_lossy(&token.stdout).trim());
     wait_bound(ctx);
-    made.push((ctx.prefix.clone(), path.clone()));
     path
 }
 
@@ -168,7 +225,22 @@ pub fn unbind(ctx: &TestCtx) {
         return;
     }
     let name = format!("skyhook-e2e-{}", ctx.prefix);
-    let _ = ctx.kubectl(&["delete", "clusterrolebinding", &name, "--wait=false"]);
+    let auth = format!("{name}-metrics-auth");
+    let _ = ctx.kubectl(&[
+        "delete",
+        "clusterrolebinding",
+        &name,
+        &auth,
+        "--wait=false",
+        "--ignore-not-found",
+    ]);
+    let _ = ctx.kubectl(&[
+        "delete",
+        "clusterrole",
+        &name,
+        "--ignore-not-found",
+        "--wait=false",
+    ]);
     let _ = ctx.kubectl(&[
         "delete",
         "rolebinding",
