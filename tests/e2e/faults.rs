@@ -32,7 +32,13 @@ async fn a_rollout_completes_through_ten_percent_of_failing_requests() {
         });
     eprintln!("fault seed {seed} (replay with SKYHOOK_FAULT_SEED={seed})");
     let dir = tempfile::tempdir().expect("tempdir");
-    let proxy = proxy::start(ctx.client.clone(), seed, 10, dir.path()).await;
+    let proxy = proxy::start(
+        crate::support::rights::operator_client(&ctx).await,
+        seed,
+        10,
+        dir.path(),
+    )
+    .await;
     let kubeconfig = proxy.kubeconfig.display().to_string();
     let op = Operator::start(&ctx, &[("KUBECONFIG", &kubeconfig)]);
     let env = Env::new(ctx, op, nodes);
@@ -96,7 +102,13 @@ async fn a_package_rerun_during_an_operator_node_write_is_honoured() {
     let nodes = ctx.add_test_nodes(1);
     let dir = tempfile::tempdir().expect("tempdir");
     // No faults: the proxy is here for its gate.
-    let proxy = proxy::start(ctx.client.clone(), 0, 0, dir.path()).await;
+    let proxy = proxy::start(
+        crate::support::rights::operator_client(&ctx).await,
+        0,
+        0,
+        dir.path(),
+    )
+    .await;
     let kubeconfig = proxy.kubeconfig.display().to_string();
     let op = Operator::start(&ctx, &[("KUBECONFIG", &kubeconfig)]);
     let env = Env::new(ctx, op, nodes);
@@ -224,7 +236,13 @@ async fn a_status_patch_against_a_changed_skyhook_is_refused_and_redone() {
     let mut ctx = TestCtx::new("status-race").await;
     let nodes = ctx.add_test_nodes(2);
     let dir = tempfile::tempdir().expect("tempdir");
-    let proxy = proxy::start(ctx.client.clone(), 0, 0, dir.path()).await;
+    let proxy = proxy::start(
+        crate::support::rights::operator_client(&ctx).await,
+        0,
+        0,
+        dir.path(),
+    )
+    .await;
     let kubeconfig = proxy.kubeconfig.display().to_string();
     let op = Operator::start(&ctx, &[("KUBECONFIG", &kubeconfig)]);
     let env = Env::new(ctx, op, nodes);

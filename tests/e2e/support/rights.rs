@@ -127,6 +127,18 @@ pub fn operator_kubeconfig(ctx: &TestCtx, metrics_auth: bool) -> PathBuf {
     path
 }
 
+/// A client with the test operator's shipped rights: for a proxy that stands between the
+/// operator and the API server (`proxy::start`), which forwards with it.
+pub async fn operator_client(ctx: &TestCtx) -> kube::Client {
+    let path = operator_kubeconfig(ctx, false);
+    let kc = kube::config::Kubeconfig::read_from(&path).expect("read the operator's kubeconfig");
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("the operator's kubeconfig is valid");
+    kube::Client::try_from(config).expect("client")
+}
+
 /// A kubeconfig of the test's operator with the shipped rights less `verb` on `resource` of
 /// `group` (an install whose roles were trimmed): a ClusterRole of the test's own.
 pub fn trimmed_kubeconfig(ctx: &TestCtx, group: &str, resource: &str, verb: &str) -> PathBuf {
