@@ -497,7 +497,7 @@ patches:
         scheduler = imgs.scheduler,
         agent = imgs.agent,
     );
-    std::fs::write(dir.path().join("kustomization.yaml"), overlay).expect("write overlay");
+    std::fs::write(dir.path().join("kustomization.yaml"), &overlay).expect("write overlay");
     let apply = ctx.kubectl(&[
         "apply",
         "--server-side",
@@ -546,17 +546,105 @@ patches:
     let sk = ctx.name("sk");
     let nodes: Vec<&String> = kwok.iter().chain([&real]).collect();
     roll_out(&ctx, &sk, &nodes, "rolled out by the kustomize install").await;
-    let skyhooks: Api<Skyhook> = Api::all(ctx.client.clone());
-    skyhooks
-        .delete(&sk, &Default::default())
+    // A NodeWright beside it on the same nodes (deploy/ installs both APIs).
+    let nw = ctx.name("nw");
+    let nodewrights: Api<kube::api::DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &skyhook::crd::object_resource(schema::Api::NodeWright),
+    );
+    let mut nw_spec = crate::support::objects::skyhook(&ctx, &nw, json!({"packages": {}})).spec;
+    nw_spec.packages.clear();
+    let mut spec = serde_json::to_value(&nw_spec).expect("spec");
+    spec["packages"] = json!({"nwop": shellscript(
+        &ctx,
+        json!({"config.sh": "#!/bin/bash\necho from the NodeWright\n"}),
+        json!({}),
+    )});
+    let object: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": schema::Api::NodeWright.api_version(), "kind": schema::Api::NodeWright.kind(),
+        "metadata": {"name": nw, "labels": {k.clone(): v.clone()}},
+        "spec": spec,
+    }))
+    .expect("NodeWright");
+    nodewrights
+        .create(&Default::default(), &object)
         .await
-        .expect("delete Skyhook");
+        .expect("create NodeWright");
     ctx.wait_for(
-        "the Skyhook to be gone",
-        Duration::from_secs(60),
-        || async { skyhooks.get_opt(&sk).await.ok()?.is_none().then_some(()) },
+        "the NodeWright's rollout to complete",
+        Duration::from_secs(240),
+        || async {
+            let o = nodewrights.get(&nw).await.ok()?;
+            (o.data["status"]["status"] == "complete").then_some(())
+        },
     )
     .await;
+
+    // Uninstall as deploy/README.md says: Skyhooks, then NodeWrights, then `kubectl delete -k`
+    // (here of the overlay less the CRDs, which the other tests share).
+    for what in [
+        format!("skyhooks.skyhook.nvidia.com/{sk}"),
+        format!("nodewrights.nodewright.nvidia.com/{nw}"),
+    ] {
+        let out = ctx.kubectl(&["delete", &what, "--wait=true", "--timeout=120s"]);
+        assert!(
+            out.status.success(),
+            "kubectl delete {what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let keep_crds = r#"
+  - target: {kind: CustomResourceDefinition}
+    patch: |-
+      $patch: delete
+      apiVersion: apiextensions.k8s.io/v1
+      kind: CustomResourceDefinition
+      metadata: {name: shared}
+"#;
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!("{}{keep_crds}", overlay.trim_end()),
+    )
+    .expect("write the uninstall overlay");
+    let deleted = ctx.kubectl(&[
+        "delete",
+        "-k",
+        &dir.path().display().to_string(),
+        "--wait=true",
+        "--timeout=120s",
+    ]);
+    assert!(
+        deleted.status.success(),
+        "kubectl delete -k:\n{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    let left = ctx.kubectl(&["get", "deployments,pods", "-n", &ns, "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "the install is gone"
+    );
+    for node in kwok.iter().chain([&real]) {
+        let n: k8s_openapi::api::core::v1::Node =
+            Api::all(ctx.client.clone()).get(node).await.expect("node");
+        let ours: Vec<&String> = n
+            .annotations()
+            .keys()
+            .chain(n.labels().keys())
+            .filter(|key| key.ends_with(&sk) || key.ends_with(&nw))
+            .collect();
+        assert!(ours.is_empty(), "{node} still carries {ours:?}");
+        let spec = n.spec.unwrap_or_default();
+        assert_ne!(spec.unschedulable, Some(true), "{node} left cordoned");
+        let taints = spec.taints.unwrap_or_default();
+        assert!(
+            !taints
+                .iter()
+                .any(|t| t.key.starts_with("skyhook.nvidia.com")
+                    || t.key.starts_with("nodewright.nvidia.com")),
+            "{node}: {taints:?}"
+        );
+    }
 }
 
 /// Cluster-scoped objects an overlay created under its own names, deleted when the test ends.
