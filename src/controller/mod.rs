@@ -280,10 +280,10 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
         &ctx.client,
         &ctx.config.namespace,
         &ctx.alerts,
-        ctx.peers(),
         sk,
     )
-    .await?;
+    .await?
+    .with_peers(ctx.peers());
     let room = plan::launch::MAX_JOB_CREATES_PER_PASS.saturating_sub(ctx.creations.in_flight());
     let stored = sk.status.as_ref();
     let mut inputs = snapshot.inputs(

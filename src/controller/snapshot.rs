@@ -54,7 +54,6 @@ impl Snapshot {
         client: &Client,
         namespace: &str,
         alerts: &AlertSources,
-        peers: (Api, Vec<Arc<Skyhook>>),
         sk: &Skyhook,
     ) -> Result<Snapshot, Error> {
         let name = sk.name_any();
@@ -91,7 +90,7 @@ impl Snapshot {
         Ok(Snapshot {
             invalid: problems(&normalized, &policies),
             skyhooks: caches.skyhooks.state(),
-            peers,
+            peers: (api.other(), Vec::new()),
             jobs: job_views(caches, creations, api, &name),
             configmaps: caches
                 .configmaps
@@ -114,6 +113,12 @@ impl Snapshot {
             health_checks,
             alerts: alert_reading,
         })
+    }
+
+    /// With the objects of the other served API (`Ctx::peers`): the rules over shared nodes
+    /// read both (`plan::fleet`).
+    pub fn with_peers(self, peers: (Api, Vec<Arc<Skyhook>>)) -> Snapshot {
+        Snapshot { peers, ..self }
     }
 
     /// The planner's view of this snapshot.

@@ -95,7 +95,7 @@ impl<'a> Fleet<'a> {
     /// Every object of both APIs, but the silent half of a take-over pair.
     pub fn members(&self) -> impl Iterator<Item = Member<'a>> + '_ {
         let own = self.own.iter().filter_map(|sk| {
-            let twin = self.twin(&self.peers.objects, sk);
+            let twin = self.twin(self.peers.objects, sk);
             self.speaks(sk, self.peers.api.other(), twin)
                 .then_some(Member { sk, peer: None })
         });
