@@ -246,6 +246,18 @@ struct Passed {
     drain_blocks: Vec<plan::inputs::DrainBlock>,
 }
 
+impl Passed {
+    /// A pass that ended before planning (a deletion, a write of the hand-over).
+    fn early(action: Action, failures: Vec<String>) -> Passed {
+        Passed {
+            action,
+            stored: None,
+            failures,
+            drain_blocks: Vec::new(),
+        }
+    }
+}
+
 /// How soon a pass follows one whose writes failed for good: soon enough that the status
 /// reports them within seconds, not so soon that a refusing API server is hammered.
 const WRITE_FAILED_RETRY: Duration = Duration::from_secs(10);
@@ -253,25 +265,13 @@ const WRITE_FAILED_RETRY: Duration = Duration::from_secs(10);
 /// One pass: snapshot → plan → write → metrics.
 async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     if sk.meta().deletion_timestamp.is_some() {
-        return deletion_pass(sk, ctx).await.map(|action| Passed {
-            action,
-            stored: None,
-            failures: Vec::new(),
-            drain_blocks: Vec::new(),
-        });
+        return Ok(Passed::early(deletion_pass(sk, ctx).await?, Vec::new()));
     }
     let started = Instant::now();
     let name = sk.name_any();
     let cleanup_due = match handover::before_planning(sk, ctx).await? {
         Ok(due) => due,
-        Err((action, failures)) => {
-            return Ok(Passed {
-                action,
-                stored: None,
-                failures,
-                drain_blocks: Vec::new(),
-            });
-        }
+        Err((action, failures)) => return Ok(Passed::early(action, failures)),
     };
     let snapshot = Snapshot::take(
         ctx.api,
