@@ -28,7 +28,7 @@ use skyhook::crd::{DeploymentPolicy, Skyhook};
 use skyhook::schema;
 
 use crate::support::deploy::repo;
-use crate::support::{Operator, TestCtx, cluster, pkg, skyhook, sleep};
+use crate::support::{Operator, TestCtx, cluster, nodewrights, pkg, skyhook, sleep};
 
 /// The labels Helm adds to what `deploy/` has; the comparison ignores exactly these.
 const HELM_LABELS: [&str; 3] = [
@@ -1064,22 +1064,9 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         .expect("create Skyhook");
     // A NodeWright on the same nodes, with an interrupt of its own.
     let nw_name = ctx.name("nw");
-    let nodewrights: Api<kube::api::DynamicObject> = Api::all_with(
-        ctx.client.clone(),
-        &skyhook::crd::object_resource(schema::Api::NodeWright),
-    );
-    let mut nw_spec = json!({"packages": {"tune": tune}, "nodeSelectors": {"matchLabels": {k.clone(): v.clone()}}});
-    nw_spec["packages"]["tune"]["version"] = json!("2.0.0");
-    let nw: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": schema::Api::NodeWright.api_version(), "kind": schema::Api::NodeWright.kind(),
-        "metadata": {"name": nw_name, "labels": {k.clone(): v.clone()}},
-        "spec": nw_spec,
-    }))
-    .expect("NodeWright");
-    nodewrights
-        .create(&PostParams::default(), &nw)
-        .await
-        .expect("create NodeWright");
+    let mut nw_tune = tune.clone();
+    nw_tune["version"] = json!("2.0.0");
+    nodewrights::create_nodewright(&ctx, &nw_name, json!({"packages": {"tune": nw_tune}})).await;
     ctx.wait_for(
         "the rollout as the chart's ServiceAccount to complete",
         Duration::from_secs(240),
@@ -1089,13 +1076,11 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         },
     )
     .await;
-    ctx.wait_for(
-        "the NodeWright's rollout to complete",
+    nodewrights::wait_nodewright_in(
+        &ctx,
+        &nw_name,
+        schema::Status::Complete,
         Duration::from_secs(240),
-        || async {
-            let o = nodewrights.get(&nw_name).await.ok()?;
-            (o.data["status"]["status"] == "complete").then_some(())
-        },
     )
     .await;
     ctx.wait_for(
@@ -1191,7 +1176,7 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         "the DeploymentPolicy is gone"
     );
     assert!(
-        nodewrights.get_opt(&nw_name).await.expect("get").is_none(),
+        nodewrights::nodewright(&ctx, &nw_name).await.is_none(),
         "the NodeWright is gone"
     );
     let node_api: Api<Node> = Api::all(ctx.client.clone());

@@ -117,16 +117,7 @@ async fn the_legacy_keys_go_after_the_clean_up_delay() {
     let env = nw_setup("nw-cleanup", 2, &[("LEGACY_CLEANUP_DELAY", "4s")]).await;
     let name = env.ctx.name("sk");
     let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
-    for node in &env.nodes {
-        env.node_api
-            .patch(
-                node,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"metadata": {"labels": {schema::IGNORE_LABEL: "false"}}})),
-            )
-            .await
-            .expect("label the node");
-    }
+    not_ignored(&env).await;
     env.create(&skyhook(&env.ctx, &name, spec.clone())).await;
     env.wait_status(&name, Status::Complete, Duration::from_secs(60))
         .await;
@@ -190,6 +181,20 @@ async fn the_legacy_keys_go_after_the_clean_up_delay() {
     wait_nodewright(&env, &name, Status::Complete, Duration::from_secs(10)).await;
 }
 
+/// Every node of the test labelled `ignore=false` (a node-scoped key the take-over copies).
+async fn not_ignored(env: &crate::support::Env) {
+    for node in &env.nodes {
+        env.node_api
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {schema::IGNORE_LABEL: "false"}}})),
+            )
+            .await
+            .expect("label the node");
+    }
+}
+
 /// The label `key` of every node of the test, as stored.
 async fn node_labels(env: &crate::support::Env, key: &str) -> Vec<Option<String>> {
     let mut out = Vec::new();
@@ -229,16 +234,7 @@ fn node_patches_and_passes(env: &crate::support::Env) -> (f64, f64) {
 async fn a_taken_over_skyhook_follows_its_nodewright_and_never_runs_again() {
     let env = nw_setup("nw-frozen", 2, &[]).await;
     let name = env.ctx.name("sk");
-    for node in &env.nodes {
-        env.node_api
-            .patch(
-                node,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"metadata": {"labels": {schema::IGNORE_LABEL: "false"}}})),
-            )
-            .await
-            .expect("label the node");
-    }
+    not_ignored(&env).await;
     let spec = json!({"packages": {"tool": pkg("1.0.0", sleep("1"))}});
     env.create(&skyhook(&env.ctx, &name, spec.clone())).await;
     env.wait_status(&name, Status::Complete, Duration::from_secs(60))

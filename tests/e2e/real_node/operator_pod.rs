@@ -19,7 +19,7 @@ use skyhook::schema;
 use super::shellscript;
 use crate::support::plugin::plugin;
 use crate::support::real::{Images, images};
-use crate::support::{TestCtx, install_crds, run};
+use crate::support::{TestCtx, install_crds, nodewrights, run};
 
 fn helm(ctx: &TestCtx) -> Command {
     let mut cmd = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tools/helm"));
@@ -351,17 +351,12 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
         .arg(&chart)
         .args(["-n", &ns, "--reuse-values", "--wait", "--timeout", "3m"])
         .args(["--set", "nodewright.migrate=true"]));
-    let nodewrights: Api<kube::api::DynamicObject> = Api::all_with(
-        ctx.client.clone(),
-        &skyhook::crd::object_resource(schema::Api::NodeWright),
-    );
-    ctx.wait_for(
-        "the mirrored NodeWright to take over and complete",
+    // The mirrored NodeWright takes over and completes.
+    nodewrights::wait_nodewright_in(
+        &ctx,
+        &sk,
+        schema::Status::Complete,
         Duration::from_secs(180),
-        || async {
-            let o = nodewrights.get(&sk).await.ok()?;
-            (o.data["status"]["status"] == "complete").then_some(())
-        },
     )
     .await;
     ctx.wait_for(
@@ -411,7 +406,7 @@ async fn helm_installs_two_replicas_on_a_real_node_that_roll_out_upgrade_and_uni
         "the Skyhook is still there"
     );
     assert!(
-        nodewrights.get_opt(&sk).await.expect("get").is_none(),
+        nodewrights::nodewright(&ctx, &sk).await.is_none(),
         "the NodeWright is still there"
     );
     ctx.wait_for(
@@ -548,35 +543,17 @@ patches:
     roll_out(&ctx, &sk, &nodes, "rolled out by the kustomize install").await;
     // A NodeWright beside it on the same nodes (deploy/ installs both APIs).
     let nw = ctx.name("nw");
-    let nodewrights: Api<kube::api::DynamicObject> = Api::all_with(
-        ctx.client.clone(),
-        &skyhook::crd::object_resource(schema::Api::NodeWright),
-    );
-    let mut nw_spec = crate::support::objects::skyhook(&ctx, &nw, json!({"packages": {}})).spec;
-    nw_spec.packages.clear();
-    let mut spec = serde_json::to_value(&nw_spec).expect("spec");
-    spec["packages"] = json!({"nwop": shellscript(
+    let nw_pkg = shellscript(
         &ctx,
         json!({"config.sh": "#!/bin/bash\necho from the NodeWright\n"}),
         json!({}),
-    )});
-    let object: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": schema::Api::NodeWright.api_version(), "kind": schema::Api::NodeWright.kind(),
-        "metadata": {"name": nw, "labels": {k.clone(): v.clone()}},
-        "spec": spec,
-    }))
-    .expect("NodeWright");
-    nodewrights
-        .create(&Default::default(), &object)
-        .await
-        .expect("create NodeWright");
-    ctx.wait_for(
-        "the NodeWright's rollout to complete",
+    );
+    nodewrights::create_nodewright(&ctx, &nw, json!({"packages": {"nwop": nw_pkg}})).await;
+    nodewrights::wait_nodewright_in(
+        &ctx,
+        &nw,
+        schema::Status::Complete,
         Duration::from_secs(240),
-        || async {
-            let o = nodewrights.get(&nw).await.ok()?;
-            (o.data["status"]["status"] == "complete").then_some(())
-        },
     )
     .await;
 

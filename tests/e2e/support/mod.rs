@@ -43,6 +43,7 @@ pub mod expect;
 pub mod image;
 pub mod interrupts;
 pub mod metrics;
+pub mod nodewrights;
 pub mod objects;
 pub mod plugin;
 pub mod private;
