@@ -13,9 +13,8 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::api_handover::{self, Turn};
-use super::select::selects;
 use crate::crd::Skyhook;
-use crate::node::NodeView;
+use crate::node::{LabelMatch, NodeView};
 use crate::schema::{self, Api, Status};
 
 /// The objects of the other served API, in their canonical keys (see `localize`).
@@ -70,9 +69,11 @@ impl<'a> Member<'a> {
         value == Some(schema::TRUE_VALUE)
     }
 
-    /// It selects `node` (matched against the labels as stored, in both APIs).
+    /// It selects `node` (matched against the labels as stored, in both APIs; the matcher
+    /// `select::selects` wraps, used here directly: `select` reads the fleet).
     pub fn selects(&self, node: &NodeView) -> bool {
-        selects(self.sk, node.selector_labels())
+        LabelMatch::new(&self.sk.spec.node_selectors)
+            .is_some_and(|s| s.matches(node.selector_labels()))
     }
 }
 
