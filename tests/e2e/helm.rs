@@ -1015,7 +1015,7 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
     // The operator, out of cluster as the chart's ServiceAccount, with leader election on.
     let kubeconfig = impersonating_kubeconfig(&ctx, &sa);
     let pod_name = format!("{fullname}-0");
-    let op = Operator::start(
+    let mut op = Operator::start(
         &ctx,
         &[
             ("KUBECONFIG", &kubeconfig.display().to_string()),
@@ -1217,6 +1217,10 @@ async fn install_roll_out_as_the_charts_service_account_and_uninstall() {
         "the operator was refused as the chart's ServiceAccount:\n{}",
         refused.join("\n")
     );
+    // Its work is done. In a real install `helm uninstall` deletes its Deployment with its
+    // roles; this one runs outside the release, so it stops before the roles go (it would renew
+    // its Lease without them and meet 403s).
+    op.kill();
 
     let binding = json!({
         "apiVersion": "v1", "kind": "Binding",
