@@ -204,6 +204,7 @@ impl Metrics {
             ("skyhook_rollout_gate_holding", "1 while a rollout gate (window, alert, soak, health) holds the Skyhook, 0 otherwise", self.gate_holding),
             ("skyhook_rollout_gate_held_seconds", "How long the gate has held the Skyhook without a break (0 while it does not)", self.gate_held_seconds),
             ("skyhook_health_gate_nodes", "Nodes waiting for the Skyhook's health gate (state=holding) or past its timeout (state=failed)", self.health_nodes),
+            ("skyhook_notifications_dropped", "Notifications dropped before every target had them: the outbox over its size (outbox_full), undelivered for a day (expired), or its write refused (outbox_refused)", NOTIFICATIONS_DROPPED),
         );
     }
 
@@ -548,6 +549,15 @@ pub type ApiRequests = Family<RequestLabels, Counter>;
 /// The process's one family: one client, one registry.
 pub static API_REQUESTS: LazyLock<ApiRequests> = LazyLock::new(Family::default);
 
+/// `skyhook_notifications_dropped_total`: counted by the notification outbox, by why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedLabels {
+    pub reason: String,
+}
+
+pub static NOTIFICATIONS_DROPPED: LazyLock<Family<DroppedLabels, Counter>> =
+    LazyLock::new(Family::default);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -636,6 +646,8 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .filter_map(|l| l.split(' ').next())
+            // Process-wide counters, which other tests of this process may have counted.
+            .filter(|f| !f.starts_with("skyhook_notifications_dropped"))
             .collect();
         assert_eq!(
             families,

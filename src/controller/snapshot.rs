@@ -73,7 +73,7 @@ impl Snapshot {
             .filter_map(|c| c.batch_state.as_ref())
             .flat_map(|b| b.soak_nodes.iter().cloned())
             .collect();
-        let pods_on_nodes = drain_view(client, &normalized, &nodes, &soaking).await?;
+        let pods_on_nodes = drain_view(client, namespace, &normalized, &nodes, &soaking).await?;
         let health_checks = health_checks(client, namespace, api, &normalized, &nodes).await?;
         let gate = normalized
             .spec
@@ -238,11 +238,12 @@ fn go_pods(caches: &Caches, skyhook: &str) -> BTreeMap<String, Vec<GoPod>> {
 /// Pods on this Skyhook's cordoned nodes, listed as the planner's drain asks.
 async fn drain_view(
     client: &Client,
+    namespace: &str,
     sk: &Skyhook,
     nodes: &[Arc<NodeView>],
     soaking: &[String],
 ) -> Result<BTreeMap<String, Vec<plan::PodInfo>>, Error> {
-    let listing = plan::drain::Listing::of(sk, nodes, soaking);
+    let listing = plan::drain::Listing::of(sk, nodes, soaking, namespace);
     let pods: KubeApi<Pod> = KubeApi::all(client.clone());
     let mut out = BTreeMap::new();
     for node in &listing.nodes {

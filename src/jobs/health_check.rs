@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -16,6 +16,11 @@ use crate::settings::Config;
 
 /// The container of a check Job (what `kubectl logs job/<name>` shows).
 pub const CHECK_CONTAINER: &str = "check";
+
+/// The shortest time a finished check Job is kept, whatever `JOB_TTL_SUCCEEDED` says: the newest
+/// failed attempt carries the gate's attempt count, so it must outlive the longest retry delay
+/// (5 minutes) or the next attempt would start again at 0, with no backoff.
+pub const CHECK_JOB_MIN_TTL_SECONDS: i32 = 15 * 60;
 
 /// One attempt of a node's health check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +116,13 @@ pub fn health_check_job(
             owner_references: Some(vec![owner_reference(skyhook)]),
             ..Default::default()
         },
-        spec: Some(job_spec(template, cfg, Some(deadline_seconds.max(1)))),
+        spec: Some(JobSpec {
+            ttl_seconds_after_finished: Some(
+                CHECK_JOB_MIN_TTL_SECONDS
+                    .max(i32::try_from(cfg.completed_job_ttl.as_secs()).unwrap_or(i32::MAX)),
+            ),
+            ..job_spec(template, cfg, Some(deadline_seconds.max(1)))
+        }),
         status: None,
     })
 }
@@ -158,5 +169,26 @@ mod tests {
         let later =
             health_check_job(&sk, &check, "n1", "2026-11-29T10:00:00Z", 2, 600, &cfg).expect("job");
         assert_ne!(later.metadata.name, job.metadata.name);
+    }
+
+    /// A short JOB_TTL_SUCCEEDED never deletes the newest failed attempt before the next is due
+    /// (which would restart the count at 0 and skip the backoff); a longer one is kept.
+    #[test]
+    fn a_check_job_outlives_the_longest_retry_delay() {
+        let mut sk = Skyhook::new("sh", Default::default());
+        sk.metadata.uid = Some("u".into());
+        let check = HealthCheck {
+            image: "example.com/check:1".into(),
+            ..Default::default()
+        };
+        let ttl = |secs: u64| {
+            let mut cfg = crate::plan::fixtures::config();
+            cfg.completed_job_ttl = std::time::Duration::from_secs(secs);
+            let job = health_check_job(&sk, &check, "n1", "2026-11-28T10:00:00Z", 0, 60, &cfg);
+            job.and_then(|j| j.spec)
+                .and_then(|s| s.ttl_seconds_after_finished)
+        };
+        assert_eq!(ttl(10), Some(CHECK_JOB_MIN_TTL_SECONDS));
+        assert_eq!(ttl(86_400), Some(86_400));
     }
 }

@@ -2,6 +2,7 @@
 //! back, which are evicted, and when the node is ready. The controller only lists the pods the
 //! [`Listing`] names.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -13,7 +14,7 @@ use super::pod_gate::PodGate;
 use super::select::{targeted, tolerates_cordon};
 use crate::crd::{DrainConfig, Skyhook};
 use crate::node::NodeView;
-use crate::schema;
+use crate::schema::{self, Api};
 
 /// A pod on a cordoned node, as the drain sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,12 +95,19 @@ pub struct Listing {
     protected: Option<Selector>,
     rules: DrainRules,
     health: Option<PodGate>,
+    /// The operator's namespace: only pods there are ours to keep.
+    own_namespace: String,
 }
 
 impl Listing {
     /// `soaking`: the nodes of soaking batches (the stored status), whose health gate pods the
-    /// soak watches.
-    pub fn of(sk: &Skyhook, nodes: &[Arc<NodeView>], soaking: &[String]) -> Listing {
+    /// soak watches. `own_namespace`: the operator's, where its own pods run.
+    pub fn of(
+        sk: &Skyhook,
+        nodes: &[Arc<NodeView>],
+        soaking: &[String],
+        own_namespace: &str,
+    ) -> Listing {
         let health = PodGate::of(sk);
         // A node waiting for its health gate, or soaking, is listed too, cordoned or not.
         let gate_clock = schema::health_gate_annotation(&sk.name_any());
@@ -117,17 +125,18 @@ impl Listing {
             protected: protection(&sk.spec.pod_non_interrupt_labels),
             rules: DrainRules::of(sk.spec.drain_config.as_ref()),
             health,
+            own_namespace: own_namespace.to_owned(),
         }
     }
 
     /// The pods listed on one node, as the drain reads them.
     pub fn read<'p>(&self, pods: impl IntoIterator<Item = &'p Pod>) -> Vec<PodInfo> {
-        classify(
-            pods,
-            self.protected.as_ref(),
-            &self.rules,
-            self.health.as_ref(),
-        )
+        let keep = Keep {
+            protected: self.protected.as_ref(),
+            rules: &self.rules,
+            own_namespace: &self.own_namespace,
+        };
+        classify(pods, &keep, self.health.as_ref())
     }
 }
 
@@ -145,11 +154,17 @@ fn protection(selector: &LabelSelector) -> Option<Selector> {
     }
 }
 
+/// What decides whether a pod is drained.
+struct Keep<'a> {
+    protected: Option<&'a Selector>,
+    rules: &'a DrainRules,
+    own_namespace: &'a str,
+}
+
 /// Classifies the pods of one node; finished pods are left out (they hold nothing back).
 fn classify<'p>(
     pods: impl IntoIterator<Item = &'p Pod>,
-    protected: Option<&Selector>,
-    rules: &DrainRules,
+    keep: &Keep,
     health: Option<&PodGate>,
 ) -> Vec<PodInfo> {
     pods.into_iter()
@@ -159,7 +174,7 @@ fn classify<'p>(
         })
         .map(|p| PodInfo {
             health: health.and_then(|g| g.read(p)),
-            ..classify_one(p, protected, rules)
+            ..classify_one(p, keep)
         })
         .collect()
 }
@@ -169,17 +184,18 @@ fn classify<'p>(
 /// pod already terminating is not evicted again but still holds the node until it is gone; one
 /// `drainConfig` forbids draining (unmanaged without `force`, emptyDir without
 /// `deleteEmptyDirData`) holds it while it runs.
-fn classify_one(p: &Pod, protected: Option<&Selector>, rules: &DrainRules) -> PodInfo {
+fn classify_one(p: &Pod, keep: &Keep) -> PodInfo {
+    let (protected, rules) = (keep.protected, keep.rules);
     let owned_by_ds =
         rules.ignore_daemon_sets && p.owner_references().iter().any(|o| o.kind == "DaemonSet");
     let mirror = p.annotations().contains_key("kubernetes.io/config.mirror");
-    let ours = p.labels().contains_key(schema::NAME_LABEL);
+    let namespace = p.namespace().unwrap_or_default();
+    let ours = namespace == keep.own_namespace && is_our_pod(p.labels());
     let tolerates = p
         .spec
         .as_ref()
         .and_then(|s| s.tolerations.as_ref())
         .is_some_and(|ts| tolerates_cordon(ts));
-    let namespace = p.namespace().unwrap_or_default();
     let kept = owned_by_ds || mirror || ours || tolerates || namespace == "kube-system";
     let terminating = !kept && p.metadata.deletion_timestamp.is_some();
     let unmanaged = !p
@@ -209,6 +225,17 @@ fn classify_one(p: &Pod, protected: Option<&Selector>, rules: &DrainRules) -> Po
         name: p.name_any(),
         health: None,
     }
+}
+
+/// A stage, interrupt or health check pod of either API, by its labels: a name and a package or
+/// a stage under one prefix. A workload that merely carries a `name` label of ours (anyone can
+/// set one) is drained like any other pod, as upstream drains it.
+fn is_our_pod(labels: &BTreeMap<String, String>) -> bool {
+    let has = |api: Api, key: &str| labels.contains_key(api.local(key).as_ref());
+    Api::ALL.into_iter().any(|api| {
+        has(api, schema::NAME_LABEL)
+            && (has(api, schema::PACKAGE_LABEL) || has(api, schema::STAGE_LABEL))
+    })
 }
 
 /// What the drain needs before an interrupt (§3.9.1 step 5).
@@ -372,12 +399,52 @@ mod tests {
                 Some((false, false)),
             ),
             (
-                "our own Job pod kept",
-                json!({"labels": {schema::NAME_LABEL: "sh"}}),
+                "our own stage pod kept",
+                json!({"namespace": "skyhook", "labels": {schema::NAME_LABEL: "sh", schema::PACKAGE_LABEL: "p-1"}}),
                 json!([]),
                 Some("Running"),
                 true,
                 Some((false, false)),
+            ),
+            (
+                "a NodeWright's stage pod kept",
+                json!({"namespace": "skyhook", "labels": {"nodewright.nvidia.com/name": "nw", "nodewright.nvidia.com/package": "p-1"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "our own health check pod kept",
+                json!({"namespace": "skyhook", "labels": {schema::NAME_LABEL: "sh", schema::STAGE_LABEL: "health-check"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, false)),
+            ),
+            (
+                "a workload with our name label is evicted",
+                json!({"labels": {schema::NAME_LABEL: "sh"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "a workload with our name label in our namespace is evicted",
+                json!({"namespace": "skyhook", "labels": {schema::NAME_LABEL: "sh"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, true)),
+            ),
+            (
+                "a look-alike stage pod elsewhere is evicted",
+                json!({"labels": {schema::NAME_LABEL: "sh", schema::PACKAGE_LABEL: "p-1"}}),
+                json!([]),
+                Some("Running"),
+                true,
+                Some((false, true)),
             ),
             (
                 "pod tolerating the cordon kept",
@@ -483,7 +550,13 @@ mod tests {
             } else {
                 None
             };
-            let got = classify([&p], sel, &DrainRules::default(), None);
+            let rules = DrainRules::default();
+            let keep = Keep {
+                protected: sel,
+                rules: &rules,
+                own_namespace: "skyhook",
+            };
+            let got = classify([&p], &keep, None);
             match want {
                 None => assert!(got.is_empty(), "case: {name}: {got:?}"),
                 Some((protected, evictable)) => {
@@ -656,8 +729,15 @@ mod tests {
         let bare = pod(json!({}), json!([]), Some("Running"));
         let ds = pod(controlled("DaemonSet"), json!([]), Some("Running"));
         let config = |v: Value| DrainRules::of(Some(&serde_json::from_value(v).unwrap()));
+        fn keep(rules: &DrainRules) -> Keep<'_> {
+            Keep {
+                protected: None,
+                rules,
+                own_namespace: "skyhook",
+            }
+        }
         let read = |p: &Pod, rules: &DrainRules| {
-            let i = classify([p], None, rules, None).remove(0);
+            let i = classify([p], &keep(rules), None).remove(0);
             (i.evictable, i.unmovable.is_some())
         };
         let v13 = DrainRules::default();
@@ -714,12 +794,8 @@ mod tests {
             "0: no limit"
         );
         // Unmovable pods hold the drain before anything is evicted, naming why.
-        let pods = classify(
-            [&bare, &with_empty_dir],
-            None,
-            &config(json!({"force": false})),
-            None,
-        );
+        let no_force = config(json!({"force": false}));
+        let pods = classify([&bare, &with_empty_dir], &keep(&no_force), None);
         match readiness(true, Some(&pods)) {
             Readiness::Unmovable(why) => {
                 assert_eq!(why.len(), 1);

@@ -124,10 +124,30 @@ fn unhealthy(gate: &HealthGate, inp: &GateInput, since: Timestamp) -> Option<Str
     match &run.outcome {
         Outcome::Running => Some(format!("check Job {} running", run.name)),
         Outcome::Failed {
-            reason, message, ..
+            reason,
+            message,
+            at,
+        } if run.attempt >= schema::MAX_JOB_ATTEMPT => {
+            let key = schema::health_gate_annotation(inp.skyhook);
+            Some(format!(
+                "check Job {} failed ({reason}: {message}); the gate stopped checking at {at} after \
+                 {} attempts; to restart it (from attempt 0), remove the node's annotation: \
+                 kubectl annotate node {} {key}-",
+                run.name,
+                run.attempt + 1,
+                inp.node.name
+            ))
+        }
+        Outcome::Failed {
+            reason,
+            message,
+            at,
         } => Some(format!(
-            "check Job {} failed ({reason}: {message}); it is retried",
-            run.name
+            "check Job {} failed ({reason}: {message}); attempt {} of {} is retried at {}",
+            run.name,
+            run.attempt + 2,
+            schema::MAX_JOB_ATTEMPT + 1,
+            retry_at(*at, run.attempt)
         )),
         Outcome::Complete { .. } => None,
     }
@@ -138,6 +158,12 @@ fn latest_run(runs: &[CheckRun], since: Timestamp) -> Option<&CheckRun> {
     runs.iter()
         .filter(|r| r.since.parse::<Timestamp>().ok() == Some(since))
         .max_by_key(|r| r.attempt)
+}
+
+/// When the attempt after a failed one (that failed at `at`) starts.
+fn retry_at(at: Timestamp, attempt: u32) -> Timestamp {
+    let delay = jiff::SignedDuration::try_from(check_retry_delay(attempt)).unwrap_or_default();
+    at.checked_add(delay).unwrap_or(at)
 }
 
 /// How long after a failed check attempt the next starts: 10 s, doubling, at most 5 minutes.

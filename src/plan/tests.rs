@@ -2004,14 +2004,16 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
         outcome,
     };
     let failed = |secs: i64| crate::plan::fixtures::failure(t(secs));
-    // (case, clock stored, runs, attempt created, status)
-    let cases: Vec<(&str, bool, Vec<CheckRun>, Option<&str>, Status)> = vec![
+    let last = schema::MAX_JOB_ATTEMPT;
+    // (case, clock stored, runs, attempt created, status, the condition's message has)
+    let cases: Vec<(&str, bool, Vec<CheckRun>, Option<&str>, Status, &str)> = vec![
         (
             "clock not stored yet: nothing starts",
             false,
             vec![],
             None,
             Status::InProgress,
+            "",
         ),
         (
             "clock stored: attempt 0",
@@ -2019,6 +2021,7 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             vec![],
             Some("0"),
             Status::InProgress,
+            "",
         ),
         (
             "attempt 0 running",
@@ -2026,6 +2029,7 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             vec![run(0, Outcome::Running)],
             None,
             Status::InProgress,
+            "",
         ),
         (
             "attempt 0 failed 5 s ago: waits",
@@ -2033,6 +2037,15 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             vec![run(0, failed(-5))],
             None,
             Status::InProgress,
+            "",
+        ),
+        (
+            "attempt 0 failed 5 s ago: the condition says when the next starts",
+            true,
+            vec![run(0, failed(-5))],
+            None,
+            Status::InProgress,
+            "attempt 2 of 1000 is retried at",
         ),
         (
             "attempt 0 failed 11 s ago: attempt 1",
@@ -2040,6 +2053,7 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             vec![run(0, failed(-11))],
             Some("1"),
             Status::InProgress,
+            "",
         ),
         (
             "attempt 1 complete: passed",
@@ -2047,6 +2061,7 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             vec![run(0, failed(-20)), run(1, Outcome::Complete { at: t(-1) })],
             None,
             Status::Complete,
+            "",
         ),
         (
             "another gate's complete run does not count",
@@ -2057,13 +2072,38 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
             }],
             Some("0"),
             Status::InProgress,
+            "",
+        ),
+        (
+            "the last attempt failed: the gate stopped, says so and how to restart it",
+            true,
+            vec![run(last, failed(-400))],
+            None,
+            Status::InProgress,
+            "the gate stopped checking at",
         ),
     ];
-    for (case, clock, runs, attempt, status) in cases {
+    for (case, clock, runs, attempt, status, says) in cases {
         let mut w = World::new(sk.clone(), vec![finished(clock)]);
         w.checks.insert("n1".into(), runs);
         let plan = w.plan();
         assert_eq!(node_status(&plan, "n1"), Some(status), "{case}");
+        let message = plan
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)
+            })
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(message.contains(says), "{case}: {message}");
+        if says.contains("stopped") {
+            let restart = format!("{}-", schema::health_gate_annotation("sh"));
+            assert!(message.contains(&restart), "{case}: {message}");
+            assert!(!message.contains("retried"), "{case}: {message}");
+        }
         let created: Vec<&str> = plan
             .health_check_jobs
             .iter()

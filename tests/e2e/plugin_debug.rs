@@ -12,7 +12,7 @@ use skyhook::crd::Skyhook;
 use skyhook::schema::{self, NodeState, State};
 
 use crate::support::bundle::unpack;
-use crate::support::plugin::{Ran, plugin, plugin_with, token_kubeconfig};
+use crate::support::plugin::{Ran, plugin, plugin_with, plugin_with_async, token_kubeconfig};
 use crate::support::{Operator, TestCtx, install_crds};
 
 /// Every file of the archive by its path below the archive's root directory.
@@ -200,8 +200,12 @@ async fn debug_collect_archives_a_failing_rollout() {
         files
             .iter()
             .any(|(p, b)| p.starts_with("logs/") && contains(b, &broken_text)),
-        "no log of broken in {:?}",
-        files.keys()
+        "no log of broken in {:?}; logs-errors.json: {}",
+        files.keys(),
+        files
+            .get("logs-errors.json")
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
     );
     assert!(
         files
@@ -215,6 +219,50 @@ async fn debug_collect_archives_a_failing_rollout() {
             "{path} leaks the API_TOKEN value"
         );
     }
+
+    // A busy cluster: the first request for the stage log answers 500. The log is retried,
+    // archived, and the manifest says it took two requests.
+    let proxy = crate::support::proxy::start(ctx.client.clone(), 0, 0, dir.path()).await;
+    proxy.refuse_next(http::Method::GET, "/log", 500, 1);
+    let retried = dir.path().join("retried.tar.gz");
+    let retried_arg = retried.to_string_lossy().to_string();
+    let proxied = proxy.kubeconfig.to_string_lossy().to_string();
+    let ran = plugin_with_async(
+        &ctx,
+        &[
+            "debug",
+            "collect",
+            "--skyhook",
+            &sk,
+            "-n",
+            &ns,
+            "--output-file",
+            &retried_arg,
+        ],
+        &[("KUBECONFIG", &proxied)],
+    )
+    .await;
+    assert_eq!(ran.code, 3, "only the operator piece fails: {ran:?}");
+    assert_eq!(proxy.refusals_left(), 0, "the log request met its 500");
+    let files = unpack(&retried);
+    assert!(
+        !files.contains_key("logs-errors.json"),
+        "{}",
+        text(&files, "logs-errors.json")
+    );
+    assert!(
+        files
+            .iter()
+            .any(|(p, b)| p.starts_with("logs/") && contains(b, &broken_text)),
+        "no log of broken in {:?}",
+        files.keys()
+    );
+    let manifest: Value = serde_json::from_slice(&files["manifest.json"]).expect("manifest");
+    let logs = manifest["pieces"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "logs"))
+        .expect("logs piece");
+    assert_eq!(logs["retried"][0]["attempts"], 2, "{logs}");
 
     // A ServiceAccount that may read everything but pods/log: still an archive, exit 3, and
     // the logs errors name what was forbidden.
@@ -326,6 +374,8 @@ struct Planted {
     dsn: String,
     jwt: String,
     pem: String,
+    /// A Slack incoming webhook URL: a credential whatever name it is stored under.
+    webhook: String,
     /// What gives each secret away, by name.
     needles: Vec<(&'static str, String)>,
 }
@@ -348,7 +398,10 @@ fn planted(ctx: &TestCtx) -> Planted {
     let pem = format!(
         "-----BEGIN RSA PRIVATE KEY-----\n{body}\nQWxhZGRpbjpvcGVuIHNlc2FtZQ==\n-----END RSA PRIVATE KEY-----\n"
     );
+    let hook_token = format!("hook{tag}Q0xJRU5U");
+    let webhook = format!("https://hooks.slack.com/services/T0{tag}/B0{tag}/{hook_token}");
     let needles = vec![
+        ("Slack webhook token", hook_token),
         ("DB_PASS value", db_pass.clone()),
         ("postgres password", format!("u:{dsn_pass}@")),
         ("JWT", jwt.clone()),
@@ -361,6 +414,7 @@ fn planted(ctx: &TestCtx) -> Planted {
         dsn,
         jwt,
         pem,
+        webhook,
         needles,
     }
 }
@@ -413,17 +467,19 @@ async fn debug_collect_scrubs_planted_secrets_from_every_file() {
     let p = planted(&ctx);
     let one_line_pem = p.pem.replace('\n', " ");
     let log_text = format!(
-        "starting DB_PASS={} DSN {} bearer {} key {one_line_pem}",
-        p.db_pass, p.dsn, p.jwt
+        "starting DB_PASS={} DSN {} bearer {} key {one_line_pem} posting to {}",
+        p.db_pass, p.dsn, p.jwt, p.webhook
     );
     let package = json!({"leaky": {"version": "1.0.0", "image": SHELLSCRIPT,
         "env": [
             {"name": "EXIT_CODE", "value": "3"},
             {"name": "DB_PASS", "value": p.db_pass},
             {"name": "DSN", "value": p.dsn},
+            {"name": "CHAT_URL", "value": p.webhook},
             {"name": "LOG_TEXT", "value": log_text},
         ],
         "configMap": {
+            "notify.yaml": format!("- name: chat\n  url: {}\n", p.webhook),
             "server.pem": p.pem,
             "token.jwt": p.jwt,
             "db.env": format!("DB_PASS={}\nDSN={}\n", p.db_pass, p.dsn),

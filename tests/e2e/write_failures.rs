@@ -212,3 +212,141 @@ async fn a_config_map_too_large_to_write_is_refused_at_admission_naming_the_fiel
     env.create(&skyhook(&env.ctx, &sk, json!({"packages": {"fits": fits}})))
         .await;
 }
+
+/// The node's status for `sk` as stored on it.
+async fn node_status(env: &crate::support::Env, node: &str, sk: &str) -> Option<String> {
+    let n = env.node_api.get(node).await.ok()?;
+    n.metadata
+        .annotations?
+        .get(&schema::status_annotation(sk))
+        .cloned()
+}
+
+/// Issue 50, item 1: an eviction the API server refuses for good (a pod covered by two
+/// PodDisruptionBudgets: the eviction API answers 500) is recorded against its node, with the
+/// pod and the API server's words, and a Warning Event; the other node completes. Before, the
+/// whole pass failed at the evictions, every 5 s, with no status, condition or Event.
+#[tokio::test]
+async fn a_refused_eviction_is_recorded_on_its_node_and_the_other_node_completes() {
+    let env = setup("evictfail", 2, &[]).await;
+    let (stuck, free) = (env.nodes[0].clone(), env.nodes[1].clone());
+    let app = env.ctx.name("app");
+    let pod = env.ctx.name("guarded");
+    env.run_workload(&pod, &stuck, json!({"labels": {"app": app}}))
+        .await;
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    for i in 0..2 {
+        let pdb = serde_json::from_value(json!({
+            "metadata": {"name": format!("{app}-{i}")},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": app}}},
+        }))
+        .expect("pdb");
+        pdbs.create(&PostParams::default(), &pdb)
+            .await
+            .expect("create a PodDisruptionBudget");
+    }
+    let sk = env.ctx.name("sk");
+    let mut driver = pkg("1.0.0", sleep("1"));
+    driver["interrupt"] = json!({"type": "reboot"});
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({"packages": {"driver": driver}}),
+    ))
+    .await;
+
+    let what = format!("eviction of pod {}/{pod} on node {stuck}", env.ctx.ns);
+    let reported = env
+        .ctx
+        .wait_for(
+            "WriteFailed naming the eviction",
+            Duration::from_secs(90),
+            || async {
+                let s = env.skyhooks.get(&sk).await.ok()?;
+                let (status, message) = write_failed(&s)?;
+                (status == "True" && message.contains(&what)).then_some(message)
+            },
+        )
+        .await;
+    assert!(
+        reported.contains("PodDisruptionBudget"),
+        "the API server's words are missing: {reported}"
+    );
+    env.wait_event("the WriteFailed Warning", &sk, |e| {
+        e.reason.as_deref() == Some(schema::WRITE_FAILED_REASON)
+            && e.type_.as_deref() == Some("Warning")
+            && e.message.as_deref().is_some_and(|m| m.contains(&pod))
+    })
+    .await;
+    env.ctx
+        .wait_for(
+            "the other node completes",
+            Duration::from_secs(90),
+            || async {
+                (node_status(&env, &free, &sk).await.as_deref() == Some("complete")).then_some(())
+            },
+        )
+        .await;
+    assert_ne!(
+        node_status(&env, &stuck, &sk).await.as_deref(),
+        Some("complete"),
+        "the guarded node waits"
+    );
+}
+
+/// Issue 50, item 1: a health check Job the API server refuses for good (`check.image` with a
+/// trailing space) is recorded against its node with the API server's words, and the pass
+/// still writes the status (the gate's condition says the node waits).
+#[tokio::test]
+async fn a_refused_health_check_job_is_recorded_and_the_status_is_still_written() {
+    let env = setup("checkfail", 1, &[]).await;
+    let node = env.nodes[0].clone();
+    let sk = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &sk,
+        json!({
+            "healthGate": {"timeout": "10m", "check": {"image": "busybox ", "command": ["true"]}},
+            "packages": {"tool": pkg("1.0.0", sleep("1"))},
+        }),
+    ))
+    .await;
+    let what = format!("of node {node}");
+    let reported = env
+        .ctx
+        .wait_for(
+            "WriteFailed naming the check Job",
+            Duration::from_secs(90),
+            || async {
+                let s = env.skyhooks.get(&sk).await.ok()?;
+                let (status, message) = write_failed(&s)?;
+                (status == "True"
+                    && message.contains("health check Job")
+                    && message.contains(&what))
+                .then_some(message)
+            },
+        )
+        .await;
+    assert!(reported.contains("whitespace"), "{reported}");
+    let s = env.skyhooks.get(&sk).await.expect("skyhook");
+    let gate = s
+        .status
+        .as_ref()
+        .and_then(|st| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(gate.contains(&node), "the gate's condition: {gate}");
+    env.wait_event("the WriteFailed Warning", &sk, |e| {
+        e.reason.as_deref() == Some(schema::WRITE_FAILED_REASON)
+            && e.type_.as_deref() == Some("Warning")
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("health check Job"))
+    })
+    .await;
+}

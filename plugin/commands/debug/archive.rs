@@ -19,6 +19,8 @@ pub struct Piece {
     name: &'static str,
     started: Instant,
     errors: Vec<Value>,
+    /// Objects read only after more than one request (what and how many).
+    retried: Vec<Value>,
 }
 
 impl Piece {
@@ -27,6 +29,7 @@ impl Piece {
             name,
             started: Instant::now(),
             errors: Vec::new(),
+            retried: Vec::new(),
         }
     }
 
@@ -34,6 +37,13 @@ impl Piece {
     pub fn object_failed(&mut self, object: impl Into<String>, error: impl Display) {
         self.errors
             .push(json!({"object": object.into(), "error": error.to_string()}));
+    }
+
+    /// An object read after `attempts` requests (the earlier ones failed in a way that may pass),
+    /// so a bundle from a struggling cluster says so even when it holds everything.
+    pub fn retried(&mut self, object: impl Into<String>, attempts: u32) {
+        self.retried
+            .push(json!({"object": object.into(), "attempts": attempts}));
     }
 
     /// A failure of a list or other request not tied to one object.
@@ -83,13 +93,17 @@ impl Archive {
             self.add(file.clone(), text);
             self.error_files.push(file.clone());
         }
-        self.pieces.push(json!({
+        let mut entry = json!({
             "name": piece.name,
             "durationMs": u64::try_from(piece.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "failed": errors_file.is_some(),
             "errors": piece.errors.len(),
             "errorsFile": errors_file,
-        }));
+        });
+        if !piece.retried.is_empty() {
+            entry["retried"] = Value::Array(piece.retried);
+        }
+        self.pieces.push(entry);
     }
 
     pub fn error_files(&self) -> &[String] {

@@ -13,6 +13,30 @@ use super::scrub::scrub;
 /// Log requests in flight at once: enough to hide latency without flooding the API server.
 const CONCURRENCY: usize = 6;
 
+/// Tries per log when the failure may pass (a timeout, a 5xx, throttling, a dropped
+/// connection): a busy cluster answers a log request with a 500 from the kubelet now and then,
+/// and a support bundle is collected on exactly such clusters.
+const ATTEMPTS: u32 = 3;
+
+/// Wait before the second try; doubled before the third.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// One fetched log: its text (or the last error) and how many requests it took.
+pub struct Fetched {
+    pub target: Target,
+    pub result: Result<Vec<u8>, kube::Error>,
+    pub attempts: u32,
+}
+
+/// Whether another request may succeed where this one failed.
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::Service(_) | kube::Error::HyperError(_) => true,
+        _ => false,
+    }
+}
+
 /// One log to fetch and where it goes in the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -90,9 +114,9 @@ pub fn keep_newest(text: &[u8], max: u64) -> Vec<u8> {
     out
 }
 
-/// Fetches every target (a few at once); results in the order given. With `redact`, each log
-/// is scrubbed before it is cut to `max_bytes`, so the cut cannot leave half a PEM block or
-/// token that no longer looks like one.
+/// Fetches every target (a few at once), each up to [`ATTEMPTS`] times while its failure may
+/// pass; results in the order given. With `redact`, each log is scrubbed before it is cut to
+/// `max_bytes`, so the cut cannot leave half a PEM block or token that no longer looks like one.
 pub async fn fetch(
     client: kube::Client,
     targets: Vec<Target>,
@@ -101,7 +125,7 @@ pub async fn fetch(
     timeout: Duration,
     redact: bool,
     on_done: impl Fn(),
-) -> Vec<(Target, Result<Vec<u8>, kube::Error>)> {
+) -> Vec<Fetched> {
     let on_done = &on_done;
     futures::stream::iter(targets)
         .map(|t| {
@@ -113,23 +137,31 @@ pub async fn fetch(
                     since_seconds: since.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
                     ..LogParams::default()
                 };
-                // A log stream can keep trickling past the client's read timeout.
-                let result = match tokio::time::timeout(timeout, api.logs(&t.pod, &params)).await {
-                    Ok(result) => result.map(|text| {
-                        let text = if redact {
-                            scrub(text.as_bytes())
-                        } else {
-                            text.into_bytes()
-                        };
-                        keep_newest(&text, max_bytes)
-                    }),
-                    Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "timed out",
-                    )))),
+                let mut attempts = 0;
+                let result = loop {
+                    attempts += 1;
+                    let result = fetch_one(&api, &t.pod, &params, timeout).await;
+                    match result {
+                        Err(e) if attempts < ATTEMPTS && transient(&e) => {
+                            tokio::time::sleep(RETRY_DELAY * (1 << (attempts - 1))).await;
+                        }
+                        other => break other,
+                    }
                 };
+                let result = result.map(|text| {
+                    let text = if redact {
+                        scrub(text.as_bytes())
+                    } else {
+                        text.into_bytes()
+                    };
+                    keep_newest(&text, max_bytes)
+                });
                 on_done();
-                (t, result)
+                Fetched {
+                    target: t,
+                    result,
+                    attempts,
+                }
             }
         })
         .buffered(CONCURRENCY)
@@ -137,10 +169,40 @@ pub async fn fetch(
         .await
 }
 
+async fn fetch_one(
+    api: &Api<Pod>,
+    pod: &str,
+    params: &LogParams,
+    timeout: Duration,
+) -> Result<String, kube::Error> {
+    // A log stream can keep trickling past the client's read timeout.
+    match tokio::time::timeout(timeout, api.logs(pod, params)).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        )))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_failures_that_may_pass_are_retried() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        assert!(transient(&api(500)) && transient(&api(503)) && transient(&api(429)));
+        assert!(!transient(&api(400)) && !transient(&api(403)) && !transient(&api(404)));
+        let timeout = kube::Error::Service(Box::new(std::io::Error::other("timed out")));
+        assert!(transient(&timeout));
+    }
 
     #[test]
     fn truncation_keeps_the_newest_whole_lines() {

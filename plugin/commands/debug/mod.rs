@@ -431,12 +431,23 @@ impl Collector<'_> {
             },
         )
         .await;
-        for (target, result) in results {
+        for logs::Fetched {
+            target,
+            result,
+            attempts,
+        } in results
+        {
+            let what = target.describe();
             match result {
-                Ok(bytes) => self.archive.add(target.path, bytes),
+                Ok(bytes) => {
+                    if attempts > 1 {
+                        piece.retried(what, attempts);
+                    }
+                    self.archive.add(target.path, bytes);
+                }
                 Err(e) => {
-                    let what = target.describe();
-                    piece.object_failed(what.clone(), self.error(e, &format!("getting {what}")));
+                    let why = self.error(e, &format!("getting {what}"));
+                    piece.object_failed(what, format!("{why} (after {attempts} attempt(s))"));
                 }
             }
         }

@@ -23,13 +23,15 @@ const HASH_LEN: usize = 12;
 const UNAVAILABLE: &[u8] = b"[REDACTED: the redaction patterns failed to compile]\n";
 
 /// What is scrubbed, one line each, for the archive's `redaction.txt`.
-pub const SCRUBBED: [&str; 7] = [
+pub const SCRUBBED: [&str; 8] = [
     "PEM blocks (-----BEGIN ...----- to -----END ...-----, or to the end of the text)",
     "Authorization / Proxy-Authorization header values",
     "Bearer tokens",
     "JSON Web Tokens (three base64url segments starting eyJ)",
     "user:password@ in URLs (scheme and host kept)",
     "AWS access key ids and GitHub tokens by their shape",
+    "webhook URLs that are their own credential (Slack, Microsoft Teams and Power Automate, \
+     Discord): scheme and host kept, the rest hashed",
     "values of NAME=value, NAME: value and \"name\": \"value\" whose name has a secret word \
      (pass, password, passwd, passphrase, pwd, secret, token, credential, creds, dsn, auth, \
      authorization, cert, key as part of a longer name such as API_KEY)",
@@ -134,7 +136,7 @@ type Replace = fn(&Captures) -> Vec<u8>;
 
 /// Rules applied in order: whole blocks and tokens by shape first, then names, so that
 /// `DSN=postgres://u:p@h` and `TOKEN=eyJ...` are caught whichever comes first.
-const SHAPES: [(&str, Replace); 7] = [
+const SHAPES: [(&str, Replace); 8] = [
     (
         r"(?s)-----BEGIN ([A-Z0-9 ]{1,64})-----(?:.*?-----END [A-Z0-9 ]{1,64}-----|.*)",
         pem,
@@ -160,6 +162,11 @@ const SHAPES: [(&str, Replace); 7] = [
     (
         r"\b(?:(?:AKIA|ASIA)[A-Z0-9]{16}|gh[pousr]_[A-Za-z0-9]{36,})\b",
         whole,
+    ),
+    // Whoever has one of these URLs can post as its owner: the path is the token.
+    (
+        r#"(?i)\b(https?://(?:hooks\.slack\.com|[a-z0-9-]+\.webhook\.office\.com|[a-z0-9.-]+\.logic\.azure\.com(?::[0-9]+)?|(?:[a-z0-9-]+\.)?discord(?:app)?\.com/api/webhooks))(/[^\s"'<>\\]+)"#,
+        webhook,
     ),
 ];
 
@@ -190,6 +197,13 @@ fn bearer(c: &Captures) -> Vec<u8> {
 
 fn whole(c: &Captures) -> Vec<u8> {
     hashed(&c[0]).into_bytes()
+}
+
+fn webhook(c: &Captures) -> Vec<u8> {
+    if c[2].starts_with(b"/[REDACTED") {
+        return c[0].to_vec();
+    }
+    [&c[1], b"/", hashed(&c[2]).as_bytes()].concat()
 }
 
 fn userinfo(c: &Captures) -> Vec<u8> {

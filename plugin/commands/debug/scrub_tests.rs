@@ -227,3 +227,36 @@ fn a_stage_log_line_with_every_kind_of_secret() {
     );
     assert_eq!(s(&line), want);
 }
+
+/// Webhook URLs of the Slack, Teams and Discord kind are credentials in themselves (whoever has
+/// one posts as its owner): planted in a log line, a JSON value and YAML, each is hashed with its
+/// host kept, and scrubbing twice changes nothing.
+#[test]
+fn webhook_urls_are_scrubbed() {
+    let planted = [
+        "https://hooks.slack.com/services/T0PLANTED/B0PLANTED/PLANTEDslacktoken",
+        "https://contoso.webhook.office.com/webhookb2/PLANTED-guid@tenant/IncomingWebhook/PLANTEDteams/owner",
+        "https://prod-12.westus.logic.azure.com:443/workflows/PLANTED/triggers/manual/paths/invoke?api-version=1&sig=PLANTEDsig",
+        "https://discord.com/api/webhooks/123456PLANTED/PLANTEDdiscordtoken",
+        "https://discordapp.com/api/webhooks/123456PLANTED/PLANTEDdiscordtoken",
+    ];
+    for url in planted {
+        for text in [
+            format!("level=info msg=\"posting to {url} failed\""),
+            format!("{{\"url\": \"{url}\"}}"),
+            format!("- name: chat\n  url: {url}\n"),
+        ] {
+            let out = s(&text);
+            assert!(!out.contains("PLANTED"), "{text} -> {out}");
+            let host = url.split('/').nth(2).unwrap_or_default();
+            assert!(
+                out.contains(host.split(':').next().unwrap_or_default()),
+                "{out}"
+            );
+            assert!(out.contains("[REDACTED sha256:"), "{out}");
+            assert_eq!(s(&out), out, "scrubbing again changes nothing");
+        }
+    }
+    let plain = "see https://api.slack.com/messaging/webhooks and https://discord.com/developers";
+    assert_eq!(s(plain), plain, "documentation links are kept");
+}

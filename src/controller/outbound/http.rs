@@ -21,8 +21,9 @@ pub const MAX_ANSWER: usize = 8 * 1024 * 1024;
 /// Why an outbound request failed, in words for a condition or a log line.
 #[derive(Debug, thiserror::Error)]
 pub enum OutboundError {
-    #[error("{0} is not a valid URL")]
-    Url(String),
+    /// The URL is not shown: a notification target's URL is a credential.
+    #[error("the target's URL is not a valid URL")]
+    Url,
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("{0}")]
@@ -81,10 +82,7 @@ impl Outbound {
 
     /// Sends the request; the status and the body (at most [`MAX_ANSWER`] bytes).
     pub async fn send(&self, call: Call<'_>) -> Result<(u16, Bytes), OutboundError> {
-        let uri: http::Uri = call
-            .url
-            .parse()
-            .map_err(|_| OutboundError::Url(call.url.to_string()))?;
+        let uri: http::Uri = call.url.parse().map_err(|_| OutboundError::Url)?;
         let mut req = Request::builder().method(call.method).uri(uri);
         for (k, v) in call.headers {
             req = req.header(k.as_str(), v.as_str());

@@ -4,11 +4,17 @@
 //!
 //! Exactly once, as far as an operator can: a pass that fails or dies after the outbox write
 //! names the same notifications again (their ids are the Skyhook's uid, resourceVersion and the
-//! change) and the outbox keeps one of each; what the sender delivered is recorded per target,
-//! so a restart or a new leader sends only what is left. The sender runs beside the passes and
-//! never holds one: a receiver that fails delays its own messages, nothing else.
+//! change) and the outbox keeps one of each. Each delivery is recorded as soon as it is answered,
+//! under the outbox's resourceVersion (a conflict re-reads it and records again), so a restart, a
+//! new leader or a concurrent write re-sends at most the one delivery in flight.
+//!
+//! Each target is served by a task of its own, one delivery at a time, each bounded by its own
+//! timeout: a receiver that never answers delays its own messages and nothing else, neither
+//! another target nor a pass. The outbox is bounded in bytes (the oldest go first, counted in
+//! `skyhook_notifications_dropped_total`) and pruned whether or not the targets can be read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Method;
@@ -38,9 +44,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Delivered entries are kept this long (then forgotten), undelivered ones at most this long.
 const KEEP_SENT: Duration = Duration::from_secs(3600);
 const GIVE_UP: Duration = Duration::from_secs(24 * 3600);
-/// Most entries an outbox keeps: past it the oldest delivered go first, then the oldest
-/// undelivered (a ConfigMap holds at most 1 MiB; an entry is well under 1 KiB).
-const MAX_ENTRIES: usize = 500;
+/// Largest outbox, as stored: past it the oldest delivered entries go first, then the oldest
+/// undelivered. A ConfigMap holds at most 1 MiB, and a pass's append must never meet that.
+const MAX_BYTES: usize = 256 * 1024;
 
 /// One notification in the outbox, with its delivery so far.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,17 +102,37 @@ impl Target {
     }
 }
 
-/// Adds the notifications not yet in the outbox; `true` when anything was added.
+/// Adds the notifications not yet in the outbox, then bounds it to [`MAX_BYTES`]; `true` when
+/// anything was added.
 pub fn merge(outbox: &mut Vec<Entry>, new: &[Notification]) -> bool {
     let added = add(outbox, new);
-    while outbox.len() > MAX_ENTRIES {
+    bound(outbox, MAX_BYTES);
+    added
+}
+
+/// Drops the oldest delivered entries, then the oldest undelivered (counted), until the stored
+/// outbox is at most `max` bytes.
+fn bound(outbox: &mut Vec<Entry>, max: usize) {
+    let size = |e: &Entry| serde_json::to_vec(e).map_or(0, |v| v.len()) + 1;
+    let mut total = 1 + outbox.iter().map(size).sum::<usize>();
+    while total > max && !outbox.is_empty() {
         let oldest_done = outbox.iter().position(|e| e.done_at.is_some());
         let dropped = outbox.remove(oldest_done.unwrap_or(0));
+        total -= size(&dropped);
         if dropped.done_at.is_none() {
+            dropped_undelivered("outbox_full", 1);
             warn!(id = %dropped.notification.id, "notification outbox full: the oldest undelivered notification is dropped");
         }
     }
-    added
+}
+
+fn dropped_undelivered(reason: &str, n: usize) {
+    let labels = crate::metrics::DroppedLabels {
+        reason: reason.to_owned(),
+    };
+    crate::metrics::NOTIFICATIONS_DROPPED
+        .get_or_create(&labels)
+        .inc_by(n as u64);
 }
 
 fn add(outbox: &mut Vec<Entry>, new: &[Notification]) -> bool {
@@ -145,8 +171,10 @@ fn outbox_data(entries: &[Entry]) -> BTreeMap<String, String> {
     BTreeMap::from([(OUTBOX_KEY.to_string(), text)])
 }
 
-/// Appends a pass's notifications to the Skyhook's outbox, creating it when absent. An error
-/// stops the pass before its status write, so nothing it would announce goes unannounced.
+/// Appends a pass's notifications to the Skyhook's outbox, creating it when absent. A transient
+/// error stops the pass before its status write, so nothing it would announce goes unannounced
+/// (the pass repeats them under the same ids); a write refused for good (a policy, a quota)
+/// drops them, counted and logged, and never holds the rollout.
 pub async fn append(
     client: &Client,
     namespace: &str,
@@ -175,7 +203,7 @@ pub async fn append(
                 cm.data = Some(outbox_data(&outbox));
                 match cms.replace(&name, &PostParams::default(), &cm).await {
                     Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                    other => return Ok(other.map(|_| ())?),
+                    other => return refused_for_good(other, &name, new),
                 }
             }
             None => {
@@ -197,7 +225,7 @@ pub async fn append(
                 };
                 match cms.create(&PostParams::default(), &cm).await {
                     Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                    other => return Ok(other.map(|_| ())?),
+                    other => return refused_for_good(other, &name, new),
                 }
             }
         }
@@ -207,37 +235,79 @@ pub async fn append(
     )))
 }
 
-/// Delivers the outboxes until the operator stops (only the leader runs it).
+/// The outcome of an outbox write: a refusal other than a conflict or throttling (a 4xx) drops
+/// the pass's notifications; anything else is the pass's error.
+fn refused_for_good<T>(
+    outcome: Result<T, kube::Error>,
+    name: &str,
+    new: &[Notification],
+) -> Result<(), Error> {
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if (400..500).contains(&e.code) && e.code != 429 => {
+            dropped_undelivered("outbox_refused", new.len());
+            warn!(outbox = %name, code = e.code, reason = %e.reason, message = %e.message,
+                dropped = new.len(), "the notification outbox write was refused; these notifications are dropped");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Delivers the outboxes until the operator stops (only the leader runs it). Each tick prunes
+/// every outbox and starts a delivery task for each (outbox, target) with something due and no
+/// task running yet.
 pub async fn run(client: Client, namespace: String, http: Outbound) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let cms: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let busy: Busy = Arc::default();
     let mut warned = None::<String>;
     loop {
         tokio::time::sleep(TICK).await;
         let targets = match targets(&secrets).await {
             Ok(t) => {
                 warned = None;
-                t
+                Some(Arc::new(t))
             }
             Err(why) => {
                 if warned.as_deref() != Some(why.as_str()) {
                     warn!(%why, "notifications wait for their targets");
                     warned = Some(why);
                 }
-                continue;
+                None
             }
         };
         let lp = ListParams::default().labels(schema::NOTIFICATIONS_LABEL);
         let Ok(list) = cms.list(&lp).await else {
             continue;
         };
+        let now = Timestamp::now();
         for cm in list.items {
-            deliver(&cms, &http, &targets, cm).await;
+            let cm = prune(&cms, cm, targets.as_deref().map(Vec::as_slice), now).await;
+            let Some(targets) = &targets else { continue };
+            let outbox = read_outbox(&cm);
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            for t in targets.iter() {
+                let due = due_for(&outbox, t, now);
+                if due.is_empty() || !claim(&busy, &name, &t.name) {
+                    continue;
+                }
+                let task = Delivery {
+                    cms: cms.clone(),
+                    http: http.clone(),
+                    target: t.clone(),
+                    wanted_by: targets.clone(),
+                    cm: cm.clone(),
+                    busy: busy.clone(),
+                };
+                tokio::spawn(task.run(due));
+            }
         }
     }
 }
 
-/// The targets of the Secret.
+/// The targets of the Secret. Nothing of the Secret's content is ever put in the error (it is
+/// logged): a webhook URL is a credential, and a YAML error may quote the line it stopped at.
 async fn targets(secrets: &Api<Secret>) -> Result<Vec<Target>, String> {
     let name = schema::NOTIFICATIONS_SECRET;
     let secret = secrets
@@ -250,79 +320,99 @@ async fn targets(secrets: &Api<Secret>) -> Result<Vec<Target>, String> {
         .and_then(|d| d.get(TARGETS_KEY))
         .map(|v| String::from_utf8_lossy(&v.0).to_string())
         .ok_or_else(|| format!("Secret {name} has no key {TARGETS_KEY}"))?;
-    let targets: Vec<Target> = serde_saphyr::from_str(&raw)
-        .map_err(|e| format!("Secret {name} key {TARGETS_KEY}: {e}"))?;
-    for t in &targets {
+    parse_targets(&raw).map_err(|why| format!("Secret {name} key {TARGETS_KEY}: {why}"))
+}
+
+/// The targets as YAML (a list of name, url, format, events); the error names the problem and
+/// where, never the text.
+fn parse_targets(raw: &str) -> Result<Vec<Target>, String> {
+    let targets: Vec<Target> = serde_saphyr::from_str(raw).map_err(|e| {
+        let at = yaml_location(&e.to_string());
+        format!(
+            "not a YAML list of targets (name, url, format, events){at}; the content is not shown, \
+             as it holds credentials"
+        )
+    })?;
+    for (i, t) in targets.iter().enumerate() {
         let http = t.url.starts_with("http://") || t.url.starts_with("https://");
         if !http || t.url.parse::<http::Uri>().is_err() {
             return Err(format!(
-                "Secret {name} key {TARGETS_KEY}: target {:?}: url {:?} is not an http:// or https:// URL",
-                t.name, t.url
+                "target {} (item {}): its url is not an http:// or https:// URL (not shown, as \
+                 it holds credentials)",
+                shown_name(&t.name),
+                i + 1
             ));
         }
     }
     Ok(targets)
 }
 
-/// One outbox: every entry due is sent to every target that wants it and has not had it; the
-/// outcome written back (a conflict leaves it to the next tick, which sends only what is left).
-async fn deliver(cms: &Api<ConfigMap>, http: &Outbound, targets: &[Target], mut cm: ConfigMap) {
-    let mut outbox = read_outbox(&cm);
-    let now = Timestamp::now();
-    let before = outbox.clone();
-    for e in outbox.iter_mut().filter(|e| e.done_at.is_none()) {
-        for t in targets.iter().filter(|t| t.wants(e.notification.kind)) {
-            if e.sent_to.contains(&t.name) {
-                continue;
-            }
-            let due = e
-                .next_at
+/// A target's name in a message: short names as they are; anything long enough to be a pasted
+/// URL or token is cut.
+fn shown_name(name: &str) -> String {
+    if name.len() <= 40 && !name.contains("://") {
+        format!("{name:?}")
+    } else {
+        "(name not shown)".to_owned()
+    }
+}
+
+/// ` at line L column C` from a YAML error's words, when they say where.
+fn yaml_location(words: &str) -> String {
+    let num_after = |key: &str| {
+        let i = words.find(key)? + key.len();
+        let digits: String = words[i..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        (!digits.is_empty()).then_some(digits)
+    };
+    match (num_after("line"), num_after("column")) {
+        (Some(l), Some(c)) => format!(" at line {l} column {c}"),
+        (Some(l), None) => format!(" at line {l}"),
+        _ => String::new(),
+    }
+}
+
+/// The (outbox, target) pairs a delivery task is serving.
+type Busy = Arc<Mutex<BTreeSet<(String, String)>>>;
+
+fn claim(busy: &Busy, outbox: &str, target: &str) -> bool {
+    busy.lock()
+        .map(|mut b| b.insert((outbox.to_owned(), target.to_owned())))
+        .unwrap_or(false)
+}
+
+/// The ids of the entries due for `t` now, oldest first.
+fn due_for(outbox: &[Entry], t: &Target, now: Timestamp) -> Vec<String> {
+    outbox
+        .iter()
+        .filter(|e| e.done_at.is_none() && t.wants(e.notification.kind))
+        .filter(|e| !e.sent_to.contains(&t.name))
+        .filter(|e| {
+            e.next_at
                 .get(&t.name)
                 .and_then(|at| at.parse::<Timestamp>().ok())
-                .is_none_or(|at| now >= at);
-            if !due {
-                continue;
-            }
-            let headers = [
-                ("content-type".to_string(), "application/json".to_string()),
-                (
-                    schema::NOTIFICATION_ID_HEADER.to_string(),
-                    e.notification.id.clone(),
-                ),
-            ];
-            let call = Call {
-                method: Method::POST,
-                url: &t.url,
-                headers: &headers,
-                body: t.body(&e.notification),
-                timeout: SEND_TIMEOUT,
-            };
-            match http.send(call).await {
-                Ok((status, _)) if (200..300).contains(&status) => {
-                    e.sent_to.push(t.name.clone());
-                    e.attempts.remove(&t.name);
-                    e.next_at.remove(&t.name);
-                }
-                outcome => {
-                    let n = e.attempts.entry(t.name.clone()).or_default();
-                    *n += 1;
-                    let wait = jiff::SignedDuration::try_from(backoff(*n)).unwrap_or_default();
-                    let at = now.checked_add(wait).unwrap_or(now);
-                    e.next_at.insert(t.name.clone(), at.to_string());
-                    let why = match outcome {
-                        Ok((status, _)) => format!("HTTP {status}"),
-                        Err(err) => err.to_string(),
-                    };
-                    info!(target = %t.name, id = %e.notification.id, %why, attempt = *n, "notification not delivered; retrying");
-                }
-            }
-        }
-        let all = targets
-            .iter()
-            .filter(|t| t.wants(e.notification.kind))
-            .all(|t| e.sent_to.contains(&t.name));
-        if all {
-            e.done_at = Some(now.to_string());
+                .is_none_or(|at| now >= at)
+        })
+        .map(|e| e.notification.id.clone())
+        .collect()
+}
+
+/// The outbox with what is done marked (`targets`: when they could be read) and what is old
+/// forgotten; written back when that changed it (a conflict leaves it to the next tick).
+async fn prune(
+    cms: &Api<ConfigMap>,
+    mut cm: ConfigMap,
+    targets: Option<&[Target]>,
+    now: Timestamp,
+) -> ConfigMap {
+    let before = read_outbox(&cm);
+    let mut outbox = before.clone();
+    if let Some(targets) = targets {
+        for e in &mut outbox {
+            mark_done(e, targets, now);
         }
     }
     let age = |t: &Option<String>| {
@@ -330,23 +420,177 @@ async fn deliver(cms: &Api<ConfigMap>, http: &Outbound, targets: &[Target], mut 
             .and_then(|t| t.parse::<Timestamp>().ok())
             .map(|t| now.duration_since(t).unsigned_abs())
     };
+    let mut expired = 0;
     outbox.retain(|e| match age(&e.done_at) {
         Some(a) => a < KEEP_SENT,
-        None => age(&Some(e.notification.time.clone())).is_none_or(|a| a < GIVE_UP),
+        None => {
+            let keep = age(&Some(e.notification.time.clone())).is_none_or(|a| a < GIVE_UP);
+            expired += usize::from(!keep);
+            keep
+        }
     });
+    bound(&mut outbox, MAX_BYTES);
     if outbox == before {
-        return;
+        return cm;
+    }
+    if expired > 0 {
+        dropped_undelivered("expired", expired);
     }
     cm.data = Some(outbox_data(&outbox));
     let name = cm.metadata.name.clone().unwrap_or_default();
-    if let Err(e) = cms.replace(&name, &PostParams::default(), &cm).await {
-        info!(outbox = %name, error = %e, "notification outbox not updated; the next round retries");
+    match cms.replace(&name, &PostParams::default(), &cm).await {
+        Ok(written) => written,
+        Err(e) => {
+            info!(outbox = %name, error = %e, "notification outbox not pruned; the next tick retries");
+            cm
+        }
+    }
+}
+
+/// Marks an entry done once every target that wants it has had it.
+fn mark_done(e: &mut Entry, targets: &[Target], now: Timestamp) {
+    let all = targets
+        .iter()
+        .filter(|t| t.wants(e.notification.kind))
+        .all(|t| e.sent_to.contains(&t.name));
+    if all && e.done_at.is_none() {
+        e.done_at = Some(now.to_string());
+    }
+}
+
+/// What one target's answer to one notification did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Delivered,
+    Failed,
+}
+
+/// One target's deliveries from one outbox: sent one after the other, each recorded as soon as
+/// it is answered; the first failure ends the task (the entry waits for its backoff).
+struct Delivery {
+    cms: Api<ConfigMap>,
+    http: Outbound,
+    target: Target,
+    /// Every target, to tell when an entry is done.
+    wanted_by: Arc<Vec<Target>>,
+    /// The outbox as last read or written (its resourceVersion guards the next write).
+    cm: ConfigMap,
+    busy: Busy,
+}
+
+impl Delivery {
+    async fn run(mut self, due: Vec<String>) {
+        for id in due {
+            let Some(n) = read_outbox(&self.cm)
+                .into_iter()
+                .find(|e| e.notification.id == id)
+                .map(|e| e.notification)
+            else {
+                continue;
+            };
+            let answer = self.send(&n).await;
+            let failed = answer == Answer::Failed;
+            if let Err(e) = self.record(&id, answer).await {
+                let name = self.cm.metadata.name.clone().unwrap_or_default();
+                warn!(outbox = %name, target = %self.target.name, %id, error = %e,
+                    "a notification's delivery could not be recorded; it may be sent again");
+                break;
+            }
+            if failed {
+                break;
+            }
+        }
+        let name = self.cm.metadata.name.clone().unwrap_or_default();
+        if let Ok(mut b) = self.busy.lock() {
+            b.remove(&(name, self.target.name.clone()));
+        }
+    }
+
+    async fn send(&self, n: &Notification) -> Answer {
+        let t = &self.target;
+        let headers = [
+            ("content-type".to_string(), "application/json".to_string()),
+            (schema::NOTIFICATION_ID_HEADER.to_string(), n.id.clone()),
+        ];
+        let call = Call {
+            method: Method::POST,
+            url: &t.url,
+            headers: &headers,
+            body: t.body(n),
+            timeout: SEND_TIMEOUT,
+        };
+        match self.http.send(call).await {
+            Ok((status, _)) if (200..300).contains(&status) => Answer::Delivered,
+            outcome => {
+                let why = match outcome {
+                    Ok((status, _)) => format!("HTTP {status}"),
+                    Err(err) => err.to_string(),
+                };
+                info!(target = %t.name, id = %n.id, %why, "notification not delivered; retrying");
+                Answer::Failed
+            }
+        }
+    }
+
+    /// Records one answer in the outbox under its resourceVersion; a conflict re-reads it.
+    async fn record(&mut self, id: &str, answer: Answer) -> Result<(), String> {
+        let name = self.cm.metadata.name.clone().unwrap_or_default();
+        for _ in 0..8 {
+            let mut outbox = read_outbox(&self.cm);
+            let now = Timestamp::now();
+            let Some(e) = outbox.iter_mut().find(|e| e.notification.id == id) else {
+                return Ok(());
+            };
+            apply(e, &self.target.name, &answer, now);
+            mark_done(e, &self.wanted_by, now);
+            self.cm.data = Some(outbox_data(&outbox));
+            match self
+                .cms
+                .replace(&name, &PostParams::default(), &self.cm)
+                .await
+            {
+                Ok(written) => {
+                    self.cm = written;
+                    return Ok(());
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    match self.cms.get_opt(&name).await.map_err(|e| e.to_string())? {
+                        Some(fresh) => self.cm = fresh,
+                        None => return Ok(()),
+                    }
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err(format!("outbox {name} kept changing under the write"))
+    }
+}
+
+/// One answer on an entry: the target reached, or its failures counted and its next attempt
+/// put off.
+fn apply(e: &mut Entry, target: &str, answer: &Answer, now: Timestamp) {
+    match answer {
+        Answer::Delivered => {
+            if !e.sent_to.iter().any(|t| t == target) {
+                e.sent_to.push(target.to_owned());
+            }
+            e.attempts.remove(target);
+            e.next_at.remove(target);
+        }
+        Answer::Failed => {
+            let n = e.attempts.entry(target.to_owned()).or_default();
+            *n += 1;
+            let wait = jiff::SignedDuration::try_from(backoff(*n)).unwrap_or_default();
+            let at = now.checked_add(wait).unwrap_or(now);
+            e.next_at.insert(target.to_owned(), at.to_string());
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::outbound::http::OutboundError;
 
     fn note(id: &str) -> Notification {
         Notification {
@@ -369,17 +613,94 @@ mod tests {
             "a repeated pass adds nothing"
         );
         assert_eq!(outbox.len(), 2);
+    }
+
+    /// The outbox is bounded by its stored size, not a count: long messages cannot push a
+    /// ConfigMap past 1 MiB (which failed every pass). Delivered entries go first, then the
+    /// oldest undelivered, counted.
+    #[test]
+    fn the_outbox_is_bounded_in_bytes_oldest_first() {
+        let long = |id: &str| Notification {
+            message: "x".repeat(4000),
+            ..note(id)
+        };
+        let mut outbox = Vec::new();
+        merge(&mut outbox, &[note("a"), note("b")]);
         outbox[1].done_at = Some("2026-11-28T10:00:01Z".into());
-        let more: Vec<Notification> = (0..MAX_ENTRIES).map(|i| note(&format!("x{i}"))).collect();
+        let dropped = || {
+            let l = crate::metrics::DroppedLabels {
+                reason: "outbox_full".into(),
+            };
+            crate::metrics::NOTIFICATIONS_DROPPED
+                .get_or_create(&l)
+                .get()
+        };
+        let before = dropped();
+        let more: Vec<Notification> = (0..300).map(|i| long(&format!("x{i}"))).collect();
         merge(&mut outbox, &more);
-        assert_eq!(outbox.len(), MAX_ENTRIES);
+        let size = outbox_data(&outbox)[OUTBOX_KEY].len();
+        assert!(size <= MAX_BYTES, "{size} bytes");
         assert!(
-            outbox.iter().all(|e| e.notification.id != "b"),
-            "the delivered one goes first"
+            size > MAX_BYTES - 5000,
+            "{size} bytes: filled up to the bound"
         );
+        let ids: Vec<&str> = outbox.iter().map(|e| e.notification.id.as_str()).collect();
+        assert!(!ids.contains(&"b"), "the delivered one goes first");
+        assert!(!ids.contains(&"a"), "then the oldest");
+        assert_eq!(ids.last(), Some(&"x299"), "the newest stays");
+        assert!(dropped() - before >= 2, "undelivered drops are counted");
+    }
+
+    /// Each answer is recorded on its own entry; a delivery recorded twice (a conflict re-read)
+    /// stays one.
+    #[test]
+    fn an_answer_is_recorded_once_and_done_when_every_target_had_it() {
+        let now: Timestamp = "2026-11-28T10:00:00Z".parse().expect("time");
+        let targets: Vec<Target> =
+            serde_saphyr::from_str("- name: a\n  url: http://a/\n- name: b\n  url: http://b/\n")
+                .expect("targets");
+        let mut outbox = Vec::new();
+        merge(&mut outbox, &[note("n1")]);
+        let e = &mut outbox[0];
+        apply(e, "a", &Answer::Failed, now);
+        assert_eq!(e.attempts["a"], 1);
         assert!(
-            outbox.iter().all(|e| e.notification.id != "a"),
-            "then the oldest"
+            due_for(std::slice::from_ref(e), &targets[0], now).is_empty(),
+            "backing off"
+        );
+        apply(e, "a", &Answer::Delivered, now);
+        apply(e, "a", &Answer::Delivered, now);
+        assert_eq!(e.sent_to, ["a"]);
+        assert!(e.attempts.is_empty() && e.next_at.is_empty());
+        mark_done(e, &targets, now);
+        assert!(e.done_at.is_none(), "b has not had it");
+        assert_eq!(due_for(std::slice::from_ref(e), &targets[1], now), ["n1"]);
+        apply(e, "b", &Answer::Delivered, now);
+        mark_done(e, &targets, now);
+        assert!(e.done_at.is_some());
+    }
+
+    /// A target URL is a credential (a Slack or Teams webhook) and YAML errors quote lines:
+    /// neither reaches the message that is logged.
+    #[test]
+    fn target_errors_never_quote_the_secret() {
+        let planted = "https://hooks.slack.com/services/T000/B000/PLANTEDSECRET";
+        let bad_url = format!("- name: ops\n  url: ftp{}\n", &planted[5..]);
+        let why = parse_targets(&bad_url).expect_err("not http");
+        assert!(why.contains("\"ops\"") && why.contains("item 1"), "{why}");
+        assert!(!why.contains("PLANTEDSECRET"), "{why}");
+        let bad_yaml = format!("- name: ops\n  url: {planted}\n  events: [PLANTEDSECRET\n");
+        let why = parse_targets(&bad_yaml).expect_err("not YAML");
+        assert!(
+            !why.contains("PLANTEDSECRET") && !why.contains("hooks.slack"),
+            "{why}"
+        );
+        let pasted = format!("- name: {planted}\n  url: nope\n");
+        let why = parse_targets(&pasted).expect_err("not http");
+        assert!(!why.contains("PLANTEDSECRET"), "{why}");
+        assert!(
+            !OutboundError::Url.to_string().contains("http"),
+            "the client's URL error names no URL"
         );
     }
 

@@ -6,14 +6,37 @@ use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType};
 use tracing::info;
 
+use futures::FutureExt;
+
 use super::Writer;
+use super::parallel::recorded;
 use super::requests::{api_words, ignore_not_found, is_status};
 use crate::controller::error::Error;
 use crate::plan::Eviction;
 use crate::schema;
 
 impl Writer<'_> {
-    pub(super) async fn evict(&self, e: &Eviction) -> Result<(), Error> {
+    /// Every eviction of the pass. One refused for good (a pod covered by two
+    /// PodDisruptionBudgets, which the eviction API answers with a 500; a policy) is recorded
+    /// against its node (`WriteFailed`, naming the pod and the API server's words, and a Warning
+    /// Event): that node stays cordoned and waits, the other nodes go on.
+    pub(super) async fn evict_all(&self, evictions: &[Eviction]) {
+        let refused = recorded(
+            evictions,
+            |e| self.evict(e).boxed(),
+            |e| {
+                format!(
+                    "eviction of pod {}/{} on node {}",
+                    e.namespace, e.pod, e.node
+                )
+            },
+        );
+        for (what, e) in refused.await {
+            self.met.failed(&self.name, what, &e);
+        }
+    }
+
+    async fn evict(&self, e: &Eviction) -> Result<(), Error> {
         let (ns, pod) = (&e.namespace, &e.pod);
         {
             let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);

@@ -148,8 +148,8 @@ pub async fn execute(
         w.stamp(job);
     }
     create(creations);
-    w.create_health_checks(&plan).await?;
-    each(&plan.evictions, |e| w.evict(e).boxed()).await?;
+    w.create_health_checks(&plan).await;
+    w.evict_all(&plan.evictions).await;
     each(&plan.stale_configmaps, |name| {
         async move {
             let res = w.cms.delete(name, &DeleteParams::default()).await;

@@ -54,6 +54,24 @@ pub async fn plugin_async(ctx: &TestCtx, args: &[&str]) -> Ran {
     .expect("the plugin thread")
 }
 
+/// [`plugin_with`] on a blocking thread, for a plugin that talks to something the test's
+/// runtime serves (a fault proxy).
+pub async fn plugin_with_async(ctx: &TestCtx, args: &[&str], env: &[(&str, &str)]) -> Ran {
+    let kubeconfig = ctx.kubeconfig.clone();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        run(&kubeconfig, &args, &env, None)
+    })
+    .await
+    .expect("the plugin thread")
+}
+
 /// The plugin run as `kubectl-nodewright` (a symlink to it, as a user would install upstream's
 /// name).
 pub fn nodewright_plugin(ctx: &TestCtx, args: &[&str], stdin: Option<&str>) -> Ran {

@@ -20,7 +20,57 @@ pub struct FaultProxy {
     pub faults: Arc<AtomicU64>,
     pub requests: Arc<AtomicU64>,
     pub gate: Arc<Gate>,
+    refusals: Refusals,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Chosen refusals: the next `times` requests of a method whose path contains a text are
+/// answered with a status, without reaching the API server.
+type Refusals = Arc<std::sync::Mutex<Vec<Refusal>>>;
+
+struct Refusal {
+    method: http::Method,
+    path_has: String,
+    code: StatusCode,
+    times: u32,
+}
+
+impl FaultProxy {
+    /// Answers the next `times` `method` requests whose path contains `path_has` with `code`.
+    pub fn refuse_next(&self, method: http::Method, path_has: &str, code: u16, times: u32) {
+        let code = StatusCode::from_u16(code).expect("an HTTP status");
+        self.refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Refusal {
+                method,
+                path_has: path_has.to_string(),
+                code,
+                times,
+            });
+    }
+
+    /// How many chosen refusals are still to be answered.
+    pub fn refusals_left(&self) -> u32 {
+        self.refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|r| r.times)
+            .sum()
+    }
+}
+
+/// The status of a chosen refusal this request meets, if any (counted down).
+fn refused(refusals: &Refusals, method: &http::Method, path: &str) -> Option<StatusCode> {
+    let mut all = refusals
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let r = all
+        .iter_mut()
+        .find(|r| r.times > 0 && r.method == method && path.contains(&r.path_has))?;
+    r.times -= 1;
+    Some(r.code)
 }
 
 /// Holds the next write of a kind ([`Held`]) whose body contains a given text, until the test
@@ -126,6 +176,7 @@ struct Shared {
     faults: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
     gate: Arc<Gate>,
+    refusals: Refusals,
 }
 
 /// splitmix64: a fixed, seeded sequence of fault decisions.
@@ -149,11 +200,13 @@ pub async fn start(client: kube::Client, seed: u64, percent: u64, dir: &Path) ->
         faults: Arc::new(AtomicU64::new(0)),
         requests: Arc::new(AtomicU64::new(0)),
         gate: Arc::new(Gate::default()),
+        refusals: Refusals::default(),
     };
-    let (faults, requests, gate) = (
+    let (faults, requests, gate, refusals) = (
         shared.faults.clone(),
         shared.requests.clone(),
         shared.gate.clone(),
+        shared.refusals.clone(),
     );
     let app = axum::Router::new().fallback(forward).with_state(shared);
     let task = tokio::spawn(async move {
@@ -169,6 +222,7 @@ pub async fn start(client: kube::Client, seed: u64, percent: u64, dir: &Path) ->
         faults,
         requests,
         gate,
+        refusals,
         task,
     }
 }
@@ -186,6 +240,13 @@ fn status(code: StatusCode, reason: &str) -> Response {
 
 async fn forward(State(s): State<Shared>, req: Request) -> Response {
     let n = s.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(code) = refused(&s.refusals, req.method(), req.uri().path()) {
+        let reason = code
+            .canonical_reason()
+            .unwrap_or("Refused")
+            .replace(' ', "");
+        return status(code, &reason);
+    }
     let roll = mix(s.seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d));
     let fault = (roll % 100 < s.percent).then_some((roll >> 32) % 3);
     if fault.is_some() {
