@@ -79,7 +79,10 @@ pub async fn run(
     let http = outbound::http::Outbound::new()?;
     let notifier = notifications_task(&client, &config, http.clone());
     let metrics = Arc::new(Metrics::default());
-    let alerts = Arc::new(outbound::alerts::AlertSources::new(http.clone()));
+    let alerts = Arc::new(outbound::alerts::AlertSources::new(
+        outbound::http::Outbound::guarded()?,
+        config.alert_egress.clone(),
+    ));
     let refusals = process::mirror::Refusals::default();
     let mut ctxs = Vec::new();
     let mut parts = Vec::new();
@@ -123,6 +126,7 @@ pub async fn run(
     };
     info!(namespace = %ns, apis = ?apis, "skyhook operator starting");
     let mut running = Vec::new();
+    running.push(alerts.clone().run(client.clone(), ns.clone()).boxed());
     if let Some(sides) = mirror_sides(&engines, &config) {
         running.push(process::mirror::run(client.clone(), events.clone(), sides).boxed());
     }

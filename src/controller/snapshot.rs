@@ -82,7 +82,7 @@ impl Snapshot {
             .and_then(|p| policies.iter().find(|x| x.name_any() == p))
             .and_then(|p| p.spec.alert_gate.clone());
         let alert_reading = match &gate {
-            Some(g) => Some(alerts.read(client, namespace, g).await),
+            Some(g) => Some(alerts.read(g).await),
             None => None,
         };
         let elsewhere = elsewhere(caches, creations, api, &name);

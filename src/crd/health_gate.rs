@@ -44,6 +44,11 @@ pub struct HealthCheck {
     pub args: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Run the check in the node's network and PID namespaces (`hostNetwork`, `hostPID`), for
+    /// a check that must see the host's processes or listeners. Off by default: a check is an
+    /// ordinary pod on the node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_namespaces: bool,
 }
 
 /// The pods a health gate waits for.

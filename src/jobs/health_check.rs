@@ -91,6 +91,18 @@ pub fn health_check_job(
     };
     let mut pod = pod_spec(skyhook, node, cfg);
     pod.containers = vec![container];
+    // Unlike a package stage, a check needs the host only when its gate says so, and it runs on
+    // a Ready node: it does not outlast a NotReady or unreachable node as an interrupt must.
+    let host = check.host_namespaces.then_some(true);
+    (pod.host_network, pod.host_pid) = (host, host);
+    if let Some(tolerations) = pod.tolerations.as_mut() {
+        tolerations.retain(|t| {
+            !matches!(
+                t.key.as_deref(),
+                Some(schema::NOT_READY_TAINT_KEY | schema::UNREACHABLE_TAINT_KEY)
+            )
+        });
+    }
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
@@ -155,6 +167,39 @@ mod tests {
             Some("example.com/check:1")
         );
         assert_eq!(pod.automount_service_account_token, Some(false));
+        assert_eq!(
+            (pod.host_network, pod.host_pid),
+            (None, None),
+            "no host namespaces unless the gate asks"
+        );
+        let tolerated: Vec<&str> = pod
+            .tolerations
+            .iter()
+            .flatten()
+            .filter_map(|t| t.key.as_deref())
+            .collect();
+        assert!(
+            tolerated.contains(&schema::UNSCHEDULABLE_TAINT_KEY),
+            "{tolerated:?}"
+        );
+        assert!(
+            !tolerated.contains(&schema::NOT_READY_TAINT_KEY),
+            "{tolerated:?}"
+        );
+        assert!(
+            !tolerated.contains(&schema::UNREACHABLE_TAINT_KEY),
+            "{tolerated:?}"
+        );
+        let host = HealthCheck {
+            host_namespaces: true,
+            ..check.clone()
+        };
+        let host_job = health_check_job(&sk, &host, "n1", since, 0, 600, &cfg).expect("job");
+        let host_pod = host_job.spec.and_then(|s| s.template.spec).expect("pod");
+        assert_eq!(
+            (host_pod.host_network, host_pod.host_pid),
+            (Some(true), Some(true))
+        );
         assert_eq!(
             job.spec.as_ref().and_then(|s| s.active_deadline_seconds),
             Some(600)

@@ -91,6 +91,16 @@ pub struct Settings {
     /// operator's namespace.
     #[arg(long, env = "NOTIFICATIONS", default_value_t = false, action = clap::ArgAction::Set)]
     pub notifications: bool,
+    /// Let an alert gate send its credentials (`alertGate.credentialsSecret`) over plain http.
+    /// Off: credentials go only over https, and a gate with credentials and an http URL holds,
+    /// saying why.
+    #[arg(long, env = "ALERT_GATE_ALLOW_HTTP_CREDENTIALS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub alert_gate_allow_http_credentials: bool,
+    /// The only hosts an alert gate may read, comma-separated: exact names or addresses, or
+    /// `*.suffix` for any name under a domain. Empty: any host (link-local and cloud-metadata
+    /// addresses are never reached).
+    #[arg(long, env = "ALERT_GATE_ALLOWED_HOSTS", default_value = "")]
+    pub alert_gate_allowed_hosts: String,
     /// Which APIs to reconcile, comma-separated: `skyhook` (Skyhooks, `skyhook.nvidia.com`),
     /// `nodewright` (NodeWrights, `nodewright.nvidia.com`, upstream v0.18 and later), or both;
     /// `auto`: Skyhooks, and NodeWrights once their CRD is installed.
@@ -189,6 +199,8 @@ pub struct Config {
     pub failed_jobs_kept: usize,
     /// Notifications go to the outbox and the targets of `skyhook-notifications`.
     pub notifications: bool,
+    /// Where alert gates may send requests and credentials.
+    pub alert_egress: AlertEgress,
     /// The APIs whose objects are reconciled.
     pub serve_apis: schema::Served,
     /// After a NodeWright's take-over, when the legacy node keys of its name go.
@@ -206,6 +218,16 @@ pub struct Config {
     pub log_level: String,
     /// `None` when leader election is off.
     pub leader: Option<LeaderTimings>,
+}
+
+/// Where alert gates may send their requests (`ALERT_GATE_*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlertEgress {
+    /// Credentials may go over plain http (`ALERT_GATE_ALLOW_HTTP_CREDENTIALS`).
+    pub http_credentials: bool,
+    /// Only these hosts: exact names or addresses, or `*.suffix` (`ALERT_GATE_ALLOWED_HOSTS`);
+    /// empty: any host.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Leader election timings, checked: retry period < renew deadline < lease duration.
@@ -462,6 +484,16 @@ impl Settings {
             completed_job_ttl: d.completed_job_ttl,
             failed_jobs_kept: self.failed_jobs_kept.max(1),
             notifications: self.notifications,
+            alert_egress: AlertEgress {
+                http_credentials: self.alert_gate_allow_http_credentials,
+                allowed_hosts: self
+                    .alert_gate_allowed_hosts
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            },
             serve_apis: AUTO,
             legacy_cleanup_delay: Duration::from_secs(24 * 3600),
             migrate_to_nodewright: false,

@@ -1,6 +1,7 @@
-//! `deploy/policies/image-registries.yaml` (optional; issue 35): Skyhooks whose package images or
-//! `agentImageOverride` come from other registries are refused, and with `requireDigest` so are
-//! packages without a `containerSHA`. The shipped objects are applied under the test's own names
+//! `deploy/policies/image-registries.yaml` (optional; issue 35): Skyhooks and NodeWrights whose
+//! package images, `agentImageOverride` or `healthGate.check.image` come from other registries
+//! are refused, and with `requireDigest` so are packages without a `containerSHA` and check
+//! images without a digest. The shipped objects are applied under the test's own names
 //! and lists, their binding narrowed to the test's Skyhooks, so other tests are not affected.
 
 use serde_json::{Value, json};
@@ -51,8 +52,16 @@ fn apply(ctx: &TestCtx, objects: &[Value]) {
 
 /// A server-side dry run of the Skyhook: `Err(stderr)` when refused.
 fn admitted(ctx: &TestCtx, spec: Value) -> Result<(), String> {
+    admitted_as(ctx, spec, "skyhook.nvidia.com/v1alpha1", "Skyhook")
+}
+
+/// The same object under either API.
+fn admitted_as(ctx: &TestCtx, spec: Value, api_version: &str, kind: &str) -> Result<(), String> {
     let sk = skyhook(ctx, &ctx.name("sk"), spec);
-    let body = serde_json::to_vec(&sk).expect("json");
+    let mut object = serde_json::to_value(&sk).expect("json");
+    object["apiVersion"] = json!(api_version);
+    object["kind"] = json!(kind);
+    let body = serde_json::to_vec(&object).expect("json");
     let out = ctx.kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], &body);
     if out.status.success() {
         Ok(())
@@ -79,6 +88,7 @@ async fn until_refused(ctx: &TestCtx, spec: &Value, why: &str) -> String {
 
 #[tokio::test]
 async fn images_from_other_registries_and_undigested_packages_are_refused() {
+    crate::support::install_nodewright_crds();
     let ctx = TestCtx::new("imgpolicy").await;
     let objects = policy_for(&ctx, &["ghcr.io/nvidia/", "registry.example.com/"], false);
     apply(&ctx, &objects);
@@ -99,6 +109,22 @@ async fn images_from_other_registries_and_undigested_packages_are_refused() {
     agent["agentImageOverride"] = json!("evil.example.org/agent:1");
     let err = admitted(&ctx, json!({"packages": {"tools": agent}})).expect_err("agent override");
     assert!(err.contains("skyhook-image-policy"), "{err}");
+    // Issue 50, item 6: the health gate's check image, and NodeWrights, are covered too.
+    let gate = |image: &str| {
+        json!({"healthGate": {"check": {"image": image}},
+            "packages": {"tools": pkg("1.0.0", json!([]))}})
+    };
+    let err = admitted(&ctx, gate("evil.example.org/check:1")).expect_err("check image");
+    assert!(err.contains("skyhook-image-policy"), "{err}");
+    admitted(&ctx, gate("registry.example.com/check:1")).expect("an allowed check image");
+    let nodewright =
+        |spec: Value| admitted_as(&ctx, spec, "nodewright.nvidia.com/v1alpha1", "NodeWright");
+    let err = nodewright(elsewhere.clone()).expect_err("a NodeWright's package image");
+    assert!(err.contains("skyhook-image-policy"), "{err}");
+    let err = nodewright(gate("evil.example.org/check:1")).expect_err("a NodeWright's check");
+    assert!(err.contains("skyhook-image-policy"), "{err}");
+    nodewright(json!({"packages": {"tools": pkg("1.0.0", json!([]))}}))
+        .expect("a NodeWright from an allowed registry");
 
     // requireDigest: a package without containerSHA is refused, one with it admitted.
     let objects = policy_for(&ctx, &["ghcr.io/nvidia/"], true);
@@ -108,7 +134,12 @@ async fn images_from_other_registries_and_undigested_packages_are_refused() {
     assert!(refused.contains("skyhook-image-policy"), "{refused}");
     let mut pinned = pkg("1.0.0", json!([]));
     pinned["containerSHA"] = json!(format!("sha256:{}", "ab".repeat(32)));
-    admitted(&ctx, json!({"packages": {"tools": pinned}})).expect("a pinned package");
+    admitted(&ctx, json!({"packages": {"tools": pinned.clone()}})).expect("a pinned package");
+    let check = |image: &str| json!({"healthGate": {"check": {"image": image}}, "packages": {"tools": pinned.clone()}});
+    let err = admitted(&ctx, check("ghcr.io/nvidia/check:1")).expect_err("an undigested check");
+    assert!(err.contains("healthGate.check.image"), "{err}");
+    let digest = format!("ghcr.io/nvidia/check@sha256:{}", "cd".repeat(32));
+    admitted(&ctx, check(&digest)).expect("a pinned check image");
 
     let names: Vec<String> = objects
         .iter()

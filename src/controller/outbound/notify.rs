@@ -261,9 +261,13 @@ pub async fn run(client: Client, namespace: String, http: Outbound) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let cms: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let busy: Busy = Arc::default();
+    // Owned here: when the operator stops leading and this future is dropped, its deliveries
+    // stop with it.
+    let mut deliveries = tokio::task::JoinSet::new();
     let mut warned = None::<String>;
     loop {
         tokio::time::sleep(TICK).await;
+        while deliveries.try_join_next().is_some() {}
         let targets = match targets(&secrets).await {
             Ok(t) => {
                 warned = None;
@@ -300,7 +304,7 @@ pub async fn run(client: Client, namespace: String, http: Outbound) {
                     cm: cm.clone(),
                     busy: busy.clone(),
                 };
-                tokio::spawn(task.run(due));
+                deliveries.spawn(task.run(due));
             }
         }
     }

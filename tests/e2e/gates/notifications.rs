@@ -331,3 +331,101 @@ async fn https_receivers_are_verified_against_the_ca_named_in_ssl_cert_file() {
         .await;
     assert!(unknown.got().is_empty(), "{:?}", unknown.got());
 }
+
+/// Issue 50, item 2: a receiver that never answers beside a healthy one; 20 notifications (19
+/// batches of one node, then the completion). The first two outbox writes meet a 409 and the
+/// operator is SIGKILLed mid-rollout: the healthy receiver gets each notification exactly once,
+/// each within moments of its event (the black hole delays only its own).
+#[tokio::test]
+async fn a_hung_receiver_delays_no_other_and_nothing_is_sent_twice_across_a_409_and_a_sigkill() {
+    crate::support::install_crds();
+    let mut ctx = crate::support::TestCtx::new("gates-notify-hung").await;
+    let nodes = ctx.add_test_nodes(19);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proxy = crate::support::proxy::start(
+        crate::support::rights::operator_client(&ctx).await,
+        0,
+        0,
+        dir.path(),
+    )
+    .await;
+    let kubeconfig = proxy.kubeconfig.display().to_string();
+    let op = crate::support::Operator::start(
+        &ctx,
+        &[("KUBECONFIG", &kubeconfig), ("NOTIFICATIONS", "true")],
+    );
+    let mut env = Env::new(ctx, op, nodes);
+    let receiver = Receiver::start(false).await;
+    let hole = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind");
+    let hole_port = hole.local_addr().expect("address").port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = hole.accept().await {
+            open.push(conn);
+        }
+    });
+    put_targets(
+        &env,
+        format!(
+            "- name: hung\n  url: http://127.0.0.1:{hole_port}/hung\n- name: json\n  url: http://127.0.0.1:{}/json\n",
+            receiver.port
+        ),
+    )
+    .await;
+    proxy.refuse_next(
+        http::Method::PUT,
+        "/configmaps/skyhook-notifications",
+        409,
+        2,
+    );
+    let sk = rollout(&env, "1").await;
+
+    // SIGKILL once the healthy receiver has 8 and has been quiet for 1.5 s (no delivery of its
+    // in flight; the hung target's are).
+    let mut last = (0, Instant::now());
+    env.ctx
+        .eventually(
+            "8 delivered, then a quiet moment",
+            Duration::from_secs(120),
+            || {
+                let n = receiver.kinds().values().sum::<usize>();
+                if n != last.0 {
+                    last = (n, Instant::now());
+                }
+                let quiet = last.1.elapsed() >= Duration::from_millis(1500);
+                async move {
+                    if n >= 8 && quiet {
+                        Ok(())
+                    } else {
+                        Err(format!("{n} delivered"))
+                    }
+                }
+            },
+        )
+        .await;
+    env.op.restart(&env.ctx);
+    env.wait_status(&sk, Status::Complete, Duration::from_secs(240))
+        .await;
+    env.ctx
+        .eventually("all 20 delivered", Duration::from_secs(60), || async {
+            let kinds = receiver.kinds();
+            match (kinds.get("BatchStarted"), kinds.get("RolloutComplete")) {
+                (Some(19), Some(1)) => Ok(()),
+                _ => Err(format!("{kinds:?}")),
+            }
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    held.abort();
+    let got = receiver.got();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, id, _) in &got {
+        *seen.entry(id.clone()).or_default() += 1;
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    assert_eq!(seen.len(), 20, "{seen:?}");
+    assert_eq!(proxy.refusals_left(), 0, "the outbox writes met their 409s");
+}
