@@ -241,12 +241,21 @@ impl Drop for Source {
     }
 }
 
-/// A Skyhook held by an alert gate of `gate`; returns its name.
-async fn gated(env: &Env, gate: serde_json::Value) -> String {
+/// A Skyhook `name` held by an alert gate of `gate`; returns its name.
+async fn gated(env: &Env, name: &str, gate: serde_json::Value) -> String {
     let spec = json!({"default": {"budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
         "alertGate": gate});
-    let policy = create_policy(&env.ctx, spec).await;
-    let sk = env.ctx.name("sk");
+    let policy = env.ctx.name(&format!("{name}-policy"));
+    let object: DeploymentPolicy = serde_json::from_value(json!({
+        "apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy",
+        "metadata": {"name": policy}, "spec": spec,
+    }))
+    .expect("policy");
+    Api::<DeploymentPolicy>::all(env.ctx.client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create the DeploymentPolicy");
+    let sk = env.ctx.name(name);
     env.create(&skyhook(
         &env.ctx,
         &sk,
@@ -301,20 +310,22 @@ async fn an_alert_gate_never_sends_credentials_astray_nor_reads_an_answer_back()
     // Credentials and plain http: nothing is sent, and the gate says why.
     let creds = gated(
         &env,
+        "creds",
         json!({"url": url, "credentialsSecret": "skyhook-alert-credentials"}),
     )
     .await;
     gate_says(&env, &creds, "ALERT_GATE_ALLOW_HTTP_CREDENTIALS").await;
     // An answer's body never reaches the status or an Event: its status and host do.
-    let plain = gated(&env, json!({"url": url})).await;
+    let plain = gated(&env, "plain", json!({"url": url})).await;
     let said = gate_says(&env, &plain, "HTTP 500 from 127.0.0.1").await;
     assert!(!said.contains(&planted_body), "{said}");
     // A cloud-metadata address is never connected to, even when allowed by name.
-    let metadata = gated(&env, json!({"url": "http://169.254.169.254"})).await;
+    let metadata = gated(&env, "metadata", json!({"url": "http://169.254.169.254"})).await;
     gate_says(&env, &metadata, "link-local or cloud-metadata").await;
     // A host outside the allow-list is not read.
     let other = gated(
         &env,
+        "other",
         json!({"url": format!("http://localhost:{}", source.port)}),
     )
     .await;
@@ -363,10 +374,10 @@ async fn plan_seconds(env: &Env) -> (f64, f64) {
 
 /// One Skyhook without a gate rolled out to the nodes: (seconds, mean plan seconds a pass of
 /// any Skyhook took meanwhile).
-async fn ungated_rollout(env: &Env) -> (f64, f64) {
+async fn ungated_rollout(env: &Env, name: &str) -> (f64, f64) {
     let before = plan_seconds(env).await;
     let started = std::time::Instant::now();
-    let sk = env.ctx.name("free");
+    let sk = env.ctx.name(name);
     let mut second = pkg("1.0.0", sleep("1"));
     second["dependsOn"] = json!({"first": "1.0.0"});
     env.create(&skyhook(
@@ -389,7 +400,7 @@ async fn ungated_rollout(env: &Env) -> (f64, f64) {
 #[tokio::test]
 async fn a_black_holed_alert_source_stalls_no_pass() {
     let env = setup("gates-alert-hole", 2, &[]).await;
-    let (alone, alone_pass) = ungated_rollout(&env).await;
+    let (alone, alone_pass) = ungated_rollout(&env, "alone").await;
     let hole = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await
         .expect("bind");
@@ -400,9 +411,14 @@ async fn a_black_holed_alert_source_stalls_no_pass() {
             open.push(conn);
         }
     });
-    let gated_sk = gated(&env, json!({"url": format!("http://127.0.0.1:{port}")})).await;
+    let gated_sk = gated(
+        &env,
+        "hole",
+        json!({"url": format!("http://127.0.0.1:{port}")}),
+    )
+    .await;
     gate_says(&env, &gated_sk, "127.0.0.1").await;
-    let (beside, beside_pass) = ungated_rollout(&env).await;
+    let (beside, beside_pass) = ungated_rollout(&env, "beside").await;
     held.abort();
     eprintln!(
         "ungated rollout alone: {alone:.1} s (mean plan phase {:.3} s); beside a black-holed \

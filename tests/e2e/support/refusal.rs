@@ -16,7 +16,8 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// Refuses CREATE and UPDATE of core `resource` objects (`namespaced`: only in the test's
+    /// Refuses CREATE and UPDATE of `resource` objects (a core plural such as `configmaps`, or
+    /// `group/version/plural` such as `batch/v1/jobs`; `namespaced`: only in the test's
     /// namespace) for which `expression` is false, with `message`. Returns once `refused` (a
     /// dry run of such a write) says the API server applies it.
     pub async fn install<F, Fut>(
@@ -32,9 +33,13 @@ impl Refusal {
         Fut: Future<Output = bool>,
     {
         let name = ctx.name("refuse");
+        let (group, version, plural) = match resource.splitn(3, '/').collect::<Vec<_>>()[..] {
+            [g, v, p] => (g, v, p),
+            _ => ("", "v1", resource),
+        };
         let mut constraints = json!({
-            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": [resource]}],
+            "resourceRules": [{"apiGroups": [group], "apiVersions": [version],
+                "operations": ["CREATE", "UPDATE"], "resources": [plural]}],
         });
         if namespaced {
             constraints["namespaceSelector"] =
