@@ -139,6 +139,15 @@ fn created(plan: &Plan) -> Vec<(String, String)> {
     v
 }
 
+/// The message of the plan's condition of `kind` (empty when it has none).
+fn condition_message(plan: &Plan, kind: &str) -> String {
+    plan.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == kind))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 fn node_status(plan: &Plan, node: &str) -> Option<Status> {
     plan.status.as_ref()?.node_status.get(node).copied()
 }
@@ -1959,16 +1968,7 @@ fn health_gate_waits_for_a_node_condition_and_ready() {
         let w = World::new(sk.clone(), vec![finished(conditions)]);
         let plan = w.plan();
         assert_eq!(node_status(&plan, "n1"), Some(status), "{case}");
-        let message = plan
-            .status
-            .as_ref()
-            .and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)
-            })
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let message = condition_message(&plan, schema::HEALTH_GATE_CONDITION);
         if status == Status::InProgress {
             assert!(message.contains("n1"), "{case}: {message}");
         }
@@ -2088,16 +2088,7 @@ fn health_gate_runs_its_check_job_and_retries_a_failed_one() {
         w.checks.insert("n1".into(), runs);
         let plan = w.plan();
         assert_eq!(node_status(&plan, "n1"), Some(status), "{case}");
-        let message = plan
-            .status
-            .as_ref()
-            .and_then(|s| {
-                s.conditions
-                    .iter()
-                    .find(|c| c.type_ == schema::HEALTH_GATE_CONDITION)
-            })
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let message = condition_message(&plan, schema::HEALTH_GATE_CONDITION);
         assert!(message.contains(says), "{case}: {message}");
         if says.contains("stopped") {
             let restart = format!("{}-", schema::health_gate_annotation("sh"));

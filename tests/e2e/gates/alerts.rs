@@ -401,16 +401,7 @@ async fn ungated_rollout(env: &Env, name: &str) -> (f64, f64) {
 async fn a_black_holed_alert_source_stalls_no_pass() {
     let env = setup("gates-alert-hole", 2, &[]).await;
     let (alone, alone_pass) = ungated_rollout(&env, "alone").await;
-    let hole = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .expect("bind");
-    let port = hole.local_addr().expect("address").port();
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((conn, _)) = hole.accept().await {
-            open.push(conn);
-        }
-    });
+    let (port, held) = crate::support::black_hole().await;
     let gated_sk = gated(
         &env,
         "hole",

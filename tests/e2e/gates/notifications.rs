@@ -356,16 +356,7 @@ async fn a_hung_receiver_delays_no_other_and_nothing_is_sent_twice_across_a_409_
     );
     let mut env = Env::new(ctx, op, nodes);
     let receiver = Receiver::start(false).await;
-    let hole = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .expect("bind");
-    let hole_port = hole.local_addr().expect("address").port();
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((conn, _)) = hole.accept().await {
-            open.push(conn);
-        }
-    });
+    let (hole_port, held) = crate::support::black_hole().await;
     put_targets(
         &env,
         format!(

@@ -771,3 +771,19 @@ pub fn jobs_per_attempt(
     }
     seen
 }
+
+/// A TCP listener on 127.0.0.1 that accepts and never answers (a receiver or source that hangs);
+/// its port, and the task holding the connections (abort it to close them).
+pub async fn black_hole() -> (u16, tokio::task::JoinHandle<()>) {
+    let hole = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind the black hole");
+    let port = hole.local_addr().expect("address").port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = hole.accept().await {
+            open.push(conn);
+        }
+    });
+    (port, held)
+}
