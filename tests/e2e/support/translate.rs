@@ -30,6 +30,8 @@ impl Drop for Translator {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        // Written into the shared temporary directory: left there, one per test run piles up.
+        let _ = std::fs::remove_file(&self.kubeconfig);
     }
 }
 
