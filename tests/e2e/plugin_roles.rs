@@ -100,6 +100,42 @@ async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
         .ctx
         .kubectl(&["taint", "node", &node, "example.com/keep-"]);
 
+    // Issue 50, item 5: on-call users cannot forge the operator's bookkeeping on a node: a
+    // cordon mark (the operator would lift an administrator's cordon), a node state (a complete
+    // one lifts the runtime-required taint), the removal of runtimeRequiredCordon, any other key
+    // of ours. What the plugin writes (above) still goes through.
+    let (raw, _) = env.node_state(&node, &sk).await.expect("node state");
+    let cordon = schema::cordon_annotation(&sk);
+    let state_key = schema::node_state_annotation(&sk);
+    let forged_state = raw.replace("\"complete\"", "\"erroring\"");
+    let held = env.ctx.kubectl(&[
+        "annotate",
+        "node",
+        &node,
+        &format!("{}=true", schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
+    ]);
+    assert!(held.status.success(), "{}", text(&held.stderr));
+    for patch in [
+        json!({"metadata": {"annotations": {cordon.clone(): "true"}}}),
+        json!({"metadata": {"annotations": {schema::node_state_annotation("other"): raw.clone()}}}),
+        json!({"metadata": {"annotations": {state_key.clone(): forged_state}}}),
+        json!({"metadata": {"annotations": {schema::RUNTIME_REQUIRED_CORDON_ANNOTATION: null}}}),
+        json!({"metadata": {"annotations": {schema::health_gate_annotation(&sk): "2026-01-01T00:00:00Z"}}}),
+        json!({"metadata": {"labels": {schema::status_label(&sk): "forged"}}}),
+    ] {
+        let err = refused_patch(&env, &oncall, &[&node_obj], &patch);
+        assert!(
+            err.contains("skyhook-oncall-nodes"),
+            "{patch}: refused without naming the policy: {err}"
+        );
+    }
+    let _ = env.ctx.kubectl(&[
+        "annotate",
+        "node",
+        &node,
+        &format!("{}-", schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
+    ]);
+
     // Viewer: every read command works, every write is refused by RBAC.
     for args in [
         vec!["node", "list", "--skyhook", sk.as_str()],
