@@ -135,6 +135,30 @@ async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
         &node,
         &format!("{}-", schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
     ]);
+    // The status: only the batch state, and only back to its start (what `reset` and
+    // `deployment-policy reset` write).
+    let ran = as_user(
+        &env,
+        &oncall,
+        &["deployment-policy", "reset", sk.as_str(), "--confirm"],
+    );
+    let reset = ran.ok();
+    assert!(
+        !reset.contains("no compartment statuses"),
+        "the batch state reset was not exercised: {reset}"
+    );
+    for patch in [
+        json!({"status": {"compartmentStatuses": {"__default__": {"batchState": {"currentBatch": 7}}}}}),
+        json!({"status": {"nodeBootIds": {node.clone(): "forged"}}}),
+        json!({"status": {"configUpdates": {"tools": ["a.conf"]}}}),
+        json!({"status": {"status": "complete", "completeNodes": "9/9"}}),
+    ] {
+        let err = refused_patch(&env, &oncall, &[&sk_obj, "--subresource=status"], &patch);
+        assert!(
+            err.contains("skyhook-oncall-status"),
+            "{patch}: refused without naming the policy: {err}"
+        );
+    }
 
     // Viewer: every read command works, every write is refused by RBAC.
     for args in [

@@ -191,6 +191,12 @@ pub fn expected_objects() -> BTreeSet<(String, String, String)> {
             "",
             "skyhook-oncall-nodes",
         ),
+        ("ValidatingAdmissionPolicy", "", "skyhook-oncall-status"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "",
+            "skyhook-oncall-status",
+        ),
         ("Deployment", ns, "skyhook-operator"),
         ("Service", ns, "skyhook-operator-metrics"),
         ("NetworkPolicy", ns, "skyhook-operator"),
