@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod::{env_var, job_spec, owner_reference, pod_spec, string_map};
@@ -79,30 +79,7 @@ pub fn health_check_job(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let mut env = vec![env_var("NODE_NAME", node), env_var("SKYHOOK_NAME", &sk)];
-    env.extend(check.env.iter().cloned());
-    let container = Container {
-        name: CHECK_CONTAINER.to_owned(),
-        image: Some(check.image.clone()),
-        command: (!check.command.is_empty()).then(|| check.command.clone()),
-        args: (!check.args.is_empty()).then(|| check.args.clone()),
-        env: Some(env),
-        ..Default::default()
-    };
-    let mut pod = pod_spec(skyhook, node, cfg);
-    pod.containers = vec![container];
-    // Unlike a package stage, a check needs the host only when its gate says so, and it runs on
-    // a Ready node: it does not outlast a NotReady or unreachable node as an interrupt must.
-    let host = check.host_namespaces.then_some(true);
-    (pod.host_network, pod.host_pid) = (host, host);
-    if let Some(tolerations) = pod.tolerations.as_mut() {
-        tolerations.retain(|t| {
-            !matches!(
-                t.key.as_deref(),
-                Some(schema::NOT_READY_TAINT_KEY | schema::UNREACHABLE_TAINT_KEY)
-            )
-        });
-    }
+    let pod = check_pod(skyhook, check, node, cfg);
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
@@ -137,6 +114,36 @@ pub fn health_check_job(
         }),
         status: None,
     })
+}
+
+/// The check's pod: one container on the node. Unlike a package stage, a check needs the host
+/// only when its gate says so, and it runs on a Ready node: it does not outlast a NotReady or
+/// unreachable node as an interrupt must.
+fn check_pod(skyhook: &Skyhook, check: &HealthCheck, node: &str, cfg: &Config) -> PodSpec {
+    let sk = skyhook.metadata.name.as_deref().unwrap_or_default();
+    let mut env = vec![env_var("NODE_NAME", node), env_var("SKYHOOK_NAME", sk)];
+    env.extend(check.env.iter().cloned());
+    let container = Container {
+        name: CHECK_CONTAINER.to_owned(),
+        image: Some(check.image.clone()),
+        command: (!check.command.is_empty()).then(|| check.command.clone()),
+        args: (!check.args.is_empty()).then(|| check.args.clone()),
+        env: Some(env),
+        ..Default::default()
+    };
+    let mut pod = pod_spec(skyhook, node, cfg);
+    pod.containers = vec![container];
+    let host = check.host_namespaces.then_some(true);
+    (pod.host_network, pod.host_pid) = (host, host);
+    if let Some(tolerations) = pod.tolerations.as_mut() {
+        tolerations.retain(|t| {
+            !matches!(
+                t.key.as_deref(),
+                Some(schema::NOT_READY_TAINT_KEY | schema::UNREACHABLE_TAINT_KEY)
+            )
+        });
+    }
+    pod
 }
 
 #[cfg(test)]

@@ -447,6 +447,15 @@ impl Settings {
                 self.copy_dir_root
             ));
         }
+        // Hosts are matched without scheme, port or path: such an entry would match nothing.
+        for host in self.alert_gate_allowed_hosts.split(',').map(str::trim) {
+            if host.contains(['/', ':', ' ']) || host.contains("*") && !host.starts_with("*.") {
+                errs.push(format!(
+                    "ALERT_GATE_ALLOWED_HOSTS entry {host:?} must be a host name or address, or \
+                     *.suffix (no scheme, port or path)"
+                ));
+            }
+        }
         for (name, image) in [
             ("PAUSE_IMAGE", &self.pause_image),
             ("AGENT_IMAGE", &self.agent_image),
@@ -560,6 +569,31 @@ mod tests {
                 .legacy_cleanup_delay,
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn alert_gate_settings_are_read_and_a_bad_host_is_named() {
+        let d = parse(&[]).expect("defaults");
+        assert_eq!(d.alert_egress, AlertEgress::default());
+        let set = parse(&[
+            "--alert-gate-allowed-hosts=prom.monitoring.svc, *.example.com",
+            "--alert-gate-allow-http-credentials=true",
+        ])
+        .expect("valid");
+        assert_eq!(
+            set.alert_egress.allowed_hosts,
+            ["prom.monitoring.svc", "*.example.com"]
+        );
+        assert!(set.alert_egress.http_credentials);
+        for bad in ["http://prom", "prom:9090", "prom/api", "a*.example.com"] {
+            let err = parse(&[&format!("--alert-gate-allowed-hosts={bad}")])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                err.contains("ALERT_GATE_ALLOWED_HOSTS") && err.contains(bad),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -70,19 +70,22 @@ async fn wait_erroring_with_failed_pod(
 }
 
 /// `debug collect --skyhook <sk> -n <ns> --output-file <archive> <extra>`.
+fn collect_args(ctx: &TestCtx, sk: &str, archive: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["debug", "collect", "--skyhook", sk, "-n", &ctx.ns]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend([
+        "--output-file".into(),
+        archive.to_string_lossy().into_owned(),
+    ]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
 fn collect(ctx: &TestCtx, sk: &str, archive: &Path, extra: &[&str]) -> Ran {
-    let archive = archive.to_string_lossy();
-    let mut args = vec![
-        "debug",
-        "collect",
-        "--skyhook",
-        sk,
-        "-n",
-        &ctx.ns,
-        "--output-file",
-        &archive,
-    ];
-    args.extend_from_slice(extra);
+    let args = collect_args(ctx, sk, archive, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     plugin(ctx, &args)
 }
 
@@ -225,23 +228,10 @@ async fn debug_collect_archives_a_failing_rollout() {
     let proxy = crate::support::proxy::start(ctx.client.clone(), 0, 0, dir.path()).await;
     proxy.refuse_next(http::Method::GET, "/log", 500, 1);
     let retried = dir.path().join("retried.tar.gz");
-    let retried_arg = retried.to_string_lossy().to_string();
     let proxied = proxy.kubeconfig.to_string_lossy().to_string();
-    let ran = plugin_with_async(
-        &ctx,
-        &[
-            "debug",
-            "collect",
-            "--skyhook",
-            &sk,
-            "-n",
-            &ns,
-            "--output-file",
-            &retried_arg,
-        ],
-        &[("KUBECONFIG", &proxied)],
-    )
-    .await;
+    let args = collect_args(&ctx, &sk, &retried, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ran = plugin_with_async(&ctx, &args, &[("KUBECONFIG", &proxied)]).await;
     assert_eq!(ran.code, 3, "only the operator piece fails: {ran:?}");
     assert_eq!(proxy.refusals_left(), 0, "the log request met its 500");
     let files = unpack(&retried);
