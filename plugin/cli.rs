@@ -63,6 +63,13 @@ pub enum Command {
         after_help = "Examples:\n  kubectl skyhook release gpu-init --dry-run\n  kubectl skyhook release gpu-init --confirm"
     )]
     Release(LifecycleArgs),
+    /// Dry run of a new or changed Skyhook, NodeWright or DeploymentPolicy against the live
+    /// cluster: the operator's own planner shows the nodes selected, what each runs and why,
+    /// the cordons, drains and batches, and how long it would take. Nothing is written.
+    #[command(
+        after_help = "Examples:\n  kubectl skyhook plan -f gpu-init.yaml\n  kubectl skyhook plan -f gpu-init-v2.yaml --against gpu-init\n  kubectl skyhook plan -f policy.yaml -o json"
+    )]
+    Plan(PlanArgs),
     /// Inspect and manage nodes targeted by Skyhooks
     #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
     Node(NodeCommand),
@@ -145,6 +152,18 @@ pub enum PolicyCommand {
         after_help = "Examples:\n  kubectl skyhook deployment-policy preview gpu-init\n  kubectl skyhook dp preview gpu-init -o wide\n  kubectl skyhook dp preview gpu-init -o json"
     )]
     Preview(PreviewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The manifest to plan, `-` for stdin: Skyhooks, NodeWrights and DeploymentPolicies, one or
+    /// more YAML documents. A file with policies only plans the stored objects that use them.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub filename: String,
+    /// Plan the file's object as the next version of this stored one (its status, node state
+    /// and policy) instead of the object of the file's name
+    #[arg(long, value_name = "NAME", add = ArgValueCandidates::new(completion::skyhooks))]
+    pub against: Option<String>,
 }
 
 #[derive(Debug, Args)]

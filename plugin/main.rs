@@ -20,8 +20,8 @@ use crate::app::output::Painter;
 use crate::cli::{Command, DebugCommand, NodeCommand, PackageCommand, Parsed, PolicyCommand};
 use crate::commands::lifecycle::Action;
 use crate::commands::{
-    completion, debug, jobs, lifecycle, logs, man, node, package, preview, release, rerun, reset,
-    version,
+    completion, debug, jobs, lifecycle, logs, man, node, package, plan, preview, release, rerun,
+    reset, version,
 };
 use skyhook::schema;
 
@@ -115,6 +115,7 @@ async fn run(cli: cli::Cli) -> anyhow::Result<u8> {
         Command::Resume(args) => lifecycle_cmd(&ctx, &mut out, Action::Resume, &args).await?,
         Command::Disable(args) => lifecycle_cmd(&ctx, &mut out, Action::Disable, &args).await?,
         Command::Enable(args) => lifecycle_cmd(&ctx, &mut out, Action::Enable, &args).await?,
+        Command::Plan(args) => plan::run(&ctx, &mut out, &args).await?,
         Command::Release(args) => {
             release::run(&ctx, &mut out, &mut io::stdin().lock(), &args).await?
         }

@@ -69,6 +69,10 @@ pub enum CliError {
     #[error("cannot load the kubeconfig: {0}; pass --kubeconfig or set KUBECONFIG")]
     Kubeconfig(String),
 
+    /// An object the API server or the operator's validation refuses, with each problem.
+    #[error("{what} is invalid: {}; fix the file and plan again", problems.join("; "))]
+    Invalid { what: String, problems: Vec<String> },
+
     /// A connection flag whose value cannot be used.
     #[error("{flag}: {message}")]
     Flag { flag: &'static str, message: String },

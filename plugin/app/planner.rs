@@ -1,16 +1,20 @@
 //! The operator's own planner on the cluster as it is now, for the commands that show what it
-//! would do (`deployment-policy preview`, `release`): the objects it reads are listed once, and
+//! would do (`deployment-policy preview`, `release`, `plan`): the objects it reads are listed once, and
 //! `plan::plan` runs on them. Nothing is written, and no rule of the planner is repeated here.
 
 use std::sync::Arc;
 
 use clap::Parser;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use skyhook::crd::{DeploymentPolicy, Skyhook};
+use skyhook::crd::{DeploymentPolicy, Skyhook, SkyhookStatus};
 use skyhook::jobs::JobView;
+use skyhook::plan::dry_run::Snapshot;
 use skyhook::plan::{self, Elsewhere, Inputs, NodeView, Plan};
 use skyhook::schema;
 use skyhook::settings::{Config, Settings};
@@ -64,6 +68,12 @@ pub struct World {
     jobs: Vec<Arc<JobView>>,
     configmaps: Vec<Arc<ConfigMap>>,
     elsewhere: Elsewhere,
+    /// The nodes as listed, for a dry run that changes them.
+    raw_nodes: Vec<Node>,
+    /// Every object's finished Jobs: how long each package stage took.
+    history: Vec<Arc<JobView>>,
+    /// What could not be read, one line each.
+    pub notes: Vec<String>,
 }
 
 impl World {
@@ -93,15 +103,7 @@ impl World {
                 .map_err(|e| all(e, &format!("jobs in namespace {namespace:?}")))?;
             jobs.extend(listed.items);
         }
-        let own = ListParams::default().labels(&kube.selector(&format!(
-            "{}={}",
-            schema::NAME_LABEL,
-            sk.name_any()
-        )));
-        let configmaps = Api::<ConfigMap>::namespaced(client, namespace)
-            .list(&own)
-            .await
-            .map_err(|e| all(e, &format!("configmaps in namespace {namespace:?}")))?;
+        let (configmaps, notes) = own_configmaps(kube, namespace, sk).await?;
         let name = sk.name_any();
         let views: Vec<JobView> = jobs
             .iter()
@@ -113,6 +115,12 @@ impl World {
         for v in views.iter().filter(|v| !mine(v) && !v.finished()) {
             elsewhere.add(&v.node, v.stage);
         }
+        let history: Vec<Arc<JobView>> = views
+            .iter()
+            .filter(|v| v.finished())
+            .cloned()
+            .map(Arc::new)
+            .collect();
         let mut skyhooks: Vec<Arc<Skyhook>> = skyhooks.into_iter().map(Arc::new).collect();
         skyhooks.retain(|s| s.name_any() != name);
         skyhooks.push(Arc::new(sk.clone()));
@@ -121,12 +129,14 @@ impl World {
             policies: policies.into_iter().map(Arc::new).collect(),
             nodes: nodes
                 .items
-                .into_iter()
-                .map(|n| Arc::new(NodeView::from(n)).in_api(api))
+                .iter()
+                .map(|n| Arc::new(NodeView::from(n.clone())).in_api(api))
                 .collect(),
+            raw_nodes: nodes.items,
+            history,
             jobs: views.into_iter().filter(mine).map(Arc::new).collect(),
+            notes,
             configmaps: configmaps
-                .items
                 .into_iter()
                 .map(|mut c| {
                     api.canonicalize(&mut c.metadata.labels);
@@ -136,6 +146,122 @@ impl World {
                 .collect(),
             elsewhere,
         })
+    }
+}
+
+/// The object's package ConfigMaps. The viewer role reads no ConfigMaps (package configMaps may
+/// hold credentials): the plan is then made without them, and a note says what that leaves out.
+async fn own_configmaps(
+    kube: &Kube,
+    namespace: &str,
+    sk: &Skyhook,
+) -> Result<(Vec<ConfigMap>, Vec<String>), CliError> {
+    let own = ListParams::default().labels(&kube.selector(&format!(
+        "{}={}",
+        schema::NAME_LABEL,
+        sk.name_any()
+    )));
+    match Api::<ConfigMap>::namespaced(kube.client(), namespace)
+        .list(&own)
+        .await
+    {
+        Ok(list) => Ok((list.items, Vec::new())),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok((
+            Vec::new(),
+            vec![format!(
+                "package ConfigMaps not read ({}): which configMap keys changed, and so which \
+                 configInterrupts run, is not judged",
+                crate::app::error::one_line(&s.message)
+            )],
+        )),
+        Err(e) => Err(kube.fail(e, format!("listing configmaps in namespace {namespace:?}"))),
+    }
+}
+
+/// The world a dry run of `sk` starts from: what the planner reads, with `policies` in place of
+/// the stored ones of their names, every pod and PodDisruptionBudget (the drains), and the
+/// finished Jobs of every object (the durations). `status` is the one stored for `sk`. With it,
+/// what could not be read, one line each.
+pub async fn snapshot(
+    kube: &Kube,
+    namespace: &str,
+    sk: &Skyhook,
+    status: Option<SkyhookStatus>,
+    policies: &[DeploymentPolicy],
+) -> Result<(Snapshot, Vec<String>), CliError> {
+    let mut world = World::read(kube, namespace, sk).await?;
+    for p in policies {
+        world.policies.retain(|x| x.name_any() != p.name_any());
+        world.policies.push(Arc::new(p.clone()));
+    }
+    let client = kube.client();
+    let mut notes = std::mem::take(&mut world.notes);
+    let pod_list = readable(
+        kube,
+        Api::<Pod>::all(client.clone())
+            .list(&ListParams::default())
+            .await,
+        "pods",
+        &mut notes,
+    )?;
+    let budgets = readable(
+        kube,
+        Api::<PodDisruptionBudget>::all(client)
+            .list(&ListParams::default())
+            .await,
+        "poddisruptionbudgets",
+        &mut notes,
+    )?;
+    let mut pods: BTreeMap<String, Vec<Pod>> = BTreeMap::new();
+    for pod in pod_list {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            pods.entry(node).or_default().push(pod);
+        }
+    }
+    let mut candidate = sk.clone();
+    candidate.status = None;
+    let snapshot = Snapshot {
+        api: kube.api(),
+        skyhook: candidate,
+        status,
+        skyhooks: world.skyhooks,
+        policies: world.policies,
+        nodes: world.raw_nodes,
+        jobs: world.jobs,
+        history: world.history,
+        configmaps: world.configmaps,
+        pods,
+        budgets,
+        elsewhere: world.elsewhere,
+        namespace: namespace.to_string(),
+        config: defaults()?,
+        operator_version: env!("CARGO_PKG_VERSION").to_string(),
+        now: jiff::Timestamp::now(),
+    };
+    Ok((snapshot, notes))
+}
+
+/// The items of a cluster-wide list the drains need; a list the user may not read leaves them
+/// out, with a note saying so (a viewer sees the rollout, without the pods each drain evicts).
+fn readable<K>(
+    kube: &Kube,
+    res: Result<kube::core::ObjectList<K>, kube::Error>,
+    what: &str,
+    notes: &mut Vec<String>,
+) -> Result<Vec<K>, CliError>
+where
+    K: Clone,
+{
+    match res {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            notes.push(format!(
+                "drains shown without {what}: you may not list them cluster-wide ({})",
+                crate::app::error::one_line(&s.message)
+            ));
+            Ok(Vec::new())
+        }
+        Err(e) => Err(kube.fail(e, format!("listing {what} (the drains)"))),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod logs;
 pub mod man;
 pub mod node;
 pub mod package;
+pub mod plan;
 pub mod preview;
 pub mod release;
 pub mod rerun;

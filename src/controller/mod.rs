@@ -125,6 +125,7 @@ pub async fn run(
         return Ok(());
     };
     info!(namespace = %ns, apis = ?apis, "skyhook operator starting");
+    warn_priority_class(&config);
     let mut running = Vec::new();
     running.push(alerts.clone().run(client.clone(), ns.clone()).boxed());
     if let Some(sides) = mirror_sides(&engines, &config) {
@@ -393,3 +394,19 @@ const JOBS_GONE_RECHECK: Duration = Duration::from_secs(5);
 /// milliseconds (its event often schedules the pass sooner). Not at once either, so that a
 /// cache that lags for longer is not hammered.
 const CONFLICT_REQUEUE: Duration = Duration::from_secs(1);
+
+/// A `PACKAGE_PRIORITY_CLASS_NAME` the kubelet does not act on is accepted, and said at start-up.
+fn warn_priority_class(config: &Config) {
+    if let Some(class) = config
+        .package_priority_class_name
+        .as_deref()
+        .filter(|c| !crate::settings::PRIORITY_CLASSES_WITH_EFFECT.contains(c))
+    {
+        warn!(
+            class,
+            "PACKAGE_PRIORITY_CLASS_NAME names a class the kubelet does not preempt for: package \
+         pods are bound to their node, so only system-node-critical and \
+         system-cluster-critical let a stage start on a full node"
+        );
+    }
+}

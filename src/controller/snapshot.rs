@@ -66,13 +66,7 @@ impl Snapshot {
         let policies = caches.policies.state();
         // In the canonical keys, without the other API's (shared, for the legacy API).
         let nodes: Vec<Arc<NodeView>> = caches.nodes.all().iter().map(|n| n.in_api(api)).collect();
-        let soaking: Vec<String> = sk
-            .status
-            .iter()
-            .flat_map(|s| s.compartment_statuses.values())
-            .filter_map(|c| c.batch_state.as_ref())
-            .flat_map(|b| b.soak_nodes.iter().cloned())
-            .collect();
+        let soaking = plan::drain::soaking(sk.status.as_ref());
         let pods_on_nodes = drain_view(client, namespace, &normalized, &nodes, &soaking).await?;
         let health_checks = health_checks(client, namespace, api, &normalized, &nodes).await?;
         let gate = normalized
@@ -88,7 +82,7 @@ impl Snapshot {
         let elsewhere = elsewhere(caches, creations, api, &name);
         let label = api.local(schema::NAME_LABEL);
         Ok(Snapshot {
-            invalid: problems(&normalized, &policies),
+            invalid: crd::validate::problems(&normalized, &policies),
             skyhooks: caches.skyhooks.state(),
             peers: (api.other(), Vec::new()),
             jobs: job_views(caches, creations, api, &name),
@@ -302,28 +296,4 @@ fn canonical_configmap(cm: Arc<ConfigMap>, api: Api) -> Arc<ConfigMap> {
     api.canonicalize(&mut cm.metadata.labels);
     api.canonicalize(&mut cm.metadata.annotations);
     Arc::new(cm)
-}
-
-/// What the operator-side validation finds wrong with the Skyhook and the policy it names (the
-/// policy has no status of its own, so its problems show on the Skyhooks that use it).
-fn problems(sk: &Skyhook, policies: &[Arc<DeploymentPolicy>]) -> Vec<String> {
-    let mut invalid: Vec<String> = match crd::validate_skyhook(sk) {
-        Ok(()) => Vec::new(),
-        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
-    };
-    let policy = sk
-        .spec
-        .deployment_policy
-        .as_deref()
-        .and_then(|p| policies.iter().find(|x| x.name_any() == p));
-    if let Some(policy) = policy
-        && let Err(errs) = crd::validate_deployment_policy(policy)
-    {
-        let name = policy.name_any();
-        invalid.extend(
-            errs.iter()
-                .map(|e| format!("deploymentPolicy {name:?}: {e}")),
-        );
-    }
-    invalid
 }

@@ -7,7 +7,9 @@
 //! object. Errors are reported in a deterministic order (packages sorted by key).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
+
+use kube::ResourceExt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
@@ -33,6 +35,30 @@ use super::policy::{DEFAULT_COMPARTMENT, DeploymentBudget, DeploymentStrategy};
 use super::skyhook::{Package, PackageResources};
 use super::{DeploymentPolicy, Skyhook, quantity};
 use crate::schema::{glob_match, is_qualified_name, is_valid_label_value, is_valid_semver};
+
+/// What the operator-side validation finds wrong with the Skyhook and the policy it names (the
+/// policy has no status of its own, so its problems show on the Skyhooks that use it).
+pub fn problems(sk: &Skyhook, policies: &[Arc<DeploymentPolicy>]) -> Vec<String> {
+    let mut invalid: Vec<String> = match validate_skyhook(sk) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
+    };
+    let policy = sk
+        .spec
+        .deployment_policy
+        .as_deref()
+        .and_then(|p| policies.iter().find(|x| x.name_any() == p));
+    if let Some(policy) = policy
+        && let Err(errs) = validate_deployment_policy(policy)
+    {
+        let name = policy.name_any();
+        invalid.extend(
+            errs.iter()
+                .map(|e| format!("deploymentPolicy {name:?}: {e}")),
+        );
+    }
+    invalid
+}
 
 /// Validates a Skyhook: every admission rule plus dependency cycles, configInterrupts globs,
 /// semver and label-selector syntax.

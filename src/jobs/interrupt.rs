@@ -159,7 +159,15 @@ mod tests {
                 interrupt: &merged,
                 stage: Stage::Interrupt,
             },
-            &cfg(),
+            &crate::settings::Config {
+                package_priority_class_name: Some("system-cluster-critical".into()),
+                ..cfg()
+            },
+        );
+        assert_eq!(
+            pod(&job).priority_class_name.as_deref(),
+            Some("system-cluster-critical"),
+            "PACKAGE_PRIORITY_CLASS_NAME reaches interrupt pods too"
         );
         assert_eq!(
             job.metadata.name.as_deref(),

@@ -241,6 +241,7 @@ pub(super) fn pod_spec(skyhook: &Skyhook, node: &str, cfg: &Config) -> PodSpec {
             .as_ref()
             .map(|name| vec![LocalObjectReference { name: name.clone() }]),
         tolerations: Some(tolerations(skyhook, cfg)),
+        priority_class_name: cfg.package_priority_class_name.clone(),
         ..Default::default()
     }
 }

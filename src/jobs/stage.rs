@@ -436,6 +436,7 @@ mod tests {
         let sk = skyhook(&[&p]);
         let mut c = cfg();
         c.image_pull_secret = Some("regcred".into());
+        c.package_priority_class_name = Some("system-node-critical".into());
         let job = stage_job(
             &StageJob {
                 place: crate::jobs::JobPlace {
@@ -466,6 +467,10 @@ mod tests {
             spec.image_pull_secrets.as_ref().unwrap()[0].name,
             "regcred".to_string()
         );
+        assert_eq!(
+            spec.priority_class_name.as_deref(),
+            Some("system-node-critical")
+        );
         let annotation = &job.metadata.annotations.as_ref().unwrap()[schema::PACKAGE_ANNOTATION];
         let parsed = PackageAnnotation::parse(annotation).unwrap();
         assert_eq!(parsed.container_sha.as_deref(), Some("sha256:abcd"));
@@ -475,6 +480,7 @@ mod tests {
         let job = build(&sk, &p, Stage::Apply, "kind-worker", 0);
         assert_eq!(pod(&job).termination_grace_period_seconds, Some(30));
         assert!(pod(&job).image_pull_secrets.is_none());
+        assert_eq!(pod(&job).priority_class_name, None, "unset by default");
         p.graceful_shutdown = None;
         let job = build(&sk, &p, Stage::Apply, "kind-worker", 0);
         assert_eq!(pod(&job).termination_grace_period_seconds, None);

@@ -85,6 +85,16 @@ impl DrainRules {
     }
 }
 
+/// The nodes of the soaking batches in `status`: the soak watches their health gate pods.
+pub fn soaking(status: Option<&crate::crd::SkyhookStatus>) -> Vec<String> {
+    status
+        .iter()
+        .flat_map(|s| s.compartment_statuses.values())
+        .filter_map(|c| c.batch_state.as_ref())
+        .flat_map(|b| b.soak_nodes.iter().cloned())
+        .collect()
+}
+
 /// What a pass needs listed for the drain: the pods on the Skyhook's cordoned nodes, read as
 /// [`PodInfo`]s. The controller runs the listing; the planner says what to list and how to read
 /// it, so the shell makes no decision of its own.

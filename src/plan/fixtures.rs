@@ -404,11 +404,16 @@ impl NodeB {
     }
 
     pub(crate) fn build(self) -> NodeView {
+        self.raw().into()
+    }
+
+    /// The `Node` as the API server has it.
+    pub(crate) fn raw(self) -> Node {
         let mut n: Node = serde_json::from_value(self.node).expect("node");
         if let Some(at) = self.created {
             n.metadata.creation_timestamp = Some(Time(at));
         }
-        n.into()
+        n
     }
 
     pub(crate) fn arc(self) -> Arc<NodeView> {

@@ -34,6 +34,7 @@ pub mod condition;
 pub mod config;
 pub mod delete;
 pub mod drain;
+pub mod dry_run;
 pub mod events;
 pub mod facts;
 pub mod fleet;

@@ -61,6 +61,12 @@ pub struct Settings {
         default_value = "ghcr.io/nvidia/skyhook/agent:latest"
     )]
     pub agent_image: String,
+    /// `priorityClassName` of every package and interrupt pod; empty leaves it unset. Package
+    /// pods are bound to their node and never meet the scheduler, so only the kubelet's
+    /// critical-pod admission can make room on a full node: `system-node-critical` and
+    /// `system-cluster-critical` are the only names with an effect (upstream's semantics).
+    #[arg(long, env = "PACKAGE_PRIORITY_CLASS_NAME", default_value = "")]
+    pub package_priority_class_name: String,
     /// The metrics and probe servers: addresses, limits, authentication.
     #[command(flatten)]
     pub serving: ServingSettings,
@@ -177,6 +183,10 @@ pub const DEFAULT_STATUS_NODE_BUDGET: usize = 768 * 1024;
 const MIN_STATUS_NODE_BUDGET: usize = 1024;
 const MAX_STATUS_NODE_BUDGET: usize = 1024 * 1024;
 
+/// The `PACKAGE_PRIORITY_CLASS_NAME` values the kubelet's critical-pod admission acts on.
+pub const PRIORITY_CLASSES_WITH_EFFECT: [&str; 2] =
+    ["system-node-critical", "system-cluster-critical"];
+
 /// [`Settings`] parsed and checked.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -189,6 +199,8 @@ pub struct Config {
     pub runtime_required_taint: TaintSpec,
     pub pause_image: String,
     pub agent_image: String,
+    /// `PACKAGE_PRIORITY_CLASS_NAME`, when set.
+    pub package_priority_class_name: Option<String>,
     /// Where and how /metrics and the probes are served.
     pub serving: Serving,
     /// Zero: no deadline.
@@ -456,6 +468,13 @@ impl Settings {
                 ));
             }
         }
+        let class = self.package_priority_class_name.trim();
+        if !class.is_empty() && !schema::is_dns1123_subdomain(class) {
+            errs.push(format!(
+                "PACKAGE_PRIORITY_CLASS_NAME must name a PriorityClass (a DNS subdomain such as \
+                 system-node-critical), got {class:?}"
+            ));
+        }
         for (name, image) in [
             ("PAUSE_IMAGE", &self.pause_image),
             ("AGENT_IMAGE", &self.agent_image),
@@ -487,6 +506,8 @@ impl Settings {
             runtime_required_taint,
             pause_image: self.pause_image.clone(),
             agent_image: self.agent_image.clone(),
+            package_priority_class_name: Some(self.package_priority_class_name.trim().to_string())
+                .filter(|s| !s.is_empty()),
             serving,
             stage_deadline: d.stage_deadline,
             job_backoff_limit: self.job_backoff_limit,
@@ -613,6 +634,26 @@ mod tests {
         assert!(!upstream.publish_legacy_metrics);
         let err = parse(&["--job-ttl-succeeded=soon"]).expect_err("bad TTL");
         assert!(err.to_string().contains("JOB_TTL_SUCCEEDED"), "{err}");
+    }
+
+    #[test]
+    fn a_package_priority_class_must_be_a_name() {
+        assert_eq!(
+            parse(&[]).expect("defaults").package_priority_class_name,
+            None
+        );
+        let set = parse(&["--package-priority-class-name=system-node-critical"]).expect("valid");
+        assert_eq!(
+            set.package_priority_class_name.as_deref(),
+            Some("system-node-critical")
+        );
+        let err = parse(&["--package-priority-class-name=Not A Class"])
+            .expect_err("invalid")
+            .to_string();
+        assert!(
+            err.contains("PACKAGE_PRIORITY_CLASS_NAME") && err.contains("Not A Class"),
+            "{err}"
+        );
     }
 
     #[test]

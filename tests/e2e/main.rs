@@ -16,6 +16,7 @@ mod monitoring;
 mod node_release;
 mod nodewright;
 mod operator;
+mod plan;
 mod plugin;
 mod plugin_completion;
 mod plugin_debug;

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use skyhook::schema::{self, Stage, State};
+use skyhook::schema::{self, NodeState, Stage, State};
 
 use crate::support::{Env, TestCtx, label, pkg, setup, skyhook, sleep};
 
@@ -789,15 +789,25 @@ async fn version_bump_upgrades_within_the_budget() {
         .await
         .expect("bump");
     let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    let (key, value) = env.ctx.test_label();
+    let of_test = ListParams::default().labels(&format!("{key}={value}"));
+    let state_key = schema::node_state_annotation(&name);
     loop {
-        let mut busy = Vec::new();
-        for node in &env.nodes {
-            if let Some((_, s)) = env.node_state(node, &name).await
-                && s.iter().any(|(_, e)| e.state == Some(State::InProgress))
-            {
-                busy.push(node.clone());
-            }
-        }
+        // One list, one instant: nodes read one after another could show a node that has since
+        // finished beside the next one, which started after it.
+        let listed = env.node_api.list(&of_test).await.expect("list nodes");
+        let busy: Vec<String> = listed
+            .items
+            .iter()
+            .filter(|n| {
+                n.annotations()
+                    .get(&state_key)
+                    .and_then(|a| NodeState::parse(a).ok())
+                    .is_some_and(|s| s.iter().any(|(_, e)| e.state == Some(State::InProgress)))
+            })
+            .map(|n| n.name_any())
+            .collect();
+        assert_eq!(listed.items.len(), env.nodes.len());
         assert!(
             busy.len() <= 1,
             "nodes in progress at once during the upgrade: {busy:?}"

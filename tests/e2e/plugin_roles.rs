@@ -166,9 +166,39 @@ async fn oncall_steers_but_cannot_change_what_runs_and_viewer_only_reads() {
         vec!["node", "status", node.as_str()],
         vec!["package", "status", "tools", "--skyhook", sk.as_str()],
         vec!["jobs", "--skyhook", sk.as_str()],
+        vec!["deployment-policy", "preview", sk.as_str()],
         vec!["version"],
     ] {
         as_user(&env, &viewer, &args).ok();
+    }
+    // `plan` as the viewer: no dry run on the API server (no create or update), no pods outside
+    // the operator's namespace, no ConfigMaps; it plans, and says what it could not read.
+    let mut bumped = env.skyhooks.get(&sk).await.expect("skyhook");
+    bumped.metadata.managed_fields = None;
+    bumped.metadata.resource_version = None;
+    bumped.status = None;
+    bumped
+        .spec
+        .packages
+        .get_mut("tools")
+        .expect("tools")
+        .version = "1.1.0".into();
+    let mut file = tempfile::NamedTempFile::new().expect("a temp file");
+    std::io::Write::write_all(
+        &mut file,
+        serde_json::to_string(&bumped).expect("json").as_bytes(),
+    )
+    .expect("write");
+    let path = file.path().display().to_string();
+    let ran = as_user(&env, &viewer, &["plan", "-f", &path]);
+    let out = ran.ok();
+    for said in [
+        "not checked by the API server's admission",
+        "drains shown without pods",
+        "package ConfigMaps not read",
+        "version change 1.0.0 -> 1.1.0",
+    ] {
+        assert!(out.contains(said), "{said:?} missing from {out}");
     }
     for args in [
         vec!["pause", sk.as_str(), "--confirm"],

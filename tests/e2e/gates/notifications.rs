@@ -150,14 +150,20 @@ async fn rollout(env: &Env, sleep_s: &str) -> String {
     sk
 }
 
-/// Waits until both batches and the completion were announced (as JSON).
+/// Waits until both batches and the completion were announced (as JSON), and every target that
+/// got anything got the same: targets are delivered to independently, so one may lag another.
 async fn wait_announced(env: &Env, receiver: &Receiver, step: &str) {
     env.ctx
         .eventually(step, Duration::from_secs(60), || async {
             let kinds = receiver.kinds();
+            let mut ids: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+            for (path, id, _) in receiver.got() {
+                ids.entry(path).or_default().insert(id);
+            }
+            let same = ids.values().all(|set| Some(set) == ids.get("/json"));
             match (kinds.get("BatchStarted"), kinds.get("RolloutComplete")) {
-                (Some(2), Some(1)) => Ok(()),
-                _ => Err(format!("{kinds:?}")),
+                (Some(2), Some(1)) if same => Ok(()),
+                _ => Err(format!("{kinds:?}, ids by target {ids:?}")),
             }
         })
         .await;
