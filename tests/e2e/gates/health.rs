@@ -70,7 +70,8 @@ fn cordoned(n: &Node) -> bool {
         .unwrap_or(false)
 }
 
-/// Waits until `node` waits for its health gate: in progress, cordoned, its clock started.
+/// Waits until `node` waits for its health gate: in progress, cordoned, its clock started, and
+/// the Skyhook's HealthGate condition set.
 async fn wait_holding(env: &Env, sk: &str, node: &str) {
     let clock = schema::health_gate_annotation(sk);
     let status = schema::status_annotation(sk);
@@ -85,9 +86,17 @@ async fn wait_holding(env: &Env, sk: &str, node: &str) {
                     annotation(&n, &clock).is_some(),
                     cordoned(&n),
                 );
-                match got {
-                    (Some(s), true, true) if s == "in_progress" => Ok(()),
-                    other => Err(format!("(status, clock, cordoned) = {other:?}")),
+                // The node's keys are written before the status in a pass: wait for the
+                // condition too, or a read between the two writes finds none.
+                let condition = env
+                    .condition(sk, schema::HEALTH_GATE_CONDITION)
+                    .await
+                    .is_some();
+                match (got, condition) {
+                    ((Some(s), true, true), true) if s == "in_progress" => Ok(()),
+                    other => Err(format!(
+                        "((status, clock, cordoned), condition) = {other:?}"
+                    )),
                 }
             },
         )

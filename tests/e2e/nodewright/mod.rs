@@ -4,6 +4,7 @@
 mod continued;
 mod metrics;
 mod migration;
+mod plan;
 mod plugin;
 mod rollout;
 mod scenarios;
