@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use skyhook::plan::dry_run::Rollout;
-use skyhook::schema::{Api as Kind, Status};
+use skyhook::schema::{self, Api as Kind, Status};
 
 use super::{create_nodewright, nw_setup, wait_nodewright};
 use crate::support::plugin::nodewright_plugin;
@@ -63,7 +63,10 @@ async fn kubectl_nodewright_plan_plans_a_nodewright_as_the_operator_then_runs_it
         .collect();
     create_nodewright(&env.ctx, &name, spec).await;
     let jobs: Api<Job> = Api::namespaced(env.ctx.client.clone(), &ns);
-    let lp = ListParams::default().labels(&format!("nodewright.nvidia.com/name={name}"));
+    let lp = ListParams::default().labels(&format!(
+        "{}={name}",
+        Kind::NodeWright.local(schema::NAME_LABEL)
+    ));
     env.ctx
         .wait_for("the first Jobs", Duration::from_secs(90), || async {
             let l = jobs.list(&lp).await.ok()?;
@@ -79,9 +82,9 @@ async fn kubectl_nodewright_plan_plans_a_nodewright_as_the_operator_then_runs_it
         .iter()
         .map(|j| {
             (
-                label(j, "nodewright.nvidia.com/node").to_string(),
-                label(j, "nodewright.nvidia.com/package").to_string(),
-                label(j, "nodewright.nvidia.com/stage").to_string(),
+                label(j, &Kind::NodeWright.local(schema::NODE_LABEL)).to_string(),
+                label(j, &Kind::NodeWright.local(schema::PACKAGE_LABEL)).to_string(),
+                label(j, &Kind::NodeWright.local(schema::STAGE_LABEL)).to_string(),
             )
         })
         .collect();
