@@ -371,7 +371,8 @@ impl TestCtx {
         found.unwrap_or_else(|_| {
             panic!(
                 "timed out after {:.0?} waiting for {what} (test {})",
-                timeout, self.prefix
+                timeout.mul_f64(wait::timeout_scale()),
+                self.prefix
             )
         })
     }
@@ -385,7 +386,8 @@ impl TestCtx {
     {
         wait::poll(timeout, probe).await.unwrap_or_else(|why| {
             panic!(
-                "step `{step}` did not hold within {timeout:?} (test {}): {why}",
+                "step `{step}` did not hold within {:?} (test {}): {why}",
+                timeout.mul_f64(wait::timeout_scale()),
                 self.prefix
             )
         })

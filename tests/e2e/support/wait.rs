@@ -12,13 +12,26 @@ use super::env::Env;
 use super::metrics::{as_seen, raw_metrics, samples};
 use super::private::{Owned, alive};
 
-/// Calls `probe` every 200 ms until it returns `Ok`; after `timeout`, the last reason it gave.
-/// The probe runs at least once, and last at or after the deadline.
+/// How much longer than its stated timeout every wait may take: `E2E_TIMEOUT_SCALE`, default 2.
+/// Timeouts are tuned on a developer's machine; CI's run of 2026-11-29 took twice as long for the
+/// same tests, and ten of them failed there that pass here.
+/// A wait that succeeds returns as soon as it holds, so only a failing test pays for the margin.
+pub fn timeout_scale() -> f64 {
+    std::env::var("E2E_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|f| f.is_finite() && *f >= 1.0)
+        .unwrap_or(2.0)
+}
+
+/// Calls `probe` every 200 ms until it returns `Ok`; after `timeout` (times [`timeout_scale`]),
+/// the last reason it gave. The probe runs at least once, and last at or after the deadline.
 pub async fn poll<T, F, Fut>(timeout: Duration, mut probe: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
+    let timeout = timeout.mul_f64(timeout_scale());
     let start = Instant::now();
     loop {
         let why = match probe().await {
@@ -102,7 +115,8 @@ pub async fn wait_complete(
             .as_ref()
             .map(|(_, log)| format!("\n--- operator log ---\n{}", read_log(log)))
             .unwrap_or_default();
-        panic!("{step}: Skyhook {name} not complete within {timeout:?}: {why}{log}")
+        let waited = timeout.mul_f64(timeout_scale());
+        panic!("{step}: Skyhook {name} not complete within {waited:?}: {why}{log}")
     })
 }
 
