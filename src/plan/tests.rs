@@ -460,6 +460,47 @@ fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
     assert_eq!(node_status(&plan, "young"), Some(Status::Waiting));
 }
 
+/// Upstream #587, its reproduction ported: in a batch of two, node `a` finished its interrupt
+/// (post-interrupt due, still cordoned) while node `b`'s stage runs. Upstream's batch returned
+/// only the nodes `in_progress`, so `a`, stored as `waiting`, got no post-interrupt until every
+/// other node of the batch was idle. Here `a` goes on whatever status the last writer stored
+/// (the Go operator's `waiting` included), and no third node joins the batch.
+#[test]
+fn a_node_past_its_interrupt_is_not_starved_by_a_busy_neighbour() {
+    let sk = one_package(true).set("interruptionBudget", json!({"count": 2}));
+    let driver = package(REBOOT).reboot().build();
+    let cordoned = |name: &str, created: i64, stage: &str, state: &str, stored: &str| {
+        let mut annotations = go_state(REBOOT, stage, state);
+        annotations[schema::status_annotation("sh")] = json!(stored);
+        annotations[schema::cordon_annotation("sh")] = json!("true");
+        node(name)
+            .created(created)
+            .annotations(annotations)
+            .cordoned(true)
+            .arc()
+    };
+    for stored in ["waiting", "in_progress", "unknown"] {
+        let nodes = vec![
+            cordoned("a", 1, "interrupt", "complete", stored),
+            cordoned("b", 2, "apply", "in_progress", "in_progress"),
+            node("c").created(3).arc(),
+        ];
+        let mut w = World::new(sk.clone().build(), nodes);
+        w.jobs.push(job(&driver, Stage::Apply).on("b").build());
+        let plan = w.plan();
+        assert_eq!(
+            created(&plan),
+            vec![("a".to_string(), "post-interrupt".to_string())],
+            "a stored as {stored}"
+        );
+        let c_cordoned = plan
+            .node_patches
+            .iter()
+            .any(|p| p.node == "c" && p.unschedulable == Some(true));
+        assert!(!c_cordoned, "a third node joined a batch of two ({stored})");
+    }
+}
+
 /// Delta D48: a node of the batch that is then ignored keeps its state but gives its slot
 /// back; another node starts. Unignored, it goes on.
 #[test]

@@ -3,6 +3,7 @@
 //! its shellscript package for real. `cargo test --test e2e real_node` runs them all.
 
 mod agent;
+mod full_node;
 mod interrupts;
 mod lifecycle;
 mod logs;

@@ -11,6 +11,8 @@ use super::{TestCtx, cluster_dir, run};
 /// The image references `tests/cluster/images push` wrote for this cluster.
 pub struct Images {
     pub agent: String,
+    /// The pause image the real nodes' sandboxes use: a workload that pulls nothing new.
+    pub pause: String,
     /// The shellscript package's repository (a Skyhook names it without the tag).
     pub shellscript_repo: String,
     pub shellscript_version: String,
@@ -44,6 +46,7 @@ pub fn images(ctx: &TestCtx) -> Images {
         .expect("SHELLSCRIPT_IMAGE has a tag");
     Images {
         agent: get("AGENT_IMAGE"),
+        pause: get("PAUSE_IMAGE"),
         shellscript_repo: repo.to_string(),
         shellscript_version: version.to_string(),
         kubectl: get("KUBECTL_IMAGE"),
