@@ -85,7 +85,8 @@ impl Snapshot {
             invalid: crd::validate::problems(&normalized, &policies),
             skyhooks: caches.skyhooks.state(),
             peers: (api.other(), Vec::new()),
-            jobs: job_views(caches, creations, api, &name),
+            jobs: explain_failures(client, namespace, job_views(caches, creations, api, &name))
+                .await,
             configmaps: caches
                 .configmaps
                 .state()
@@ -189,6 +190,44 @@ fn job_views(
             .filter(|v| v.api == api && v.skyhook == skyhook)
             .map(Arc::new),
     );
+    views
+}
+
+/// The most failed Jobs whose pods one pass reads: a failure is folded in the pass that first
+/// sees it, so a thousand at once keep the Job controller's word beyond these.
+const FAILURES_EXPLAINED_PER_PASS: usize = 16;
+
+/// Failed Jobs not yet folded, with the reason their pod failed when the kubelet refused or
+/// stopped it: the pod watch follows pods only while `Pending` (memory at scale), and a pod the
+/// kubelet refuses at admission (`OutOfcpu`) goes from `Pending` straight to `Failed`. A read that
+/// fails leaves the Job controller's reason.
+async fn explain_failures(
+    client: &Client,
+    namespace: &str,
+    mut views: Vec<Arc<JobView>>,
+) -> Vec<Arc<JobView>> {
+    let pods: KubeApi<Pod> = KubeApi::namespaced(client.clone(), namespace);
+    let unexplained: Vec<usize> = (0..views.len())
+        .filter(|&i| views[i].failure_unexplained())
+        .take(FAILURES_EXPLAINED_PER_PASS)
+        .collect();
+    for i in unexplained {
+        let lp = kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            schema::JOB_NAME_LABEL,
+            views[i].name
+        ));
+        match pods.list(&lp).await {
+            Ok(list) => {
+                if let Some(why) = list.items.iter().find_map(crate::jobs::view::refusal) {
+                    views[i] = Arc::new(views[i].explained(why));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(job = %views[i].name, error = %e, "reading a failed Job's pod")
+            }
+        }
+    }
     views
 }
 

@@ -114,6 +114,52 @@ impl JobView {
     pub fn finished(&self) -> bool {
         !matches!(self.outcome, Outcome::Running)
     }
+
+    /// A failure first seen, with only the Job controller's word for it ("BackoffLimitExceeded"):
+    /// its pod may say more (the kubelet refused it), read once before the failure is folded.
+    pub fn failure_unexplained(&self) -> bool {
+        matches!(&self.outcome, Outcome::Failed { reason, .. }
+            if !self.counted && GENERIC_JOB_FAILURES.contains(&reason.as_str()))
+    }
+
+    /// This Job with its pod's `refusal` ([`refusal`]) as the reason and message of its failure.
+    pub fn explained(&self, (reason, message): (String, String)) -> JobView {
+        let mut out = self.clone();
+        if let Outcome::Failed { at, .. } = self.outcome {
+            out.outcome = Outcome::Failed {
+                at,
+                reason,
+                message,
+            };
+        }
+        out
+    }
+}
+
+/// The Job controller's reasons for a failed Job that say nothing of why its pod failed.
+const GENERIC_JOB_FAILURES: [&str; 2] = ["BackoffLimitExceeded", "PodFailurePolicy"];
+
+/// Why the kubelet refused or stopped a failed pod (`status.reason`, e.g. `OutOfcpu` at
+/// admission, `Evicted` under node pressure), with its message; `None` for a pod whose containers
+/// simply failed. A node too full for a package pod gets the setting that makes room named.
+pub fn refusal(pod: &Pod) -> Option<(String, String)> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Failed") {
+        return None;
+    }
+    let reason = status.reason.clone().filter(|r| !r.is_empty())?;
+    let mut message = status.message.clone().unwrap_or_default();
+    let classless = pod
+        .spec
+        .as_ref()
+        .is_none_or(|s| s.priority_class_name.is_none());
+    if reason.starts_with("OutOf") && classless {
+        message.push_str(
+            " (the node is full: PACKAGE_PRIORITY_CLASS_NAME=system-node-critical lets package \
+             pods in by preempting workloads, see docs/operations.md)",
+        );
+    }
+    Some((reason, message))
 }
 
 /// What a pass reads of a pod labelled with a Skyhook's name: a container of one of our Jobs
@@ -215,4 +261,73 @@ fn stuck_container(pod: &Pod) -> Option<(String, String, String)> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::plan::fixtures::{job, now, package};
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn a_pod_the_kubelet_refused_explains_its_failed_job() {
+        let out_of_cpu = |class: Option<&str>| {
+            pod(json!({
+                "spec": {"containers": [], "priorityClassName": class},
+                "status": {"phase": "Failed", "reason": "OutOfcpu",
+                           "message": "Pod was rejected: Node didn't have enough resource: cpu"},
+            }))
+        };
+        let (reason, message) = refusal(&out_of_cpu(None)).expect("a refusal");
+        assert_eq!(reason, "OutOfcpu");
+        assert!(message.starts_with("Pod was rejected: Node didn't have enough resource: cpu"));
+        assert!(message.contains("PACKAGE_PRIORITY_CLASS_NAME=system-node-critical"));
+        let (_, critical) = refusal(&out_of_cpu(Some("system-node-critical"))).expect("refused");
+        assert!(
+            !critical.contains("PACKAGE_PRIORITY_CLASS_NAME"),
+            "no advice to set what is set"
+        );
+        // (case, pod) that say nothing beyond their Job.
+        for (case, p) in [
+            ("containers failed", json!({"status": {"phase": "Failed"}})),
+            (
+                "running",
+                json!({"status": {"phase": "Running", "reason": "X"}}),
+            ),
+            ("no status", json!({})),
+        ] {
+            assert_eq!(refusal(&pod(p)), None, "{case}");
+        }
+
+        let failed = |reason: &str| {
+            job(&package("drv").build(), crate::schema::Stage::Apply)
+                .outcome(Outcome::Failed {
+                    at: now(),
+                    reason: reason.into(),
+                    message: "Job has reached the specified backoff limit".into(),
+                })
+                .build()
+        };
+        let generic = failed("BackoffLimitExceeded");
+        assert!(generic.failure_unexplained());
+        let explained = generic.explained(("OutOfcpu".into(), "full".into()));
+        assert!(matches!(&explained.outcome,
+            Outcome::Failed { reason, message, .. } if reason == "OutOfcpu" && message == "full"));
+        assert!(!explained.failure_unexplained());
+        assert!(
+            !failed("DeadlineExceeded").failure_unexplained(),
+            "the Job's own reason is the news"
+        );
+        let mut counted = failed("BackoffLimitExceeded");
+        counted.counted = true;
+        assert!(
+            !counted.failure_unexplained(),
+            "folded already: never read again"
+        );
+    }
 }

@@ -100,6 +100,18 @@ async fn a_full_node_refuses_package_pods_until_they_are_critical() {
             .then_some(())
     })
     .await;
+    // The refusal is named where an SRE looks, with the setting that makes room.
+    let event = env
+        .wait_event("a Warning naming OutOfcpu", &sk, |e| {
+            e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some("OutOfcpu")
+        })
+        .await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("Node didn't have enough resource: cpu")
+            && message.contains("PACKAGE_PRIORITY_CLASS_NAME=system-node-critical"),
+        "{message}"
+    );
     let p = pods.get(&filler).await.expect("the filler");
     assert_eq!(
         reason(&p).0.as_deref(),
