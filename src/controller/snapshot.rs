@@ -193,32 +193,39 @@ fn job_views(
     views
 }
 
-/// The most failed Jobs whose pods one pass reads: a failure is folded in the pass that first
-/// sees it, so a thousand at once keep the Job controller's word beyond these.
+/// The most failed Jobs whose pods one pass reads, newest failure first.
 const FAILURES_EXPLAINED_PER_PASS: usize = 16;
 
-/// Failed Jobs not yet folded, with the reason their pod failed when the kubelet refused or
-/// stopped it: the pod watch follows pods only while `Pending` (memory at scale), and a pod the
-/// kubelet refuses at admission (`OutOfcpu`) goes from `Pending` straight to `Failed`. A read that
-/// fails leaves the Job controller's reason.
+/// How long after its failure a Job not yet folded has its pods read. A failure is folded within
+/// a pass or two of being seen; Jobs that nothing folds (an old version's, a node's that left the
+/// selector) are not read beyond this.
+const EXPLAIN_WITHIN: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
+
+/// Failed Jobs not yet folded, with the reason the kubelet refused their pod: the pod watch
+/// follows pods only while `Pending` (memory at scale), and a pod refused at admission
+/// (`OutOfcpu`) goes from `Pending` straight to `Failed`. The list is served from the API
+/// server's cache; a read that fails leaves the Job controller's reason.
 async fn explain_failures(
     client: &Client,
     namespace: &str,
     mut views: Vec<Arc<JobView>>,
 ) -> Vec<Arc<JobView>> {
+    let since = Timestamp::now() - EXPLAIN_WITHIN;
     let pods: KubeApi<Pod> = KubeApi::namespaced(client.clone(), namespace);
-    let unexplained: Vec<usize> = (0..views.len())
-        .filter(|&i| views[i].failure_unexplained())
-        .take(FAILURES_EXPLAINED_PER_PASS)
+    let mut unexplained: Vec<usize> = (0..views.len())
+        .filter(|&i| views[i].failure_unexplained(since))
         .collect();
+    unexplained.sort_by_key(|&i| std::cmp::Reverse(views[i].failed_at()));
+    unexplained.truncate(FAILURES_EXPLAINED_PER_PASS);
     for i in unexplained {
-        let lp = kube::api::ListParams::default().labels(&format!(
-            "{}={}",
-            schema::JOB_NAME_LABEL,
-            views[i].name
-        ));
+        let lp = kube::api::ListParams::default()
+            .labels(&format!("{}={}", schema::JOB_NAME_LABEL, views[i].name))
+            .match_any();
         match pods.list(&lp).await {
-            Ok(list) => {
+            Ok(mut list) => {
+                // The newest pod's refusal: the one the Job failed on.
+                list.items
+                    .sort_by_key(|p| std::cmp::Reverse(p.metadata.creation_timestamp.clone()));
                 if let Some(why) = list.items.iter().find_map(crate::jobs::view::refusal) {
                     views[i] = Arc::new(views[i].explained(why));
                 }

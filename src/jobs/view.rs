@@ -115,11 +115,22 @@ impl JobView {
         !matches!(self.outcome, Outcome::Running)
     }
 
-    /// A failure first seen, with only the Job controller's word for it ("BackoffLimitExceeded"):
-    /// its pod may say more (the kubelet refused it), read once before the failure is folded.
-    pub fn failure_unexplained(&self) -> bool {
-        matches!(&self.outcome, Outcome::Failed { reason, .. }
-            if !self.counted && GENERIC_JOB_FAILURES.contains(&reason.as_str()))
+    /// A recent failure not yet folded, with only the Job controller's word for it
+    /// ("BackoffLimitExceeded"): its pod may say more (the kubelet refused it). Failed Jobs that
+    /// nothing folds any more (an old version's, a node's that left) are past `since` and never
+    /// read again.
+    pub fn failure_unexplained(&self, since: Timestamp) -> bool {
+        matches!(&self.outcome, Outcome::Failed { reason, at, .. }
+            if !self.counted && !self.recorded && !self.deleting && *at >= since
+                && GENERIC_JOB_FAILURES.contains(&reason.as_str()))
+    }
+
+    /// When the Job failed (`None`: it did not).
+    pub fn failed_at(&self) -> Option<Timestamp> {
+        match self.outcome {
+            Outcome::Failed { at, .. } => Some(at),
+            _ => None,
+        }
     }
 
     /// This Job with its pod's `refusal` ([`refusal`]) as the reason and message of its failure.
@@ -139,12 +150,19 @@ impl JobView {
 /// The Job controller's reasons for a failed Job that say nothing of why its pod failed.
 const GENERIC_JOB_FAILURES: [&str; 2] = ["BackoffLimitExceeded", "PodFailurePolicy"];
 
-/// Why the kubelet refused or stopped a failed pod (`status.reason`, e.g. `OutOfcpu` at
-/// admission, `Evicted` under node pressure), with its message; `None` for a pod whose containers
-/// simply failed. A node too full for a package pod gets the setting that makes room named.
+/// Why the kubelet refused a failed pod at admission (`status.reason`, e.g. `OutOfcpu`), with
+/// its message; `None` for a pod whose containers failed, and for a pod that was disrupted
+/// (evicted, preempted, shut down: condition `DisruptionTarget`), which the Job's pod failure
+/// policy ignores and replaces, so its reason is not the Job's. A node too full for a package
+/// pod gets the setting that makes room named.
 pub fn refusal(pod: &Pod) -> Option<(String, String)> {
     let status = pod.status.as_ref()?;
-    if status.phase.as_deref() != Some("Failed") {
+    let disrupted = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "DisruptionTarget" && c.status == "True");
+    if status.phase.as_deref() != Some("Failed") || disrupted {
         return None;
     }
     let reason = status.reason.clone().filter(|r| !r.is_empty())?;
@@ -300,6 +318,11 @@ mod tests {
                 json!({"status": {"phase": "Running", "reason": "X"}}),
             ),
             ("no status", json!({})),
+            (
+                "preempted: the Job replaces it",
+                json!({"status": {"phase": "Failed", "reason": "Preempting",
+                    "conditions": [{"type": "DisruptionTarget", "status": "True"}]}}),
+            ),
         ] {
             assert_eq!(refusal(&pod(p)), None, "{case}");
         }
@@ -313,21 +336,26 @@ mod tests {
                 })
                 .build()
         };
+        let since = now() - jiff::SignedDuration::from_mins(10);
         let generic = failed("BackoffLimitExceeded");
-        assert!(generic.failure_unexplained());
+        assert!(generic.failure_unexplained(since));
         let explained = generic.explained(("OutOfcpu".into(), "full".into()));
         assert!(matches!(&explained.outcome,
             Outcome::Failed { reason, message, .. } if reason == "OutOfcpu" && message == "full"));
-        assert!(!explained.failure_unexplained());
+        assert!(!explained.failure_unexplained(since));
         assert!(
-            !failed("DeadlineExceeded").failure_unexplained(),
+            !failed("DeadlineExceeded").failure_unexplained(since),
             "the Job's own reason is the news"
         );
         let mut counted = failed("BackoffLimitExceeded");
         counted.counted = true;
         assert!(
-            !counted.failure_unexplained(),
+            !counted.failure_unexplained(since),
             "folded already: never read again"
+        );
+        assert!(
+            !generic.failure_unexplained(now() + jiff::SignedDuration::from_secs(1)),
+            "an old failure nothing folds is not read again"
         );
     }
 }

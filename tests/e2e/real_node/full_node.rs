@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use skyhook::schema::{self, State, Status};
@@ -45,7 +47,20 @@ async fn a_full_node_refuses_package_pods_until_they_are_critical() {
         .and_then(|s| s.allocatable)
         .and_then(|a| a.get("cpu").cloned())
         .expect("allocatable cpu");
-    let filler_cpu = millicores(&allocatable.0) - 50;
+    // Less what pods already on the node ask for (none today: the node is the test's own).
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let requested: i64 = Api::<Pod>::all(ctx.client.clone())
+        .list(&on_node)
+        .await
+        .expect("pods on the node")
+        .items
+        .iter()
+        .filter(|p| !matches!(reason(p).0.as_deref(), Some("Succeeded" | "Failed")))
+        .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+        .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get("cpu").cloned())
+        .map(|q| millicores(&q.0))
+        .sum();
+    let filler_cpu = millicores(&allocatable.0) - requested - 50;
     let filler = ctx.name("filler");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": filler},
@@ -84,6 +99,30 @@ async fn a_full_node_refuses_package_pods_until_they_are_critical() {
                 .find(|p| reason(p) == (Some("Failed".into()), Some("OutOfcpu".into())))
         })
         .await;
+    // What the Job controller says of it: only its generic reason, which the operator replaces.
+    let job_name = refused
+        .labels()
+        .get(schema::JOB_NAME_LABEL)
+        .cloned()
+        .expect("the refused pod's Job");
+    let job_reason = ctx
+        .wait_for("the refused pod's Job failed", ROLLOUT, || async {
+            let job = Api::<Job>::namespaced(ctx.client.clone(), &ctx.ns)
+                .get(&job_name)
+                .await
+                .ok()?;
+            job.status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "Failed" && c.status == "True")?
+                .reason
+        })
+        .await;
+    println!("the refused pod's Job failed with {job_reason}");
+    assert!(
+        ["BackoffLimitExceeded", "PodFailurePolicy"].contains(&job_reason.as_str()),
+        "the Job failed with {job_reason}"
+    );
     assert_eq!(
         refused
             .spec
@@ -147,8 +186,8 @@ async fn a_full_node_refuses_package_pods_until_they_are_critical() {
         );
         assert_eq!(spec.priority, Some(2_000_001_000), "the class's priority");
     }
-    // The kubelet's critical-pod admission stops the pod it evicts and says so in a condition
-    // (the pause container exits 0 on the TERM, so the phase says nothing).
+    // The kubelet's critical-pod admission stops the pod it evicts and says so in a condition;
+    // seen here with phase Succeeded and no reason (the pause container exits 0 on the TERM).
     ctx.wait_for(
         "the filler preempted by the kubelet",
         Duration::from_secs(60),
