@@ -62,6 +62,8 @@ pub struct JobView {
     pub node_version: Option<u64>,
     /// A pod container stuck waiting: (container, reason, message).
     pub stuck: Option<Box<(String, String, String)>>,
+    /// A reboot interrupt's [`schema::BOOT_ID_ANNOTATION`]: the boot it must see end.
+    pub boot_id: Option<Shared>,
 }
 
 impl JobView {
@@ -108,6 +110,10 @@ impl JobView {
                 .get(schema::NODE_VERSION_ANNOTATION)
                 .and_then(|v| v.parse().ok()),
             stuck,
+            boot_id: annotations
+                .get(schema::BOOT_ID_ANNOTATION)
+                .filter(|b| !b.is_empty())
+                .map(|b| Shared::new(b)),
         })
     }
 

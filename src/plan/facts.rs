@@ -131,6 +131,8 @@ fn read<'a>(
                 .annotation(&schema::drain_start_annotation(&skyhook))
                 .and_then(|t| t.parse().ok()),
             drain_timeout: super::drain::DrainRules::of(sk.spec.drain_config.as_ref()).timeout,
+            boot_id: Some(node.boot_id.as_str()).filter(|b| !b.is_empty()),
+            reboot_confirm: inp.config.reboot_confirm_timeout,
         },
         holds_cordon: node
             .annotations

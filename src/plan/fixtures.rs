@@ -397,6 +397,26 @@ impl NodeB {
         self
     }
 
+    /// `status.nodeInfo.bootID`, as a kubelet reports it.
+    pub(crate) fn boot(mut self, boot_id: &str) -> Self {
+        let info = [
+            "architecture",
+            "containerRuntimeVersion",
+            "kernelVersion",
+            "kubeProxyVersion",
+            "kubeletVersion",
+            "machineID",
+            "operatingSystem",
+            "osImage",
+            "systemUUID",
+        ]
+        .into_iter()
+        .map(|k| (k.to_string(), json!("")))
+        .chain([("bootID".to_string(), json!(boot_id))]);
+        self.node["status"]["nodeInfo"] = Value::Object(info.collect());
+        self
+    }
+
     /// `status.conditions`, as the API has them (the view keeps Skyhook's own only).
     pub(crate) fn conditions(mut self, conditions: Value) -> Self {
         self.node["status"]["conditions"] = conditions;
@@ -462,6 +482,7 @@ pub(crate) fn job(p: &Package, stage: Stage) -> JobB {
         node_version: None,
         counted: false,
         stuck: None,
+        boot_id: None,
     })
 }
 

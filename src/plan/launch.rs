@@ -10,7 +10,7 @@ use super::inputs::Inputs;
 use super::stage::{NodeAction, NodeOutcome};
 use crate::crd::{Package, Skyhook};
 use crate::jobs::{self, PlannedJob};
-use crate::schema::{self, Interrupt, Stage};
+use crate::schema::{self, Interrupt, InterruptType, Stage};
 use crate::settings::Config;
 
 /// Jobs on their way to the API server at most, those of earlier passes included; the rest wait
@@ -71,6 +71,17 @@ pub fn node_work(
                 if let Some(rv) = &f.node.resource_version {
                     job.annotations_mut()
                         .insert(schema::NODE_VERSION_ANNOTATION.to_string(), rv.clone());
+                }
+                // The boot this reboot must end (the machine waits for another boot id).
+                if interrupt
+                    .as_ref()
+                    .is_some_and(|i| i.kind == InterruptType::Reboot)
+                    && !f.node.boot_id.is_empty()
+                {
+                    job.annotations_mut().insert(
+                        schema::BOOT_ID_ANNOTATION.to_string(),
+                        f.node.boot_id.clone(),
+                    );
                 }
                 // Always `Some` for the builders' Jobs (every plan test that counts the Jobs
                 // created goes through here).

@@ -307,6 +307,11 @@ pub const COUNTED_ANNOTATION: &str = "skyhook.nvidia.com/counted";
 /// copy at least this new that no longer has the stage means the state was reset or moved on
 /// under the running Job (§4.7); an older copy is only a cache behind the Job's own write.
 pub const NODE_VERSION_ANNOTATION: &str = "skyhook.nvidia.com/node-resource-version";
+/// Reboot interrupt Job annotation: the node's boot id when the Job was created. The interrupt
+/// is done only once the node reports another boot id: agent v7 may exit 0 while the host is
+/// still going down (`agent-v7-contract.md`), and post-interrupt or the uncordon must not run in
+/// the boot that is ending.
+pub const BOOT_ID_ANNOTATION: &str = "skyhook.nvidia.com/boot-id";
 /// Hash of everything a Job's template was built from; a Job whose hash differs from the current
 /// spec's is stale.
 pub const SPEC_HASH_ANNOTATION: &str = "skyhook.nvidia.com/spec-hash";

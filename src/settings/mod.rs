@@ -121,6 +121,12 @@ pub struct Settings {
     /// mid-rollout. Needs SERVE_APIS to serve both APIs.
     #[arg(long, env = "MIGRATE_TO_NODEWRIGHT", default_value_t = false, action = clap::ArgAction::Set)]
     pub migrate_to_nodewright: bool,
+    /// How long a reboot interrupt whose agent exited 0 waits for the node to report a new boot
+    /// id before post-interrupt runs or the node is uncordoned (agent v7 exits 0 while the host
+    /// may still be going down). Past it the interrupt reads `erroring` and runs again; `0` takes
+    /// the agent's word at once (nodes whose boot id never changes, such as virtual kubelets).
+    #[arg(long, env = "REBOOT_CONFIRM_TIMEOUT", default_value = "10m")]
+    pub reboot_confirm_timeout: String,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -196,6 +202,8 @@ pub struct Config {
     pub copy_dir_root: String,
     pub agent_log_root: String,
     pub reapply_on_reboot: bool,
+    /// REBOOT_CONFIRM_TIMEOUT; zero: no wait for a new boot id.
+    pub reboot_confirm_timeout: Duration,
     pub runtime_required_taint: TaintSpec,
     pub pause_image: String,
     pub agent_image: String,
@@ -254,6 +262,7 @@ pub struct LeaderTimings {
 /// and is reported).
 struct Durations {
     default_interval: Duration,
+    reboot_confirm_timeout: Duration,
     stage_deadline: Duration,
     completed_job_ttl: Duration,
     retry_base: Duration,
@@ -347,7 +356,7 @@ impl Settings {
         #[rustfmt::skip]
         let [
             default_interval, stage_deadline, completed_job_ttl, retry_base, retry_max,
-            lease_duration, renew_deadline, retry_period,
+            lease_duration, renew_deadline, retry_period, reboot_confirm_timeout,
         ] = [
             ("DEFAULT_INTERVAL", &self.default_interval, secs(60)),
             match &self.job_stage_timeout {
@@ -363,10 +372,12 @@ impl Settings {
             ("LEADER_ELECTION_LEASE_DURATION", &self.leader_election_lease_duration, secs(2)),
             ("LEADER_ELECTION_RENEW_DEADLINE", &self.leader_election_renew_deadline, secs(1)),
             ("LEADER_ELECTION_RETRY_PERIOD", &self.leader_election_retry_period, millis(100)),
+            ("REBOOT_CONFIRM_TIMEOUT", &self.reboot_confirm_timeout, Duration::ZERO),
         ]
         .map(|(name, value, min)| checked_duration(name, value, min, errs));
         Durations {
             default_interval,
+            reboot_confirm_timeout,
             stage_deadline,
             completed_job_ttl,
             retry_base,
@@ -503,6 +514,7 @@ impl Settings {
             copy_dir_root: self.copy_dir_root.clone(),
             agent_log_root: self.agent_log_root.clone(),
             reapply_on_reboot: self.reapply_on_reboot,
+            reboot_confirm_timeout: d.reboot_confirm_timeout,
             runtime_required_taint,
             pause_image: self.pause_image.clone(),
             agent_image: self.agent_image.clone(),

@@ -64,7 +64,7 @@ bridge_name() { echo "skyhook-rn$1"; }
 PKI=$KT_DIR/pki
 KUBECONFIG_FILE=$KT_DIR/kubeconfig
 # Components in start order; `down` stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok log-agent registry kube-scheduler)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kwok log-agent kwok-reboots registry kube-scheduler)
 
 log() { printf '[test-cluster] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -126,22 +126,14 @@ fn object(sk: &skyhook::crd::Skyhook) -> Value {
 }
 
 async fn replace_spec(env: &Env, name: &str, spec: &Value) {
+    // One write: clearing the packages first and merging the new ones in a second patch let a
+    // pass read the spec in between (no packages), which uninstalls every package.
+    let ops = json!([{"op": "replace", "path": "/spec/packages", "value": spec["packages"]}]);
+    let ops: json_patch::Patch = serde_json::from_value(ops).expect("a JSON patch");
     env.skyhooks
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"packages": null}})),
-        )
+        .patch(name, &PatchParams::default(), &Patch::<()>::Json(ops))
         .await
-        .expect("clear packages");
-    env.skyhooks
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": spec })),
-        )
-        .await
-        .expect("patch spec");
+        .expect("replace the packages");
 }
 
 /// A new Skyhook: the plan names every node, its first Jobs are the operator's first Jobs, and

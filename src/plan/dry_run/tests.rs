@@ -38,7 +38,12 @@ fn snapshot(sk: Skyhook, nodes: Vec<Node>) -> Snapshot {
 
 fn nodes(n: usize) -> Vec<Node> {
     (1..=n)
-        .map(|i| node(&format!("n{i}")).created(i as i64).raw())
+        .map(|i| {
+            node(&format!("n{i}"))
+                .created(i as i64)
+                .boot(&format!("boot-n{i}"))
+                .raw()
+        })
         .collect()
 }
 

@@ -257,11 +257,28 @@ impl Sim {
             .filter(|(_, at)| **at <= now)
             .map(|(n, _)| n.clone())
             .collect();
+        let mut rebooted = false;
         for name in done {
             self.due.remove(&name);
             if let Some(j) = self.jobs.iter_mut().find(|j| j.name == name) {
-                Arc::make_mut(j).outcome = Outcome::Complete { at: now };
+                let j = Arc::make_mut(j);
+                j.outcome = Outcome::Complete { at: now };
+                // A reboot ends with the node in a new boot, which the planner waits to see.
+                if let Some(boot) = &j.boot_id
+                    && let Some(node) = self.nodes.get_mut(&*j.node)
+                {
+                    let info = node
+                        .status
+                        .get_or_insert_default()
+                        .node_info
+                        .get_or_insert_default();
+                    info.boot_id = format!("{}-after-{}", &**boot, j.name);
+                    rebooted = true;
+                }
             }
+        }
+        if rebooted {
+            self.views = self.nodes.values().map(|n| self.view(n)).collect();
         }
     }
 

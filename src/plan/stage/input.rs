@@ -46,6 +46,11 @@ pub struct Host<'a> {
     pub drain_started: Option<jiff::Timestamp>,
     /// `drainConfig.timeout`.
     pub drain_timeout: Option<Duration>,
+    /// The node's boot id now, when it reports one.
+    pub boot_id: Option<&'a str>,
+    /// How long a reboot interrupt whose agent exited 0 waits for a new boot id
+    /// (REBOOT_CONFIRM_TIMEOUT); zero takes the agent's word.
+    pub reboot_confirm: Duration,
 }
 
 /// One node's input to the fold. The decision to start work is not part of it: the pass makes

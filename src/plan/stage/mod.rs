@@ -8,6 +8,7 @@ mod input;
 mod invalidate;
 mod observe;
 mod outcome;
+mod reboot;
 mod start;
 mod versions;
 
@@ -73,7 +74,14 @@ pub fn fold(input: NodeInput) -> FoldedNode {
     // Judged against the state as stored; what folding does next never concerns these Jobs
     // (it reads only the Jobs of each entry's own stage, and prunes only failed ones).
     let unwanted = invalidate::find(&state, host.node_version, &known);
-    observe::observe(spec, &mut state, &mut applied, &known, &mut out);
+    observe::observe(
+        spec,
+        &mut state,
+        &mut applied,
+        &known,
+        (&host, now),
+        &mut out,
+    );
     observe::prune_failed(&known, failed_jobs_kept, &mut out);
     // A Job being deleted (Foreground) may still have its pod on the host: it counts.
     out.active = known.iter().any(|j| !j.finished());
@@ -224,7 +232,9 @@ fn run_work(
     // An interrupt runs alone: while one runs (or its Job is still being deleted), or once one
     // starts in this pass, no other stage starts on the node. The packages that merged into it
     // are still marked `skipped`, to complete with it.
+    // A reboot whose agent exited 0 in the boot that is ending is still under way.
     let mut interrupting = held.interrupt
+        || out.awaiting_reboot
         || m.jobs
             .iter()
             .any(|j| j.stage.is_interrupt() && !j.finished());

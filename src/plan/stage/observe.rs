@@ -3,11 +3,18 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
+
+use super::input::Host;
 use super::outcome::fresh_entry;
 use super::outcome::{NodeAction, NodeNote, NodeOutcome};
+use super::reboot::{self, Reboot};
 use crate::jobs::{JobView, Outcome};
 use crate::plan::spec::{SpecView, config_part, install_part};
 use crate::schema::{self, NodeState, PackageStatus, Stage, State};
+
+/// The failure reason of a reboot interrupt whose node kept its boot id.
+pub const REBOOT_NOT_SEEN: &str = "RebootNotSeen";
 
 /// §7.1: pre-v0.5 entries are keyed by bare name and lack an image.
 pub(super) fn migrate_legacy(spec: &SpecView, state: &mut NodeState) {
@@ -55,6 +62,7 @@ pub(super) fn observe(
     state: &mut NodeState,
     applied: &mut BTreeMap<String, String>,
     jobs: &[&JobView],
+    (host, now): (&Host, Timestamp),
     out: &mut NodeOutcome,
 ) {
     let entries: Vec<PackageStatus> = state.iter().map(|(_, e)| e.clone()).collect();
@@ -73,7 +81,28 @@ pub(super) fn observe(
             .iter()
             .find(|j| matches!(j.outcome, Outcome::Complete { .. }))
         {
-            completed(spec, state, applied, &e, &run, done, out);
+            match reboot::judge(done, host, now) {
+                Reboot::Seen => completed(spec, state, applied, &e, &run, done, out),
+                Reboot::Awaited { why, until } => {
+                    if e.state != Some(State::InProgress) {
+                        set(state, &e, e.stage, State::InProgress, e.restarts);
+                    }
+                    out.awaiting_reboot = true;
+                    out.blocked = Some(why);
+                    out.retry_at = Some(out.retry_at.map_or(until, |r| r.min(until)));
+                }
+                // Folded as a failure: the next pass runs the interrupt again (agent v7 finds
+                // its pending reboot in the same boot and reboots once more).
+                Reboot::NotSeen(why) => {
+                    let counted = e.restarts.saturating_add(1);
+                    set(state, &e, e.stage, State::Erroring, counted);
+                    out.notes
+                        .push(failed_note(&e, REBOOT_NOT_SEEN, why, counted));
+                    for j in &run {
+                        schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
+                    }
+                }
+            }
             continue;
         }
         // `restarts` is the persisted count of failed attempts of this run: it goes up by one

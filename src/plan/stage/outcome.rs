@@ -87,6 +87,9 @@ pub struct NodeOutcome {
     /// The drain clock (`drainStart_<sh>`): `None` leaves it as stored, `Some(None)` removes it
     /// (the drain is over), `Some(Some(t))` keeps or starts it at `t`.
     pub drain_start: Option<Option<Timestamp>>,
+    /// A reboot interrupt's agent exited 0 and the node still reports the boot it began in:
+    /// nothing else starts, post-interrupt waits, the node stays cordoned.
+    pub awaiting_reboot: bool,
     /// The drain took longer than `drainConfig.timeout`: nothing more is evicted and the node
     /// reads `erroring` until the node empties or the clock is reset.
     pub drain_timed_out: bool,

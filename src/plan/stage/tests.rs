@@ -1489,3 +1489,107 @@ fn a_drain_past_its_timeout_evicts_nothing_more() {
     assert_eq!(drained.drain_start, Some(None));
     assert_eq!(runs(&drained), vec![("pkg".into(), Stage::Interrupt, 0)]);
 }
+
+/// Agent v7 exits 0 from a reboot interrupt while the host may still be going down: the
+/// interrupt completes only in a new boot; meanwhile no post-interrupt, no other stage, and the
+/// node stays in progress (so cordoned); past REBOOT_CONFIRM_TIMEOUT the interrupt fails and runs
+/// again.
+#[test]
+fn a_reboot_interrupt_completes_only_once_the_boot_id_changes() {
+    let p = package("drv")
+        .reboot()
+        .with(json!({"configMap": {"k": "v"}}))
+        .build();
+    let other = package("tool").build();
+    let pk = packages([&p, &other]);
+    let none = BTreeMap::new();
+    let sv = view(&pk, &none);
+    let mut done = job(&p, Stage::Interrupt)
+        .outcome(Outcome::Complete { at: t(0) })
+        .build();
+    done.boot_id = Some(crate::interned::Shared::new("boot-1"));
+    let state = || {
+        node_state([
+            entry_of(&p, Stage::Interrupt, State::InProgress),
+            entry_of(&other, Stage::Apply, State::Complete),
+        ])
+    };
+    let host = |boot: &'static str| Host {
+        cordoned: true,
+        pods: Some(&[]),
+        boot_id: Some(boot),
+        reboot_confirm: std::time::Duration::from_secs(600),
+        ..Host::default()
+    };
+    let at = |boot, now| {
+        step(
+            &sv,
+            state(),
+            BTreeMap::new(),
+            host(boot),
+            &[&done],
+            true,
+            RETRY,
+            3,
+            now,
+        )
+    };
+
+    let waiting = at("boot-1", t(30));
+    assert!(runs(&waiting).is_empty(), "{:?}", waiting.actions);
+    assert!(waiting.awaiting_reboot);
+    assert_eq!(
+        state_of(&waiting, &p),
+        (Stage::Interrupt, Some(State::InProgress), 0)
+    );
+    assert!(
+        waiting
+            .blocked
+            .as_deref()
+            .is_some_and(|b| b.contains("boot id boot-1")),
+        "{:?}",
+        waiting.blocked
+    );
+    assert_eq!(waiting.retry_at, Some(t(600)));
+
+    // In the new boot, post-interrupt and the other package's next stage start.
+    let back = at("boot-2", t(30));
+    assert_eq!(
+        runs(&back),
+        vec![
+            ("drv".into(), Stage::PostInterrupt, 0),
+            ("tool".into(), Stage::Config, 0)
+        ]
+    );
+
+    let gave_up = at("boot-1", t(601));
+    assert!(
+        runs(&gave_up).iter().all(|(name, ..)| name != "drv"),
+        "{:?}",
+        gave_up.actions
+    );
+    assert_eq!(
+        state_of(&gave_up, &p),
+        (Stage::Interrupt, Some(State::Erroring), 1)
+    );
+    assert!(gave_up.notes.iter().any(
+        |n| matches!(n, NodeNote::Failed { reason, .. } if reason == super::observe::REBOOT_NOT_SEEN)
+    ));
+    // The next pass reads the attempt as folded and runs the interrupt again.
+    let mut folded = gave_up.folded.clone();
+    let mut state = gave_up.state;
+    state.upsert(entry_of(&other, Stage::Config, State::Complete));
+    let again = crate::plan::fixtures::step(StepInput {
+        spec: &sv,
+        state,
+        applied: BTreeMap::new(),
+        folded: std::mem::take(&mut folded),
+        host: host("boot-1"),
+        jobs: &[&done],
+        may_start: true,
+        retry: RETRY,
+        failed_jobs_kept: 3,
+        now: t(602),
+    });
+    assert_eq!(runs(&again), vec![("drv".into(), Stage::Interrupt, 1)]);
+}
