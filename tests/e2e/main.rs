@@ -1,4 +1,5 @@
 mod admission;
+mod agent_v7;
 mod binaries;
 mod cluster;
 mod deploy;

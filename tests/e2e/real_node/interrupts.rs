@@ -149,3 +149,107 @@ async fn a_service_interrupt_restarts_the_merged_services_once() {
         "systemctl calls:\n{calls}"
     );
 }
+
+/// `spec.unschedulable` of the node, each distinct value in order, sampled every 200 ms until
+/// the flag is set.
+fn cordon_sampler(
+    env: &Env,
+    node: &str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<Vec<bool>>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let nodes = env.node_api.clone();
+    let node = node.to_string();
+    let handle = tokio::spawn(async move {
+        let mut seen: Vec<bool> = Vec::new();
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            if let Ok(n) = nodes.get(&node).await {
+                let c = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+                if seen.last() != Some(&c) {
+                    seen.push(c);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        seen
+    });
+    (stop, handle)
+}
+
+/// A reboot under the emulation of agent v7's documented contract
+/// (tests/cluster/images.d/agent-v7-emulation; `end` is how its reboot ends): post-interrupt
+/// runs only in the new boot, the node is cordoned once and uncordoned once, at the end, and it
+/// never reads `erroring`. The emulation reads the boot id through the root mount (its `/proc`)
+/// and refuses a fourth argument to any stage but the interrupt, as v7 does.
+async fn v7_reboot(test: &str, end: &str) {
+    let (env, node) = setup(test, &[]).await;
+    let sk = env.ctx.name("v7");
+    let before = boot_id(&env, &node).await;
+    assert!(!before.is_empty(), "the kubelet reports no boot id");
+    let emulation = crate::support::real::images(&env.ctx).agent_v7_emulation;
+    let pkg = shellscript(
+        &env.ctx,
+        json!({
+            "config.sh": format!("#!/bin/bash\nmkdir -p /etc/skyhook-test\necho {end} >/etc/skyhook-test/v7-reboot-end\n"),
+            "post_interrupt.sh": "#!/bin/bash\ncat /proc/sys/kernel/random/boot_id >> /var/tmp/post-interrupt-boots\n",
+        }),
+        json!({"interrupt": {"type": "reboot"}, "agentImageOverride": emulation}),
+    );
+    let version = pkg["version"].as_str().expect("version").to_string();
+    let statuses = status_sampler(&env, &node, &sk);
+    let cordons = cordon_sampler(&env, &node);
+    roll_out(&env, &sk, json!({"agent": pkg})).await;
+    statuses.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    cordons.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = statuses.1.await.expect("sampler");
+    let cordoned = cordons.1.await.expect("sampler");
+    assert!(
+        !seen.contains(&"erroring".to_string()),
+        "the node read erroring during its reboot: {seen:?}"
+    );
+    let after = boot_id(&env, &node).await;
+    assert_ne!(after, before, "the boot id did not change");
+    let reboots = env
+        .ctx
+        .read_on_node(&node, "/var/log/skyhook-node/reboot.log")
+        .unwrap_or_default();
+    assert_eq!(reboots.lines().count(), 1, "reboots: {reboots}");
+    let post = env
+        .ctx
+        .read_on_node(&node, "/var/tmp/post-interrupt-boots")
+        .unwrap_or_default();
+    let post: Vec<&str> = post.lines().map(str::trim).collect();
+    assert!(!post.is_empty(), "post-interrupt never ran");
+    assert!(
+        post.iter().all(|b| *b == after),
+        "post-interrupt ran in boots {post:?}, not only in the new one {after} (before: {before})"
+    );
+    // Cordoned once, uncordoned once at the end: never schedulable in between.
+    let lifted = cordoned.windows(2).filter(|w| w[0] && !w[1]).count();
+    assert!(
+        lifted <= 1 && cordoned.last() == Some(&false),
+        "{cordoned:?}"
+    );
+    assert!(cordoned.contains(&true), "never cordoned: {cordoned:?}");
+    let (_, state) = env.node_state(&node, &sk).await.expect("node state");
+    let e = state.get("agent", &version).expect("package state");
+    assert_eq!(
+        (e.stage, e.state),
+        (Stage::PostInterrupt, Some(State::Complete))
+    );
+}
+
+/// Agent v7 may exit 0 while the host is still going down: the operator waits for the new boot.
+#[tokio::test]
+async fn agent_v7_emulated_exiting_0_before_the_host_is_down_goes_on_only_in_the_new_boot() {
+    v7_reboot("rn-v7-exit0", "exit0").await;
+}
+
+/// Agent v7 killed by its own reboot ends with 143: not a failure (upstream #633).
+#[tokio::test]
+async fn agent_v7_emulated_killed_by_its_reboot_never_reads_erroring() {
+    v7_reboot("rn-v7-killed", "killed").await;
+}

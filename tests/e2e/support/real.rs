@@ -11,6 +11,9 @@ use super::{TestCtx, cluster_dir, run};
 /// The image references `tests/cluster/images push` wrote for this cluster.
 pub struct Images {
     pub agent: String,
+    /// The agent image with agent v7's documented reboot contract emulated
+    /// (tests/cluster/images.d/agent-v7-emulation), not agent v7 itself.
+    pub agent_v7_emulation: String,
     /// The pause image the real nodes' sandboxes use: a workload that pulls nothing new.
     pub pause: String,
     /// The shellscript package's repository (a Skyhook names it without the tag).
@@ -46,6 +49,7 @@ pub fn images(ctx: &TestCtx) -> Images {
         .expect("SHELLSCRIPT_IMAGE has a tag");
     Images {
         agent: get("AGENT_IMAGE"),
+        agent_v7_emulation: get("AGENT_V7_EMULATION_IMAGE"),
         pause: get("PAUSE_IMAGE"),
         shellscript_repo: repo.to_string(),
         shellscript_version: version.to_string(),
