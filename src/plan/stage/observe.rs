@@ -81,28 +81,7 @@ pub(super) fn observe(
             .iter()
             .find(|j| matches!(j.outcome, Outcome::Complete { .. }))
         {
-            match reboot::judge(done, host, now) {
-                Reboot::Seen => completed(spec, state, applied, &e, &run, done, out),
-                Reboot::Awaited { why, until } => {
-                    if e.state != Some(State::InProgress) {
-                        set(state, &e, e.stage, State::InProgress, e.restarts);
-                    }
-                    out.awaiting_reboot = true;
-                    out.blocked = Some(why);
-                    out.retry_at = Some(out.retry_at.map_or(until, |r| r.min(until)));
-                }
-                // Folded as a failure: the next pass runs the interrupt again (agent v7 finds
-                // its pending reboot in the same boot and reboots once more).
-                Reboot::NotSeen(why) => {
-                    let counted = e.restarts.saturating_add(1);
-                    set(state, &e, e.stage, State::Erroring, counted);
-                    out.notes
-                        .push(failed_note(&e, REBOOT_NOT_SEEN, why, counted));
-                    for j in &run {
-                        schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
-                    }
-                }
-            }
+            finished(spec, state, applied, (&e, &run, done), (host, now), out);
             continue;
         }
         // `restarts` is the persisted count of failed attempts of this run: it goes up by one
@@ -148,6 +127,40 @@ pub(super) fn observe(
                 }
             }
             Outcome::Complete { .. } => {}
+        }
+    }
+}
+
+/// A successful Job `done` of `e`'s stage: folded as complete, unless it is a reboot whose new
+/// boot the node has not reported yet ([`reboot::judge`]).
+fn finished(
+    spec: &SpecView,
+    state: &mut NodeState,
+    applied: &mut BTreeMap<String, String>,
+    (e, run, done): (&PackageStatus, &[&JobView], &JobView),
+    (host, now): (&Host, Timestamp),
+    out: &mut NodeOutcome,
+) {
+    match reboot::judge(done, host, now) {
+        Reboot::Seen => completed(spec, state, applied, e, run, done, out),
+        Reboot::Awaited { why, until } => {
+            if e.state != Some(State::InProgress) {
+                set(state, e, e.stage, State::InProgress, e.restarts);
+            }
+            out.awaiting_reboot = true;
+            out.blocked = Some(why);
+            out.retry_at = Some(out.retry_at.map_or(until, |r| r.min(until)));
+        }
+        // Folded as a failure: the next pass runs the interrupt again (agent v7 finds its
+        // pending reboot in the same boot and reboots once more).
+        Reboot::NotSeen(why) => {
+            let counted = e.restarts.saturating_add(1);
+            set(state, e, e.stage, State::Erroring, counted);
+            out.notes
+                .push(failed_note(e, REBOOT_NOT_SEEN, why, counted));
+            for j in run {
+                schema::fold(&mut out.folded, &j.package, &j.version, j.stage, j.attempt);
+            }
         }
     }
 }

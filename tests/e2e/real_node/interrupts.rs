@@ -19,6 +19,28 @@ async fn boot_id(env: &Env, node: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The node rebooted exactly once, into a new boot id, and post-interrupt (its script records
+/// the boot id to /var/tmp/post-interrupt-boots) ran only in that new boot.
+async fn rebooted_once(env: &Env, node: &str, before: &str) {
+    let after = boot_id(env, node).await;
+    assert_ne!(after, before, "the boot id did not change");
+    let reboots = env
+        .ctx
+        .read_on_node(node, "/var/log/skyhook-node/reboot.log")
+        .unwrap_or_default();
+    assert_eq!(reboots.lines().count(), 1, "reboots: {reboots}");
+    let post = env
+        .ctx
+        .read_on_node(node, "/var/tmp/post-interrupt-boots")
+        .unwrap_or_default();
+    let post: Vec<&str> = post.lines().map(str::trim).collect();
+    assert!(!post.is_empty(), "post-interrupt never ran");
+    assert!(
+        post.iter().all(|b| *b == after),
+        "post-interrupt ran in boots {post:?}, not only in the new one {after} (before: {before})"
+    );
+}
+
 /// The node's status annotation for `sk`, each distinct value in order, sampled every 200 ms
 /// until the flag is set.
 fn status_sampler(
@@ -76,23 +98,7 @@ async fn a_reboot_restarts_the_node_and_post_interrupt_runs_after_it() {
         "the node read erroring during its reboot: {seen:?}"
     );
 
-    let after = boot_id(&env, &node).await;
-    assert_ne!(after, before, "the boot id did not change");
-    let reboots = env
-        .ctx
-        .read_on_node(&node, "/var/log/skyhook-node/reboot.log")
-        .unwrap_or_default();
-    assert_eq!(reboots.lines().count(), 1, "reboots: {reboots}");
-    let post = env
-        .ctx
-        .read_on_node(&node, "/var/tmp/post-interrupt-boots")
-        .unwrap_or_default();
-    let post: Vec<&str> = post.lines().map(str::trim).collect();
-    assert!(!post.is_empty(), "post-interrupt never ran");
-    assert!(
-        post.iter().all(|b| *b == after),
-        "post-interrupt ran in boots {post:?}, not only in the new one {after}"
-    );
+    rebooted_once(&env, &node, &before).await;
     let n: Node = env.node_api.get(&node).await.expect("node");
     assert!(
         !n.spec
@@ -210,23 +216,7 @@ async fn v7_reboot(test: &str, end: &str) {
         !seen.contains(&"erroring".to_string()),
         "the node read erroring during its reboot: {seen:?}"
     );
-    let after = boot_id(&env, &node).await;
-    assert_ne!(after, before, "the boot id did not change");
-    let reboots = env
-        .ctx
-        .read_on_node(&node, "/var/log/skyhook-node/reboot.log")
-        .unwrap_or_default();
-    assert_eq!(reboots.lines().count(), 1, "reboots: {reboots}");
-    let post = env
-        .ctx
-        .read_on_node(&node, "/var/tmp/post-interrupt-boots")
-        .unwrap_or_default();
-    let post: Vec<&str> = post.lines().map(str::trim).collect();
-    assert!(!post.is_empty(), "post-interrupt never ran");
-    assert!(
-        post.iter().all(|b| *b == after),
-        "post-interrupt ran in boots {post:?}, not only in the new one {after} (before: {before})"
-    );
+    rebooted_once(&env, &node, &before).await;
     // Cordoned once, uncordoned once at the end: never schedulable in between.
     let lifted = cordoned.windows(2).filter(|w| w[0] && !w[1]).count();
     assert!(
