@@ -42,7 +42,7 @@ async fn rebooted_once(env: &Env, node: &str, before: &str) {
 }
 
 /// The node's status annotation for `sk`, each distinct value in order, sampled every 200 ms
-/// until the flag is set.
+/// until the flag is set, and once after.
 fn status_sampler(
     env: &crate::support::Env,
     node: &str,
@@ -57,16 +57,20 @@ fn status_sampler(
     let (node, key) = (node.to_string(), skyhook::schema::status_annotation(sk));
     let handle = tokio::spawn(async move {
         let mut seen: Vec<String> = Vec::new();
-        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            // Read before the flag: the last sample is taken after the caller stopped.
+            let last = flag.load(std::sync::atomic::Ordering::SeqCst);
             if let Ok(n) = nodes.get(&node).await
                 && let Some(v) = n.metadata.annotations.and_then(|a| a.get(&key).cloned())
                 && seen.last() != Some(&v)
             {
                 seen.push(v);
             }
+            if last {
+                break seen;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        seen
     });
     (stop, handle)
 }
@@ -157,7 +161,7 @@ async fn a_service_interrupt_restarts_the_merged_services_once() {
 }
 
 /// `spec.unschedulable` of the node, each distinct value in order, sampled every 200 ms until
-/// the flag is set.
+/// the flag is set, and once after.
 fn cordon_sampler(
     env: &Env,
     node: &str,
@@ -171,16 +175,21 @@ fn cordon_sampler(
     let node = node.to_string();
     let handle = tokio::spawn(async move {
         let mut seen: Vec<bool> = Vec::new();
-        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            // Read before the flag: the last sample is taken after the caller stopped, so the
+            // uncordon written just before the Skyhook reads complete is seen.
+            let last = flag.load(std::sync::atomic::Ordering::SeqCst);
             if let Ok(n) = nodes.get(&node).await {
                 let c = n.spec.and_then(|s| s.unschedulable).unwrap_or(false);
                 if seen.last() != Some(&c) {
                     seen.push(c);
                 }
             }
+            if last {
+                break seen;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        seen
     });
     (stop, handle)
 }
