@@ -229,6 +229,10 @@ pub struct NodeSkyhookSummary {
     /// `waiting since <time>`, or `failed` past the gate's timeout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_gate: Option<String>,
+    /// The interrupt waits for pods matching `podNonInterruptLabels` (this project's
+    /// extension): `<ns/pod, ...> since <time> (<age>)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protected_pods: Option<String>,
 }
 
 impl NodeSkyhookSummary {
@@ -245,6 +249,7 @@ impl NodeSkyhookSummary {
             "cordoned",
             "runtimeRequiredCordon",
             "healthGate",
+            "protectedPods",
         ],
         name_field: "nodeName",
     };
@@ -317,6 +322,12 @@ pub fn status_summaries(
                     .annotations
                     .contains_key(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
                 health_gate,
+                protected_pods: schema::ProtectedWait::parse(
+                    node.annotations
+                        .get(&schema::protected_wait_annotation(sh))
+                        .map(String::as_str),
+                )
+                .map(|w| w.describe(jiff::Timestamp::now())),
             });
         }
     }
@@ -383,6 +394,7 @@ pub fn render_status(
     // The health gate's column shows only when a node is held by one (this project's
     // extension): the table is otherwise upstream CLI's.
     let gated = summaries.iter().any(|s| s.health_gate.is_some());
+    let protected = summaries.iter().any(|s| s.protected_pods.is_some());
     let rows: Vec<Vec<Field>> = summaries
         .iter()
         .map(|s| {
@@ -397,6 +409,9 @@ pub fn render_status(
             if gated {
                 row.push(Field::from(s.health_gate.as_deref().unwrap_or("-")));
             }
+            if protected {
+                row.push(Field::from(s.protected_pods.as_deref().unwrap_or("-")));
+            }
             row
         })
         .collect();
@@ -410,6 +425,9 @@ pub fn render_status(
     ];
     if gated {
         headers.push("HEALTH-GATE");
+    }
+    if protected {
+        headers.push("WAITING-FOR-PROTECTED-PODS");
     }
     Ok(painter.table(&headers, &rows))
 }
@@ -798,6 +816,7 @@ mod tests {
         // Only read for -o wide or a sort by it, so the fixture has none.
         summary.compartment = Some("rack-1".into());
         summary.health_gate = Some("waiting since 2026-11-28T10:00:00Z".into());
+        summary.protected_pods = Some("apps/train since 2026-11-28T10:00:00Z (5s)".into());
         let sortable = NodeSkyhookSummary::SORTABLE;
         assert_eq!(sortable.absent_from(&summary), Vec::<&str>::new());
         let json = serde_json::to_value(&summary).unwrap();
@@ -830,6 +849,31 @@ mod tests {
         let (status, words) = health_gate(&node, "sh", State::Complete);
         assert_eq!(status, State::Erroring);
         assert!(words.is_some_and(|w| w.starts_with("failed")));
+    }
+
+    /// A node whose interrupt waits for protected pods shows them, and since when, in a column
+    /// of its own that only then appears.
+    #[test]
+    fn a_node_waiting_for_protected_pods_names_them() {
+        let p = Painter::new(false);
+        let plain = status_summaries(&ctx(), &fixture(), &cordoned(), None, Some("sh"), false);
+        let text = render_status(&p, OutputFormat::Table, &plain).unwrap();
+        assert!(!text.contains("WAITING-FOR-PROTECTED-PODS"), "{text}");
+        let mut nodes = fixture();
+        let wait = schema::ProtectedWait {
+            since: "2026-11-28T10:00:00Z".parse().unwrap(),
+            pods: vec!["apps/train".into()],
+        };
+        nodes[0]
+            .annotations
+            .insert(schema::protected_wait_annotation("sh"), wait.to_json());
+        let rows = status_summaries(&ctx(), &nodes, &cordoned(), None, Some("sh"), false);
+        let text = render_status(&p, OutputFormat::Table, &rows).unwrap();
+        assert!(text.contains("WAITING-FOR-PROTECTED-PODS"), "{text}");
+        assert!(
+            text.contains("apps/train since 2026-11-28T10:00:00Z"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -76,6 +76,12 @@ pub fn validate_skyhook(skyhook: &Skyhook) -> Result<(), Vec<ValidationError>> {
             ),
         );
     }
+    let cordon = crate::schema::NON_INTERRUPT_CORDON_ANNOTATION;
+    if let Err(why) =
+        crate::schema::ProtectedCordon::of(skyhook.annotations().get(cordon).map(String::as_str))
+    {
+        errs.push(format!("metadata.annotations[{cordon}]"), why);
+    }
     let budget = &spec.interruption_budget;
     errs.range(
         "spec.interruptionBudget.percent",

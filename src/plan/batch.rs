@@ -3,6 +3,7 @@
 //! ones that failed, unless the failure threshold stopped the compartment.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use jiff::Timestamp;
 
@@ -28,6 +29,9 @@ pub struct Seen {
     /// The kubelet says the node is not Ready, or (with a health gate) its selected pods or node
     /// condition fail: a node of a soaking batch in this state fails the batch.
     pub unhealthy: bool,
+    /// Gave its batch slot back while waiting for protected pods, which are gone now: it is
+    /// picked first at the next batch choice, and not before (the budget holds).
+    pub resuming: bool,
 }
 
 impl Seen {
@@ -43,7 +47,42 @@ impl Seen {
             erroring: o.any_state(State::Erroring),
             eligible: f.eligible(),
             unhealthy: f.node.not_ready,
+            resuming: false,
         }
+    }
+
+    /// As the wait for protected pods sees the node (issue 51, upstream #543): within
+    /// `release` of its start the node holds its slot, cordoned or not; past it the node gives
+    /// the slot back, is no candidate while the pods run, and resumes first once they are gone.
+    pub fn protected(
+        mut self,
+        f: &NodeFacts,
+        active: bool,
+        now: Timestamp,
+        release: Duration,
+    ) -> Self {
+        let Some(since) = f.host.protected_since else {
+            return self;
+        };
+        if f.block.is_some() {
+            return self;
+        }
+        let waited = now.duration_since(since).unsigned_abs();
+        if waited < release {
+            self.busy = true;
+            return self;
+        }
+        self.busy = active;
+        let running = f
+            .host
+            .pods
+            .is_none_or(|pods| !super::drain::protected_pods(pods).is_empty());
+        if running {
+            self.eligible = false;
+        } else {
+            self.resuming = true;
+        }
+        self
     }
 }
 
@@ -177,8 +216,9 @@ pub fn allowed(seen: &[&Seen], size: usize, can_run: bool) -> BTreeSet<String> {
         .copied()
         .filter(|s| !s.settled && s.eligible)
         .collect();
-    // Stable sort: oldest node first within each group (§6.4's waiting/unknown before erroring).
-    candidates.sort_by_key(|s| s.erroring);
+    // Stable sort: oldest node first within each group (§6.4's waiting/unknown before erroring),
+    // a node back from its wait for protected pods first of all.
+    candidates.sort_by_key(|s| (s.erroring, !s.resuming));
     candidates
         .into_iter()
         .take(size)
@@ -198,6 +238,7 @@ mod tests {
     fn seen(rows: &[(&str, bool, bool, bool, bool)]) -> Vec<Seen> {
         rows.iter()
             .map(|&(name, busy, settled, erroring, eligible)| Seen {
+                resuming: false,
                 name: name.to_string(),
                 busy,
                 settled,
@@ -455,6 +496,95 @@ mod tests {
             assert_eq!((s.busy, s.erroring, s.eligible), want, "case: {name}");
             assert_eq!(s.name, "n", "case: {name}");
             assert!(Seen::of(&f, &o, true).settled, "case: {name}");
+        }
+    }
+
+    /// Issue 51 (upstream #543): a node waiting for protected pods holds its slot for the
+    /// release wait, then gives it back and is no candidate while they run; once they are gone
+    /// it is picked first at the next batch choice, never joining a batch at work.
+    #[test]
+    fn a_node_waiting_for_protected_pods_gives_its_slot_back() {
+        use crate::plan::drain::PodInfo;
+        use crate::plan::fixtures::t;
+        let node = node("n").build();
+        let train = [PodInfo {
+            namespace: "apps".into(),
+            name: "train".into(),
+            protected: true,
+            evictable: false,
+            terminating: false,
+            unmovable: None,
+            health: None,
+        }];
+        let release = Duration::from_secs(20);
+        let at = |secs: i64| t(0) + jiff::SignedDuration::from_secs(secs);
+        let seen = |pods: Option<&'static [PodInfo]>, since: Option<Timestamp>, now: Timestamp| {
+            let mut f = facts(&node);
+            f.holds_cordon = true;
+            f.host.pods = pods;
+            f.host.protected_since = since;
+            let s = Seen::of(&f, &NodeOutcome::default(), false);
+            let s = s.protected(&f, false, now, release);
+            (s.busy, s.eligible, s.resuming)
+        };
+        let train: &'static [PodInfo] = Box::leak(Box::new(train));
+        // (case, pods listed, wait since, now, (busy, eligible, resuming))
+        let cases = [
+            ("no wait", Some(train), None, at(100), (true, true, false)),
+            (
+                "within the release wait",
+                Some(train),
+                Some(at(0)),
+                at(19),
+                (true, true, false),
+            ),
+            (
+                "past it, still running",
+                Some(train),
+                Some(at(0)),
+                at(20),
+                (false, false, false),
+            ),
+            (
+                "past it, pods not listed",
+                None,
+                Some(at(0)),
+                at(30),
+                (false, false, false),
+            ),
+            (
+                "past it, gone",
+                Some(&[]),
+                Some(at(0)),
+                at(30),
+                (false, true, true),
+            ),
+        ];
+        for (name, pods, since, now, want) in cases {
+            assert_eq!(seen(pods, since, now), want, "case: {name}");
+        }
+        // Back from its wait: first in line, but only once no batch is at work.
+        let back = Seen {
+            resuming: true,
+            ..seen_row("back", false, false)
+        };
+        let (a, b) = (seen_row("a", false, false), seen_row("b", false, false));
+        let got = allowed(&[&a, &b, &back], 1, true);
+        assert_eq!(got, BTreeSet::from(["back".to_string()]));
+        let busy = seen_row("busy", true, false);
+        let got = allowed(&[&busy, &back], 2, true);
+        assert_eq!(got, BTreeSet::from(["busy".to_string()]));
+    }
+
+    fn seen_row(name: &str, busy: bool, settled: bool) -> Seen {
+        Seen {
+            name: name.into(),
+            busy,
+            settled,
+            erroring: false,
+            eligible: true,
+            unhealthy: false,
+            resuming: false,
         }
     }
 

@@ -34,6 +34,7 @@ pub fn plan_delete(sk: &Skyhook, nodes: &[Arc<NodeView>], jobs_on: &BTreeSet<Str
         schema::folded_annotation(&name),
         schema::drain_start_annotation(&name),
         schema::health_gate_annotation(&name),
+        schema::protected_wait_annotation(&name),
         schema::taken_over_annotation(&name),
     ];
     for n in nodes {

@@ -119,13 +119,27 @@ impl Listing {
         own_namespace: &str,
     ) -> Listing {
         let health = PodGate::of(sk);
-        // A node waiting for its health gate, or soaking, is listed too, cordoned or not.
-        let gate_clock = schema::health_gate_annotation(&sk.name_any());
+        // A node waiting for its health gate, or soaking, is listed too, cordoned or not; so is
+        // one waiting for protected pods and, when the Skyhook cordons only once they are gone,
+        // one at work (its next pass may need to know).
+        let name = sk.name_any();
+        let gate_clock = schema::health_gate_annotation(&name);
+        let protected_clock = schema::protected_wait_annotation(&name);
+        let late = super::facts::protected_cordon(sk) == schema::ProtectedCordon::PodsGone;
+        let status = schema::status_annotation(&name);
+        let at_work = |n: &NodeView| {
+            matches!(
+                schema::Status::from_annotation(n.annotation(&status)),
+                schema::Status::InProgress | schema::Status::Erroring
+            )
+        };
         Listing {
             nodes: targeted(sk, nodes)
                 .into_iter()
                 .filter(|n| {
                     n.unschedulable
+                        || n.annotations.contains_key(&protected_clock)
+                        || (late && at_work(n))
                         || (health.is_some()
                             && (n.annotations.contains_key(&gate_clock)
                                 || soaking.contains(&n.name)))
@@ -268,21 +282,33 @@ pub enum Readiness {
     Terminating(Vec<String>),
 }
 
+/// The pods matching `podNonInterruptLabels` (`ns/name`), sorted.
+pub fn protected_pods(pods: &[PodInfo]) -> Vec<String> {
+    let mut out: Vec<String> = pods
+        .iter()
+        .filter(|p| p.protected)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    out.sort();
+    out
+}
+
 /// Decides the drain of a node: cordon, then wait for protected pods, then evict the rest.
-pub fn readiness(cordoned: bool, pods: Option<&[PodInfo]>) -> Readiness {
-    if !cordoned {
+/// `late`: the `pods-gone` cordon choice, where the protected pods are waited for before the
+/// cordon (and checked again after it, as one may have started in between).
+pub fn readiness(cordoned: bool, pods: Option<&[PodInfo]>, late: bool) -> Readiness {
+    if !cordoned && !late {
         return Readiness::Cordon;
     }
     let Some(pods) = pods else {
         return Readiness::Listing;
     };
-    let protected: Vec<String> = pods
-        .iter()
-        .filter(|p| p.protected)
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-        .collect();
+    let protected = protected_pods(pods);
     if !protected.is_empty() {
         return Readiness::Protected(protected);
+    }
+    if !cordoned {
+        return Readiness::Cordon;
     }
     let unmovable: Vec<String> = pods
         .iter()
@@ -590,9 +616,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn readiness_cordon_then_list_then_protected_then_evict() {
-        let info = |name: &str, protected: bool, evictable: bool| PodInfo {
+    fn info(name: &str, protected: bool, evictable: bool) -> PodInfo {
+        PodInfo {
             namespace: "ns".into(),
             name: name.into(),
             protected,
@@ -600,7 +625,11 @@ mod tests {
             terminating: false,
             unmovable: None,
             health: None,
-        };
+        }
+    }
+
+    #[test]
+    fn readiness_cordon_then_list_then_protected_then_evict() {
         let gone_soon = |name: &str| PodInfo {
             terminating: true,
             ..info(name, false, false)
@@ -668,7 +697,50 @@ mod tests {
             ),
         ];
         for (name, cordoned, pods, want) in cases {
-            assert_eq!(readiness(cordoned, pods.as_deref()), want, "case: {name}");
+            assert_eq!(
+                readiness(cordoned, pods.as_deref(), false),
+                want,
+                "case: {name}"
+            );
+        }
+    }
+
+    #[test]
+    fn cordon_once_the_protected_pods_are_gone() {
+        let protected = vec![info("train", true, false), info("web", false, true)];
+        let cases = [
+            ("not listed yet", false, None, Readiness::Listing),
+            (
+                "a protected pod runs: wait uncordoned",
+                false,
+                Some(protected.clone()),
+                Readiness::Protected(vec!["ns/train".into()]),
+            ),
+            (
+                "gone: cordon",
+                false,
+                Some(vec![info("web", false, true)]),
+                Readiness::Cordon,
+            ),
+            (
+                "cordoned, and one started in between: wait again",
+                true,
+                Some(protected),
+                Readiness::Protected(vec!["ns/train".into()]),
+            ),
+            (
+                "cordoned and clear: evict",
+                true,
+                Some(vec![info("web", false, true)]),
+                Readiness::Evict(vec![("ns".into(), "web".into())]),
+            ),
+        ];
+        for (name, cordoned, pods, want) in cases {
+            assert_eq!(
+                readiness(cordoned, pods.as_deref(), true),
+                want,
+                "case: {name}"
+            );
         }
     }
 
@@ -806,7 +878,7 @@ mod tests {
         // Unmovable pods hold the drain before anything is evicted, naming why.
         let no_force = config(json!({"force": false}));
         let pods = classify([&bare, &with_empty_dir], &keep(&no_force), None);
-        match readiness(true, Some(&pods)) {
+        match readiness(true, Some(&pods), false) {
             Readiness::Unmovable(why) => {
                 assert_eq!(why.len(), 1);
                 assert!(why[0].contains("drainConfig.force"), "{why:?}");

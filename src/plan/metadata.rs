@@ -88,6 +88,7 @@ pub fn node_patch(
     }
     runtime_required(m, f.node, settled, &mut patch);
     drain_clock(&name, f, o, settled, &mut patch);
+    protected_clock(&name, f, o, settled, &mut patch);
     bookkeeping(
         &mut patch,
         schema::applied_annotation(&name),
@@ -112,6 +113,39 @@ fn drain_clock(name: &str, f: &NodeFacts, o: &NodeOutcome, settled: bool, patch:
     match want {
         Some(Some(t)) if stored.is_none() => {
             patch.annotations.insert(key, Some(t.to_string()));
+        }
+        Some(None) if stored.is_some() => {
+            patch.annotations.insert(key, None);
+        }
+        _ => {}
+    }
+}
+
+/// `nonInterruptWait_<sh>` as the machine left it: started or kept with the pods seen (written
+/// again only when they change), or gone with the wait (or the node's work).
+fn protected_clock(
+    name: &str,
+    f: &NodeFacts,
+    o: &NodeOutcome,
+    settled: bool,
+    patch: &mut NodePatch,
+) {
+    let key = schema::protected_wait_annotation(name);
+    let stored = f.node.annotation(&key);
+    let want = if settled {
+        Some(None)
+    } else {
+        o.protected_since
+    };
+    match want {
+        Some(Some(since)) => {
+            let wait = schema::ProtectedWait {
+                since,
+                pods: o.protected_pods.clone(),
+            };
+            if schema::ProtectedWait::parse(stored) != Some(wait.clone()) {
+                patch.annotations.insert(key, Some(wait.to_json()));
+            }
         }
         Some(None) if stored.is_some() => {
             patch.annotations.insert(key, None);

@@ -113,6 +113,8 @@ struct Tally {
     blocked_nodes: Vec<String>,
     /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
     non_interrupt_nodes: Vec<String>,
+    /// Those nodes' waits: since when, which pods, and whether the slot was given back.
+    protected_waits: Vec<status::ProtectedWaitRow>,
     /// Every node waits for this `sequencing: all` Skyhook ordered before this one.
     waiting_on: Option<String>,
     /// `nodePriority` with this pass's picks, and each listed node's `SKYHOOK_NODE_ORDER`.
@@ -333,7 +335,13 @@ impl<'a> Planner<'a> {
         for (f, node) in facts.iter().zip(folds) {
             let o = node.outcome();
             let (settled, health) = self.gate(f, o);
-            let mut s = Seen::of(f, o, settled).gated(&health, o.active);
+            let release = self.inp.config.non_interrupt_slot_release;
+            let mut s = Seen::of(f, o, settled).gated(&health, o.active).protected(
+                f,
+                o.active,
+                self.inp.now,
+                release,
+            );
             s.unhealthy |= self.sick(f);
             if self.may_have_fresh_work(f, &s) {
                 let ahead = node.advance();
@@ -354,6 +362,7 @@ impl<'a> Planner<'a> {
                 erroring: false,
                 eligible: false,
                 unhealthy: f.node.not_ready,
+                resuming: false,
             }
         }));
         let members: Vec<Member> = facts
@@ -415,7 +424,38 @@ impl<'a> Planner<'a> {
             Status::from_annotation(stored),
             Status::InProgress | Status::Erroring
         );
-        !seen.busy && !seen.settled && seen.eligible && at_work
+        // A node back from its wait for protected pods waits for the next batch choice.
+        !seen.busy && !seen.settled && seen.eligible && !seen.resuming && at_work
+    }
+
+    /// A node waiting for protected pods, for the conditions. One this pass did not judge
+    /// again (its slot given back) keeps its stored clock, with the pods as listed now.
+    fn protected_wait(&self, f: &NodeFacts, o: &mut NodeOutcome, tally: &mut Tally) {
+        let now = self.inp.now;
+        if o.protected_since.is_none()
+            && let Some(since) = f.host.protected_since
+            && let Some(pods) = f.host.pods
+        {
+            let running = drain::protected_pods(pods);
+            if !running.is_empty() {
+                o.protected_pods = running;
+                o.protected_since = Some(Some(since));
+            }
+        }
+        if o.protected_pods.is_empty() {
+            return;
+        }
+        let since = o.protected_since.flatten().unwrap_or(now);
+        let release = self.inp.config.non_interrupt_slot_release;
+        tally.non_interrupt_nodes.push(f.name.clone());
+        tally.protected_waits.push(status::ProtectedWaitRow {
+            node: f.name.clone(),
+            wait: schema::ProtectedWait {
+                since,
+                pods: o.protected_pods.clone(),
+            },
+            released: now.duration_since(since).unsigned_abs() >= release,
+        });
     }
 
     /// The policy's alert gate and its verdict this pass (`None`: no alert gate).
@@ -501,7 +541,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Adds what one node's outcome needs to the plan.
-    fn decide(&self, f: &NodeFacts, o: NodeOutcome, plan: &mut Plan, tally: &mut Tally) {
+    fn decide(&self, f: &NodeFacts, mut o: NodeOutcome, plan: &mut Plan, tally: &mut Tally) {
         tally.any_active |= o.active;
         if let Some(r) = o.retry_at {
             tally.retry_at = Some(tally.retry_at.map_or(r, |x| x.min(r)));
@@ -526,9 +566,7 @@ impl<'a> Planner<'a> {
         if let Some(why) = &o.blocked {
             tally.held.push(format!("node {}: {why}", f.name));
         }
-        if !o.protected_pods.is_empty() {
-            tally.non_interrupt_nodes.push(f.name.clone());
-        }
+        self.protected_wait(f, &mut o, tally);
         self.drain(f, &o, plan);
         let (settled, verdict) = self.gate(f, &o);
         let status = match (
@@ -636,6 +674,8 @@ impl<'a> Planner<'a> {
             held: &tally.held,
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
             non_interrupt_nodes: std::mem::take(&mut tally.non_interrupt_nodes),
+            protected_waits: std::mem::take(&mut tally.protected_waits),
+            slot_release: self.inp.config.non_interrupt_slot_release,
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
             unreadable: std::mem::take(&mut tally.unreadable),
             write_failures: self.inp.write_failures,

@@ -58,6 +58,7 @@ pub fn release(
         for clock in [
             schema::drain_start_annotation(&name),
             schema::health_gate_annotation(&name),
+            schema::protected_wait_annotation(&name),
         ] {
             if n.annotations.contains_key(&clock) {
                 patch.annotations.insert(clock, None);

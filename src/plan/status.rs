@@ -30,6 +30,10 @@ pub struct SkyhookFacts<'a> {
     pub ignored_nodes: Vec<String>,
     /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
     pub non_interrupt_nodes: Vec<String>,
+    /// Their waits, for [`schema::WAITING_FOR_PROTECTED_PODS_CONDITION`].
+    pub protected_waits: Vec<ProtectedWaitRow>,
+    /// NON_INTERRUPT_SLOT_RELEASE.
+    pub slot_release: std::time::Duration,
     /// Nodes whose stored progress cannot be read: (node, message).
     pub unreadable: Vec<(String, String)>,
     /// Writes of the last pass that failed for good, one line each.
@@ -47,6 +51,44 @@ pub struct SkyhookFacts<'a> {
     /// The compartments' statuses, taken after any reset; `None` keeps the stored ones.
     pub compartment_statuses: Option<BTreeMap<String, CompartmentStatus>>,
     pub now: Timestamp,
+}
+
+/// One node's wait for protected pods, as the condition names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedWaitRow {
+    pub node: String,
+    pub wait: schema::ProtectedWait,
+    /// Past NON_INTERRUPT_SLOT_RELEASE: the node gave its batch slot back.
+    pub released: bool,
+}
+
+/// `WaitingForProtectedPods` (this project's, beside upstream's `Blocked`): each waiting node
+/// with its pods, since when, and whether it still holds its batch slot.
+fn protected_waits_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
+    let present = (!f.protected_waits.is_empty()).then(|| {
+        let release = jiff::SignedDuration::try_from(f.slot_release).unwrap_or_default();
+        let lines = f.protected_waits.iter().map(|r| {
+            let slot = if r.released {
+                "its batch slot given back".to_string()
+            } else {
+                format!("holding its batch slot for up to {release:#}")
+            };
+            format!("node {} waits for {}, {slot}", r.node, r.wait.describe(f.now))
+        });
+        let message = format!(
+            "{} node(s) wait for protected pods (podNonInterruptLabels) before their interrupt; they are never interrupted while those run: {}",
+            f.protected_waits.len(),
+            schema::short_list(lines.collect::<Vec<_>>(), 10, "; ")
+        );
+        (schema::NON_INTERRUPT_PODS_RUNNING_REASON, message)
+    });
+    super::condition::present_while(
+        list,
+        schema::WAITING_FOR_PROTECTED_PODS_CONDITION,
+        present,
+        generation,
+        f.now,
+    );
 }
 
 /// §3.13 aggregate status.
@@ -160,6 +202,7 @@ pub fn skyhook_status(mut f: SkyhookFacts) -> SkyhookStatus {
     upstream_conditions::malformed(&mut s.conditions, &unreadable, generation, now);
     let held: Vec<&str> = f.non_interrupt_nodes.iter().map(String::as_str).collect();
     upstream_conditions::non_interrupt(&mut s.conditions, &held, generation, now);
+    protected_waits_condition(&mut s.conditions, f, generation);
     let total = statuses.len();
     upstream_conditions::drain_blocked(&mut s.conditions, f.drain_blocks, total, generation, now);
     write_failed_condition(&mut s.conditions, f, generation);
@@ -534,6 +577,8 @@ mod tests {
             blocked_nodes: Vec::new(),
             ignored_nodes: Vec::new(),
             non_interrupt_nodes: Vec::new(),
+            protected_waits: Vec::new(),
+            slot_release: std::time::Duration::from_secs(600),
             unreadable: Vec::new(),
             write_failures: &[],
             drain_blocks: &[],

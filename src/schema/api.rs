@@ -212,7 +212,7 @@ pub fn is_operator_key(key: &str) -> bool {
 /// The node annotations an object writes under its own name (upstream's name-scoped keys, D24,
 /// and this project's records): what a NodeWright takes over from the Skyhook of its name, and
 /// what the clean-up removes after.
-pub fn name_scoped_annotations(name: &str) -> [String; 8] {
+pub fn name_scoped_annotations(name: &str) -> [String; 9] {
     [
         keys::node_state_annotation(name),
         keys::status_annotation(name),
@@ -222,6 +222,7 @@ pub fn name_scoped_annotations(name: &str) -> [String; 8] {
         keys::applied_annotation(name),
         keys::folded_annotation(name),
         keys::health_gate_annotation(name),
+        keys::protected_wait_annotation(name),
     ]
 }
 

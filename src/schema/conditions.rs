@@ -55,6 +55,10 @@ pub const READY_NODES_LISTED: usize = 10;
 /// `podNonInterruptLabels`.
 pub const BLOCKED_CONDITION: &str = "Blocked";
 pub const NON_INTERRUPT_PODS_RUNNING_REASON: &str = "NonInterruptPodsRunning";
+/// This project's condition beside [`BLOCKED_CONDITION`] (issue 51, upstream #543): each node
+/// that waits for protected pods, with the pods, since when, and its batch slot; reason
+/// [`NON_INTERRUPT_PODS_RUNNING_REASON`].
+pub const WAITING_FOR_PROTECTED_PODS_CONDITION: &str = "WaitingForProtectedPods";
 /// Event reason upstream publishes when such pods begin to hold a node.
 pub const DRAIN_REASON: &str = "Drain";
 

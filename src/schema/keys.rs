@@ -71,6 +71,13 @@ pub fn drain_start_annotation(skyhook: &str) -> String {
     format!("{PREFIX}/drainStart_{skyhook}")
 }
 
+/// Annotation `nonInterruptWait_<skyhook>`: since when the node's interrupt has waited for pods
+/// matching `podNonInterruptLabels`, and which ([`super::ProtectedWait`], JSON); removed once
+/// they are gone. This project's extension (issue 51, upstream #543); the reference ignores it.
+pub fn protected_wait_annotation(skyhook: &str) -> String {
+    format!("{PREFIX}/nonInterruptWait_{skyhook}")
+}
+
 /// Annotation `healthGate_<skyhook>`: when the node finished its last stage and began to wait
 /// for its health gate (RFC 3339), the clock of `healthGate.timeout`; removed once the node
 /// passes, or has work again. This project's extension (issue 38); the reference ignores it.

@@ -27,6 +27,7 @@ pub mod node_metadata;
 pub mod node_pattern;
 pub mod node_state;
 pub mod package_annotation;
+pub mod protected_wait;
 pub mod semver;
 pub mod short_list;
 pub mod stage;
@@ -62,6 +63,7 @@ pub use node_metadata::{
 pub use node_pattern::NodePattern;
 pub use node_state::{NodeState, PackageStatus, is_legacy_key, package_key, split_package_key};
 pub use package_annotation::PackageAnnotation;
+pub use protected_wait::{NON_INTERRUPT_CORDON_ANNOTATION, ProtectedCordon, ProtectedWait};
 pub use semver::{is_valid_semver, major_minor, semver_compare};
 pub use short_list::short_list;
 pub use stage::Stage;

@@ -127,6 +127,12 @@ pub struct Settings {
     /// the agent's word at once (nodes whose boot id never changes, such as virtual kubelets).
     #[arg(long, env = "REBOOT_CONFIRM_TIMEOUT", default_value = "10m")]
     pub reboot_confirm_timeout: String,
+    /// How long a node whose interrupt waits for pods matching `podNonInterruptLabels` keeps its
+    /// batch slot. Past it the next batch starts without it; it resumes, first in line, at a
+    /// batch choice after its pods are gone. It is never interrupted while they run; `0` gives
+    /// the slot back at once.
+    #[arg(long, env = "NON_INTERRUPT_SLOT_RELEASE", default_value = "10m")]
+    pub non_interrupt_slot_release: String,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -204,6 +210,8 @@ pub struct Config {
     pub reapply_on_reboot: bool,
     /// REBOOT_CONFIRM_TIMEOUT; zero: no wait for a new boot id.
     pub reboot_confirm_timeout: Duration,
+    /// NON_INTERRUPT_SLOT_RELEASE: how long a node waiting for protected pods holds its slot.
+    pub non_interrupt_slot_release: Duration,
     pub runtime_required_taint: TaintSpec,
     pub pause_image: String,
     pub agent_image: String,
@@ -263,6 +271,7 @@ pub struct LeaderTimings {
 struct Durations {
     default_interval: Duration,
     reboot_confirm_timeout: Duration,
+    non_interrupt_slot_release: Duration,
     stage_deadline: Duration,
     completed_job_ttl: Duration,
     retry_base: Duration,
@@ -357,6 +366,7 @@ impl Settings {
         let [
             default_interval, stage_deadline, completed_job_ttl, retry_base, retry_max,
             lease_duration, renew_deadline, retry_period, reboot_confirm_timeout,
+            non_interrupt_slot_release,
         ] = [
             ("DEFAULT_INTERVAL", &self.default_interval, secs(60)),
             match &self.job_stage_timeout {
@@ -373,11 +383,13 @@ impl Settings {
             ("LEADER_ELECTION_RENEW_DEADLINE", &self.leader_election_renew_deadline, secs(1)),
             ("LEADER_ELECTION_RETRY_PERIOD", &self.leader_election_retry_period, millis(100)),
             ("REBOOT_CONFIRM_TIMEOUT", &self.reboot_confirm_timeout, Duration::ZERO),
+            ("NON_INTERRUPT_SLOT_RELEASE", &self.non_interrupt_slot_release, Duration::ZERO),
         ]
         .map(|(name, value, min)| checked_duration(name, value, min, errs));
         Durations {
             default_interval,
             reboot_confirm_timeout,
+            non_interrupt_slot_release,
             stage_deadline,
             completed_job_ttl,
             retry_base,
@@ -515,6 +527,7 @@ impl Settings {
             agent_log_root: self.agent_log_root.clone(),
             reapply_on_reboot: self.reapply_on_reboot,
             reboot_confirm_timeout: d.reboot_confirm_timeout,
+            non_interrupt_slot_release: d.non_interrupt_slot_release,
             runtime_required_taint,
             pause_image: self.pause_image.clone(),
             agent_image: self.agent_image.clone(),

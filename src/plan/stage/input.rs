@@ -32,8 +32,14 @@ impl RetryPolicy {
 pub struct Host<'a> {
     /// `spec.unschedulable` (set by us or by an administrator).
     pub cordoned: bool,
-    /// Pods on the node; listed only for cordoned nodes.
+    /// Pods on the node; listed only for cordoned nodes (and, under the `pods-gone` cordon
+    /// choice, nodes at work or waiting for protected pods).
     pub pods: Option<&'a [PodInfo]>,
+    /// Since when the interrupt has waited for protected pods (`nonInterruptWait_<sh>`).
+    pub protected_since: Option<jiff::Timestamp>,
+    /// The Skyhook cordons a node only once its protected pods are gone
+    /// ([`crate::schema::ProtectedCordon::PodsGone`]).
+    pub cordon_when_pods_gone: bool,
     /// A Job of another Skyhook runs on the node.
     pub other_busy: bool,
     /// Another Skyhook's interrupt runs on the node (a reboot may be under way).

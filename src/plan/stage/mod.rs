@@ -315,7 +315,12 @@ fn run_work(
 /// Applies the drain decision to the outcome; true when the node is ready for the interrupt.
 fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
     out.relies_on_cordon |= host.cordoned;
-    let readiness = drain::readiness(host.cordoned, host.pods);
+    let readiness = drain::readiness(host.cordoned, host.pods, host.cordon_when_pods_gone);
+    // The protected pods' wait is over once anything else is next (a pass that only lists the
+    // pods leaves it as it is).
+    if !matches!(readiness, Readiness::Protected(_) | Readiness::Listing) {
+        out.protected_since = Some(None);
+    }
     let draining = matches!(
         readiness,
         Readiness::Evict(_) | Readiness::Unmovable(_) | Readiness::Terminating(_)
@@ -346,14 +351,24 @@ fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
             false
         }
         Readiness::Listing => {
+            // In progress, so that the next pass lists the pods of a node not yet cordoned.
+            out.held = true;
             out.blocked = Some("listing the pods on the node".into());
             false
         }
         Readiness::Protected(pods) => {
             out.held = true;
             out.protected_pods.clone_from(&pods);
+            let since = host.protected_since.unwrap_or(now);
+            out.protected_since = Some(Some(since));
+            let cordon = if host.cordoned {
+                ""
+            } else {
+                ", not cordoned until they are gone"
+            };
             out.blocked = Some(format!(
-                "waiting for protected pod(s) {} (podNonInterruptLabels) to finish",
+                "waiting since {} for protected pod(s) {} (podNonInterruptLabels) to finish{cordon}",
+                since.round(jiff::Unit::Second).unwrap_or(since),
                 pods.join(", ")
             ));
             false

@@ -87,6 +87,9 @@ pub struct NodeOutcome {
     /// The drain clock (`drainStart_<sh>`): `None` leaves it as stored, `Some(None)` removes it
     /// (the drain is over), `Some(Some(t))` keeps or starts it at `t`.
     pub drain_start: Option<Option<Timestamp>>,
+    /// The protected pods' wait (`nonInterruptWait_<sh>`), as `drain_start`: `Some(Some(t))`
+    /// keeps or starts it at `t` with [`NodeOutcome::protected_pods`].
+    pub protected_since: Option<Option<Timestamp>>,
     /// A reboot interrupt's agent exited 0 and the node still reports the boot it began in:
     /// nothing else starts, post-interrupt waits, the node stays cordoned.
     pub awaiting_reboot: bool,
