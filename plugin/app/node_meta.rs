@@ -17,7 +17,8 @@ pub struct NodeMeta {
     #[serde(default, deserialize_with = "skyhook_labels")]
     pub labels: BTreeMap<String, String>,
     /// The node-state annotations (`nodeState_<sh>`), upstream's `runtimeRequiredCordon` mark,
-    /// and the status and health gate annotations (`status_<sh>`, `healthGate_<sh>`) only: nothing else of a node's annotations is read, and at a thousand nodes the
+    /// the status, health gate and protected pods' wait annotations (`status_<sh>`,
+    /// `healthGate_<sh>`, `nonInterruptWait_<sh>`) only: nothing else of a node's annotations is read, and at a thousand nodes the
     /// others (our own bookkeeping among them) would be most of what a list keeps.
     #[serde(default, deserialize_with = "node_states")]
     pub annotations: BTreeMap<String, String>,
@@ -66,6 +67,7 @@ fn node_states<'de, D: serde::Deserializer<'de>>(
             schema::skyhook_of_node_state_annotation(k).is_some()
                 || k == schema::RUNTIME_REQUIRED_CORDON_ANNOTATION
                 || schema::is_gate_or_status_annotation(k)
+                || schema::skyhook_of_protected_wait_annotation(k).is_some()
         };
         // A NodeWright's keys too: each listing keeps the keys of the API it is in (`in_api`).
         read(k)

@@ -295,15 +295,35 @@ pub fn status_summaries(
         if selected.is_some_and(|s| !s.contains(&node.name)) {
             continue;
         }
-        for (sh, raw) in skyhook_states(node) {
+        // A node whose interrupt waits for protected pods before any stage ran has no state
+        // yet, but a row: that wait is what its user asks about.
+        let states: Vec<(&str, Option<&str>)> = skyhook_states(node)
+            .map(|(sh, raw)| (sh, Some(raw)))
+            .collect();
+        let waiting_only = node
+            .annotations
+            .keys()
+            .filter_map(|k| schema::skyhook_of_protected_wait_annotation(k))
+            .filter(|sh| !states.iter().any(|(s, _)| s == sh))
+            .map(|sh| (sh, None));
+        let all: Vec<(&str, Option<&str>)> = states.iter().copied().chain(waiting_only).collect();
+        for (sh, raw) in all {
             if skyhook.is_some_and(|want| want != sh) {
                 continue;
             }
-            let Some(state) = parse_state(ctx, &node.name, Some(sh), raw) else {
-                continue;
+            let state = match raw {
+                Some(raw) => match parse_state(ctx, &node.name, Some(sh), raw) {
+                    Some(state) => state,
+                    None => continue,
+                },
+                None => NodeState::default(),
             };
             let s = summarize(&state);
             let (status, health_gate) = health_gate(node, sh, s.status);
+            let status = match (raw, status) {
+                (None, _) => State::InProgress,
+                (_, status) => status,
+            };
             let mut packages: Vec<NodePackage> = match packages {
                 true => state.iter().map(|(_, p)| NodePackage::from(p)).collect(),
                 false => Vec::new(),
@@ -327,7 +347,7 @@ pub fn status_summaries(
                         .get(&schema::protected_wait_annotation(sh))
                         .map(String::as_str),
                 )
-                .map(|w| w.describe(jiff::Timestamp::now())),
+                .map(|w| w.describe(Some(jiff::Timestamp::now()))),
             });
         }
     }

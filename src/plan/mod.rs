@@ -674,7 +674,7 @@ impl<'a> Planner<'a> {
             held: &tally.held,
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
             non_interrupt_nodes: std::mem::take(&mut tally.non_interrupt_nodes),
-            protected_waits: std::mem::take(&mut tally.protected_waits),
+            protected_waits: tally.protected_waits.clone(),
             slot_release: self.inp.config.non_interrupt_slot_release,
             ignored_nodes: std::mem::take(&mut tally.ignored_nodes),
             unreadable: std::mem::take(&mut tally.unreadable),
@@ -859,8 +859,9 @@ fn usual_requeue(tally: &Tally, plan: &Plan, inp: &Inputs, cfg: &Config) -> Dura
     if plan.deferred_jobs > 0 {
         // More Jobs are due than one pass creates: the next pass goes on with them.
         Duration::from_secs(1)
-    } else if !tally.held.is_empty() {
-        // Pods on other namespaces are not watched: look again soon.
+    } else if !tally.held.is_empty() || !tally.protected_waits.is_empty() {
+        // Pods on other namespaces are not watched: look again soon (a node that gave its
+        // slot back while protected pods run is held too, though this pass did not judge it).
         Duration::from_secs(3)
     } else if !tally.health_holding.is_empty() {
         // The pods a health gate waits for are not watched: look again soon.

@@ -73,7 +73,7 @@ fn protected_waits_condition(list: &mut Vec<Condition>, f: &SkyhookFacts, genera
             } else {
                 format!("holding its batch slot for up to {release:#}")
             };
-            format!("node {} waits for {}, {slot}", r.node, r.wait.describe(f.now))
+            format!("node {} waits for {}, {slot}", r.node, r.wait.describe(None))
         });
         let message = format!(
             "{} node(s) wait for protected pods (podNonInterruptLabels) before their interrupt; they are never interrupted while those run: {}",

@@ -75,7 +75,15 @@ pub fn drain_start_annotation(skyhook: &str) -> String {
 /// matching `podNonInterruptLabels`, and which ([`super::ProtectedWait`], JSON); removed once
 /// they are gone. This project's extension (issue 51, upstream #543); the reference ignores it.
 pub fn protected_wait_annotation(skyhook: &str) -> String {
-    format!("{PREFIX}/nonInterruptWait_{skyhook}")
+    format!("{PROTECTED_WAIT_PREFIX}{skyhook}")
+}
+
+const PROTECTED_WAIT_PREFIX: &str = "skyhook.nvidia.com/nonInterruptWait_";
+
+/// The Skyhook a [`protected_wait_annotation`] key belongs to.
+pub fn skyhook_of_protected_wait_annotation(key: &str) -> Option<&str> {
+    key.strip_prefix(PROTECTED_WAIT_PREFIX)
+        .filter(|sh| !sh.is_empty())
 }
 
 /// Annotation `healthGate_<skyhook>`: when the node finished its last stage and began to wait

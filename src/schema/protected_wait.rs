@@ -31,17 +31,21 @@ impl ProtectedWait {
         now.duration_since(self.since).max(SignedDuration::ZERO)
     }
 
-    /// `ns/a, ns/b since <time> (<age>)`: what the plugin and the conditions print.
-    pub fn describe(&self, now: Timestamp) -> String {
-        let age = self
-            .waited(now)
-            .round(jiff::Unit::Second)
-            .unwrap_or_default();
-        format!(
-            "{} since {} ({age:#})",
-            super::short_list(&self.pods, 5, ", "),
-            self.since.round(jiff::Unit::Second).unwrap_or(self.since),
-        )
+    /// `ns/a, ns/b since <time>`, then ` (<age>)` given `now`: what the plugin prints; the
+    /// conditions leave the age out, so that a pass does not rewrite them for it alone.
+    pub fn describe(&self, now: Option<Timestamp>) -> String {
+        let pods = super::short_list(&self.pods, 5, ", ");
+        let since = self.since.round(jiff::Unit::Second).unwrap_or(self.since);
+        match now {
+            Some(now) => {
+                let age = self
+                    .waited(now)
+                    .round(jiff::Unit::Second)
+                    .unwrap_or_default();
+                format!("{pods} since {since} ({age:#})")
+            }
+            None => format!("{pods} since {since}"),
+        }
     }
 }
 
@@ -94,7 +98,11 @@ mod tests {
         assert_eq!(ProtectedWait::parse(None), None);
         let now: Timestamp = "2026-12-06T10:02:05Z".parse().unwrap();
         assert_eq!(
-            w.describe(now),
+            w.describe(None),
+            "apps/train-0, apps/train-1 since 2026-12-06T10:00:00Z"
+        );
+        assert_eq!(
+            w.describe(Some(now)),
             "apps/train-0, apps/train-1 since 2026-12-06T10:00:00Z (2m 5s)"
         );
         assert_eq!(

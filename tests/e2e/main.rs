@@ -12,6 +12,7 @@ mod image_policy;
 mod interrupt_drain;
 mod interrupts;
 mod leader;
+mod long_running;
 mod metrics_security;
 mod monitoring;
 mod node_release;
