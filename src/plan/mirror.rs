@@ -45,7 +45,11 @@ pub enum MirrorWrite {
 }
 
 /// The legacy annotations a NodeWright mirror carries, under its own prefix.
-const CARRIED: [&str; 2] = [schema::PAUSE_ANNOTATION, schema::DISABLE_ANNOTATION];
+const CARRIED: [&str; 3] = [
+    schema::PAUSE_ANNOTATION,
+    schema::DISABLE_ANNOTATION,
+    schema::NON_INTERRUPT_CORDON_ANNOTATION,
+];
 
 /// The writes that mirror `legacy` Skyhooks into NodeWrights, given the NodeWrights that exist
 /// (as the engine's cache holds them: canonical keys).

@@ -438,6 +438,13 @@ impl<'a> Planner<'a> {
         {
             let running = drain::protected_pods(pods);
             if !running.is_empty() {
+                o.blocked.get_or_insert_with(|| {
+                    format!(
+                        "waiting since {} for protected pod(s) {} (podNonInterruptLabels) to finish, its batch slot given back",
+                        since.round(jiff::Unit::Second).unwrap_or(since),
+                        running.join(", ")
+                    )
+                });
                 o.protected_pods = running;
                 o.protected_since = Some(Some(since));
             }
@@ -563,10 +570,10 @@ impl<'a> Planner<'a> {
         let notes = events::node_notes(&self.name, &f.name, &notes, &mut tally.events);
         plan.events
             .extend(notes.into_iter().map(|n| n.about(&f.name)));
+        self.protected_wait(f, &mut o, tally);
         if let Some(why) = &o.blocked {
             tally.held.push(format!("node {}: {why}", f.name));
         }
-        self.protected_wait(f, &mut o, tally);
         self.drain(f, &o, plan);
         let (settled, verdict) = self.gate(f, &o);
         let status = match (

@@ -380,3 +380,28 @@ fn batch_state_reset_precedence() {
     assert!(spec(None).reset_batch_state_on_completion(Some(&policy(Some(true)))));
     assert!(!spec(None).reset_batch_state_on_completion(Some(&policy(None))));
 }
+
+/// Issue 51: the cordon choice for nodes waiting on protected pods is an annotation; an unknown
+/// value makes the Skyhook invalid with a message naming the annotation and its values.
+#[test]
+fn an_unknown_cordon_choice_names_the_annotation_and_its_values() {
+    let mut sh = Skyhook::new("x", SkyhookSpec::default());
+    let key = crate::schema::NON_INTERRUPT_CORDON_ANNOTATION;
+    for ok in ["wait-start", "pods-gone"] {
+        sh.metadata.annotations = Some([(key.to_string(), ok.to_string())].into());
+        assert!(validate_skyhook(&sh).is_ok(), "{ok}");
+    }
+    sh.metadata.annotations = Some([(key.to_string(), "eventually".to_string())].into());
+    let errs = validate_skyhook(&sh).unwrap_err();
+    let text = errs
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        text.contains(&format!("metadata.annotations[{key}]"))
+            && text.contains("\"eventually\"")
+            && text.contains("pods-gone"),
+        "{text}"
+    );
+}
