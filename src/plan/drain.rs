@@ -125,7 +125,7 @@ impl Listing {
         let name = sk.name_any();
         let gate_clock = schema::health_gate_annotation(&name);
         let protected_clock = schema::protected_wait_annotation(&name);
-        let late = super::facts::protected_cordon(sk) == schema::ProtectedCordon::PodsGone;
+        let late = protected_cordon(sk) == schema::ProtectedCordon::PodsGone;
         let status = schema::status_annotation(&name);
         let at_work = |n: &NodeView| {
             matches!(
@@ -162,6 +162,15 @@ impl Listing {
         };
         classify(pods, &keep, self.health.as_ref())
     }
+}
+
+/// The Skyhook's cordon choice for nodes that wait for protected pods (validation refuses a
+/// value it does not know, so one never reaches here).
+pub fn protected_cordon(sk: &Skyhook) -> schema::ProtectedCordon {
+    let raw = sk
+        .annotations()
+        .get(schema::NON_INTERRUPT_CORDON_ANNOTATION);
+    schema::ProtectedCordon::of(raw.map(String::as_str)).unwrap_or_default()
 }
 
 /// The `podNonInterruptLabels` selector; `None` when empty (an empty selector protects nothing).

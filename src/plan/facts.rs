@@ -132,7 +132,8 @@ fn read<'a>(
                 .and_then(|t| t.parse().ok()),
             drain_timeout: super::drain::DrainRules::of(sk.spec.drain_config.as_ref()).timeout,
             protected_since: protected_wait(node, &skyhook).map(|w| w.since),
-            cordon_when_pods_gone: protected_cordon(sk) == schema::ProtectedCordon::PodsGone,
+            cordon_when_pods_gone: super::drain::protected_cordon(sk)
+                == schema::ProtectedCordon::PodsGone,
             boot_id: Some(node.boot_id.as_str()).filter(|b| !b.is_empty()),
             reboot_confirm: inp.config.reboot_confirm_timeout,
         },
@@ -155,15 +156,6 @@ fn read<'a>(
 /// The node's stored wait for protected pods of `skyhook`, if any.
 pub fn protected_wait(node: &NodeView, skyhook: &str) -> Option<schema::ProtectedWait> {
     schema::ProtectedWait::parse(node.annotation(&schema::protected_wait_annotation(skyhook)))
-}
-
-/// The Skyhook's cordon choice for nodes that wait for protected pods (validation refuses a
-/// value it does not know, so one never reaches here).
-pub fn protected_cordon(sk: &Skyhook) -> schema::ProtectedCordon {
-    let raw = sk
-        .annotations()
-        .get(schema::NON_INTERRUPT_CORDON_ANNOTATION);
-    schema::ProtectedCordon::of(raw.map(String::as_str)).unwrap_or_default()
 }
 
 /// The node state and applied record of `skyhook` on `node` (empty when absent), or why one of
