@@ -16,6 +16,33 @@ pub fn skyhook_states(node: &NodeMeta) -> impl Iterator<Item = (&str, &str)> {
         .filter_map(|(k, v)| schema::skyhook_of_node_state_annotation(k).map(|sh| (sh, v.as_str())))
 }
 
+/// The Skyhooks a node has a row for in `node status`: each with its raw node state, then each
+/// whose interrupt waits for protected pods before any stage ran (no state yet, but that wait is
+/// what its user asks about).
+pub fn skyhook_rows(node: &NodeMeta) -> Vec<(&str, Option<&str>)> {
+    let mut rows: Vec<(&str, Option<&str>)> = skyhook_states(node)
+        .map(|(sh, raw)| (sh, Some(raw)))
+        .collect();
+    let waiting: Vec<&str> = node
+        .annotations
+        .keys()
+        .filter_map(|k| schema::skyhook_of_protected_wait_annotation(k))
+        .filter(|sh| !rows.iter().any(|(s, _)| s == sh))
+        .collect();
+    rows.extend(waiting.into_iter().map(|sh| (sh, None)));
+    rows
+}
+
+/// The node's wait for protected pods of `skyhook` (this project's extension): the pods, since
+/// when and for how long.
+pub fn protected_wait(node: &NodeMeta, skyhook: &str) -> Option<String> {
+    let raw = node
+        .annotations
+        .get(&schema::protected_wait_annotation(skyhook));
+    schema::ProtectedWait::parse(raw.map(String::as_str))
+        .map(|w| w.describe(Some(jiff::Timestamp::now())))
+}
+
 /// Parses one node-state annotation; unreadable ones are skipped (with a warning under `-v`).
 pub fn parse_state(ctx: &Ctx, node: &str, skyhook: Option<&str>, raw: &str) -> Option<NodeState> {
     match NodeState::parse(raw) {

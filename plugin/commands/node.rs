@@ -18,7 +18,8 @@ use crate::app::access::{Change, Need, proceed};
 use crate::app::error::CliError;
 use crate::app::kube::{Kube, Labels, NodeMeta, single_key_patch};
 use crate::app::nodes::{
-    check_patterns, health_gate, list_selected, parse_state, select_named, skyhook_states,
+    check_patterns, health_gate, list_selected, parse_state, protected_wait, select_named,
+    skyhook_rows,
 };
 use crate::app::output::{Field, OutputFormat, Painter, tone, untabled_or};
 use crate::app::sort::{Sortable, sort_by_key};
@@ -295,19 +296,7 @@ pub fn status_summaries(
         if selected.is_some_and(|s| !s.contains(&node.name)) {
             continue;
         }
-        // A node whose interrupt waits for protected pods before any stage ran has no state
-        // yet, but a row: that wait is what its user asks about.
-        let states: Vec<(&str, Option<&str>)> = skyhook_states(node)
-            .map(|(sh, raw)| (sh, Some(raw)))
-            .collect();
-        let waiting_only = node
-            .annotations
-            .keys()
-            .filter_map(|k| schema::skyhook_of_protected_wait_annotation(k))
-            .filter(|sh| !states.iter().any(|(s, _)| s == sh))
-            .map(|sh| (sh, None));
-        let all: Vec<(&str, Option<&str>)> = states.iter().copied().chain(waiting_only).collect();
-        for (sh, raw) in all {
+        for (sh, raw) in skyhook_rows(node) {
             if skyhook.is_some_and(|want| want != sh) {
                 continue;
             }
@@ -342,12 +331,7 @@ pub fn status_summaries(
                     .annotations
                     .contains_key(schema::RUNTIME_REQUIRED_CORDON_ANNOTATION),
                 health_gate,
-                protected_pods: schema::ProtectedWait::parse(
-                    node.annotations
-                        .get(&schema::protected_wait_annotation(sh))
-                        .map(String::as_str),
-                )
-                .map(|w| w.describe(Some(jiff::Timestamp::now()))),
+                protected_pods: protected_wait(node, sh),
             });
         }
     }

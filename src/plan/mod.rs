@@ -436,16 +436,14 @@ impl<'a> Planner<'a> {
             && let Some(since) = f.host.protected_since
             && let Some(pods) = f.host.pods
         {
-            let running = drain::protected_pods(pods);
-            if !running.is_empty() {
-                o.blocked.get_or_insert_with(|| {
-                    format!(
-                        "waiting since {} for protected pod(s) {} (podNonInterruptLabels) to finish, its batch slot given back",
-                        since.round(jiff::Unit::Second).unwrap_or(since),
-                        running.join(", ")
-                    )
-                });
-                o.protected_pods = running;
+            let wait = schema::ProtectedWait {
+                since,
+                pods: drain::protected_pods(pods),
+            };
+            if !wait.pods.is_empty() {
+                o.blocked
+                    .get_or_insert_with(|| wait.blocked_message(", its batch slot given back"));
+                o.protected_pods = wait.pods;
                 o.protected_since = Some(Some(since));
             }
         }

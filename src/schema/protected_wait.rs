@@ -31,6 +31,16 @@ impl ProtectedWait {
         now.duration_since(self.since).max(SignedDuration::ZERO)
     }
 
+    /// Why the node's interrupt waits (the `NodeBlocked` line), with `more` after it (empty, or
+    /// `, …` words on the cordon or the batch slot).
+    pub fn blocked_message(&self, more: &str) -> String {
+        format!(
+            "waiting since {} for protected pod(s) {} (podNonInterruptLabels) to finish{more}",
+            self.since.round(jiff::Unit::Second).unwrap_or(self.since),
+            self.pods.join(", ")
+        )
+    }
+
     /// `ns/a, ns/b since <time>`, then ` (<age>)` given `now`: what the plugin prints; the
     /// conditions leave the age out, so that a pass does not rewrite them for it alone.
     pub fn describe(&self, now: Option<Timestamp>) -> String {

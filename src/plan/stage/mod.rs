@@ -366,11 +366,8 @@ fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
             } else {
                 ", not cordoned until they are gone"
             };
-            out.blocked = Some(format!(
-                "waiting since {} for protected pod(s) {} (podNonInterruptLabels) to finish{cordon}",
-                since.round(jiff::Unit::Second).unwrap_or(since),
-                pods.join(", ")
-            ));
+            let wait = schema::ProtectedWait { since, pods };
+            out.blocked = Some(wait.blocked_message(cordon));
             false
         }
         Readiness::Unmovable(pods) => {
