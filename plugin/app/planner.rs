@@ -49,6 +49,7 @@ pub async fn plan_now(
         write_failures: &[],
         drain_blocks: &[],
         refused_auto_taints: &plan::inputs::NO_NODES,
+        refused_nodes: &plan::inputs::NO_NODES,
         health_checks: &plan::inputs::NO_CHECKS,
         alerts: None,
         config: &config,

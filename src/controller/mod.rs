@@ -305,6 +305,8 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     inputs.drain_blocks = &blocked_before;
     let refused_taints = ctx.pacing.refused_auto_taints();
     inputs.refused_auto_taints = &refused_taints;
+    let refused_nodes = ctx.pacing.refused_nodes(&name);
+    inputs.refused_nodes = &refused_nodes;
     let plan = plan::plan(&inputs);
     observe(ctx, &snapshot.skyhook, stored, &plan);
     let requeue = match (plan.requeue_after, cleanup_due) {
@@ -324,6 +326,8 @@ async fn pass(sk: &Arc<Skyhook>, ctx: &Arc<Ctx>) -> Result<Passed, Error> {
     let done = written?;
     ctx.pacing
         .auto_taints(&done.auto_taints.0, &done.auto_taints.1);
+    let (refused, patched) = &done.node_writes;
+    ctx.pacing.node_writes(&name, refused, patched);
     let soon = match done.written {
         write::Written::All if done.failures.is_empty() => None,
         write::Written::All => Some(WRITE_FAILED_RETRY),

@@ -44,6 +44,8 @@ struct Last {
     write_failures: Vec<String>,
     /// The evictions of the last pass a PodDisruptionBudget refused.
     drain_blocks: Vec<crate::plan::inputs::DrainBlock>,
+    /// Nodes whose patch was refused for good, with none going through since.
+    refused_nodes: std::collections::BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -136,6 +138,7 @@ impl Pacing {
             status: None,
             write_failures: Vec::new(),
             drain_blocks: Vec::new(),
+            refused_nodes: Default::default(),
         });
         last.ended = now;
         last.took = now - started;
@@ -168,6 +171,27 @@ impl Pacing {
     pub fn failed_writes(&self, skyhook: &str, failures: Vec<String>) {
         if let Some(last) = self.lock().get_mut(skyhook) {
             last.write_failures = failures;
+        }
+    }
+
+    /// The nodes whose patches by `skyhook` were refused for good, none going through since.
+    pub fn refused_nodes(&self, skyhook: &str) -> std::collections::BTreeSet<String> {
+        self.lock()
+            .get(skyhook)
+            .map(|l| l.refused_nodes.clone())
+            .unwrap_or_default()
+    }
+
+    /// What a pass's node patches met: `refused` nodes join the set, `patched` ones leave it.
+    pub fn node_writes(
+        &self,
+        skyhook: &str,
+        refused: &std::collections::BTreeSet<String>,
+        patched: &std::collections::BTreeSet<String>,
+    ) {
+        if let Some(last) = self.lock().get_mut(skyhook) {
+            last.refused_nodes.extend(refused.iter().cloned());
+            last.refused_nodes.retain(|n| !patched.contains(n));
         }
     }
 

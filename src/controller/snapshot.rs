@@ -145,6 +145,7 @@ impl Snapshot {
             write_failures: &[],
             drain_blocks: &[],
             refused_auto_taints: &crate::plan::inputs::NO_NODES,
+            refused_nodes: &crate::plan::inputs::NO_NODES,
             health_checks: &self.health_checks,
             alerts: self.alerts.as_ref(),
             config,

@@ -30,6 +30,9 @@ pub struct NodePatch {
     /// refused for good, the node is left out of every Skyhook until a retry succeeds
     /// (upstream's auto-taint failure isolation, delta D47).
     pub auto_taint: bool,
+    /// The node's patches were refused for good before (it is left out of its batch): this one
+    /// tells whether that is over, and its failing again holds no other node's start.
+    pub probe: bool,
     /// The `resourceVersion` of the node this patch was computed from. The patch carries it as
     /// a precondition: the node-state annotation is one JSON value and the taints one list, so
     /// a patch computed from an older copy would write back whatever changed since (a

@@ -87,6 +87,59 @@ impl Seen {
 }
 
 impl Seen {
+    /// As a stalled node (issue 51, item 3): while its slow Job runs it gives its slot back and
+    /// is no candidate; once the Job has ended it resumes first at the next batch choice, and
+    /// not before (the budget holds). A node holding our cordon keeps its slot: the budget
+    /// counts nodes out of service.
+    pub fn stalled(mut self, f: &NodeFacts, stall: Option<&super::stall::Stall>) -> Self {
+        let Some(stall) = stall else { return self };
+        if f.block.is_some() || f.holds_cordon {
+            return self;
+        }
+        self.busy = false;
+        if stall.running {
+            self.eligible = false;
+        } else {
+            self.resuming = true;
+        }
+        self
+    }
+
+    /// As a node whose drain ran past `drainConfig.timeout` (issue 51, item 3): it reads
+    /// `erroring` and stays cordoned, as upstream's, but gives its batch slot back, so its batch
+    /// is judged and the next may start. Once the node is drained it resumes first at the next
+    /// batch choice, where its interrupt runs within the budget.
+    pub fn drain_timed_out(mut self, f: &NodeFacts, active: bool, now: Timestamp) -> Self {
+        let (Some(start), Some(limit)) = (f.host.drain_started, f.host.drain_timeout) else {
+            return self;
+        };
+        if f.block.is_some() || now.duration_since(start).unsigned_abs() < limit {
+            return self;
+        }
+        self.busy = active;
+        self.erroring = true;
+        let drained = matches!(
+            super::drain::readiness(true, f.host.pods, false),
+            super::drain::Readiness::Ready
+        );
+        if drained {
+            self.resuming = true;
+        } else {
+            self.eligible = false;
+        }
+        self
+    }
+
+    /// As a node whose patches are refused for good: its running Job still counts against the
+    /// budget, but it starts nothing and holds no slot for work it cannot record.
+    pub fn refused(mut self, active: bool, refused: bool) -> Self {
+        if refused {
+            self.busy = active;
+            self.eligible = false;
+        }
+        self
+    }
+
     /// As the health gate sees the node: waiting for it, the node is at work in its batch;
     /// past the timeout it is a failed node of the batch, which may then be judged.
     pub fn gated(mut self, health: &super::health::Health, active: bool) -> Self {
@@ -217,8 +270,9 @@ pub fn allowed(seen: &[&Seen], size: usize, can_run: bool) -> BTreeSet<String> {
         .filter(|s| !s.settled && s.eligible)
         .collect();
     // Stable sort: oldest node first within each group (§6.4's waiting/unknown before erroring),
-    // a node back from its wait for protected pods first of all.
-    candidates.sort_by_key(|s| (s.erroring, !s.resuming));
+    // a node that gave its slot back (protected pods, a stalled Job, a drain past its timeout)
+    // and may go on first of all.
+    candidates.sort_by_key(|s| (!s.resuming, s.erroring));
     candidates
         .into_iter()
         .take(size)

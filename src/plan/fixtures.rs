@@ -512,6 +512,11 @@ impl JobB {
         self
     }
 
+    pub(crate) fn created(mut self, at: Timestamp) -> Self {
+        self.0.created = Some(at);
+        self
+    }
+
     /// Named after what it runs, so that two Jobs share a name only when they are the same run.
     pub(crate) fn build(mut self) -> JobView {
         let j = &self.0;

@@ -50,6 +50,10 @@ pub struct Inputs<'a> {
     /// Nodes whose auto-taint was refused for good: left out (upstream's D47), their taint
     /// retried.
     pub refused_auto_taints: &'a BTreeSet<String>,
+    /// Nodes whose patches by this Skyhook were refused for good, and no patch of it went
+    /// through since: they give their batch slot back (their Jobs still count), start nothing,
+    /// and their patch is retried each pass.
+    pub refused_nodes: &'a BTreeSet<String>,
     /// This Skyhook's health check Jobs, by node (listed while nodes wait for the gate).
     pub health_checks: &'a BTreeMap<String, Vec<CheckRun>>,
     /// What the policy's alert gate source says (`None`: no alert gate).

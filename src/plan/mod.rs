@@ -53,6 +53,7 @@ pub mod release;
 pub mod select;
 pub mod spec;
 pub mod stage;
+pub mod stall;
 pub mod status;
 pub mod status_budget;
 pub mod strategy;
@@ -100,6 +101,8 @@ struct Planner<'a> {
     policy: Policy<'a>,
     switches: Switches,
     by_node: BTreeMap<&'a str, Vec<&'a JobView>>,
+    /// Nodes whose stage Job runs (or ran) far longer than on their peers.
+    stalls: BTreeMap<String, stall::Stall>,
     meta: MetaInput<'a>,
 }
 
@@ -110,6 +113,8 @@ struct Tally {
     node_states: BTreeMap<String, NodeState>,
     node_statuses: BTreeMap<String, Status>,
     held: Vec<String>,
+    /// Nodes that gave their batch slot back for a fault of their own (stalled, refusing writes).
+    released: Vec<String>,
     blocked_nodes: Vec<String>,
     /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
     non_interrupt_nodes: Vec<String>,
@@ -178,13 +183,16 @@ fn plan_live(inp: &Inputs) -> Plan {
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates)
         .serial(sk.spec.serial);
+    let by_node = jobs_by_node(inp.jobs);
+    let stalls = stall::stalled(&by_node, inp.now, cfg.stalled_node_slot_release);
     let planner = Planner {
         inp,
         name: sk.name_any(),
         spec: &spec,
         policy: Policy::of(sk, inp.policies),
         switches: Switches::of(sk, inp.invalid.is_empty()),
-        by_node: jobs_by_node(inp.jobs),
+        by_node,
+        stalls,
         meta: MetaInput {
             skyhook: sk,
             fleet: inp.fleet(),
@@ -336,12 +344,12 @@ impl<'a> Planner<'a> {
             let o = node.outcome();
             let (settled, health) = self.gate(f, o);
             let release = self.inp.config.non_interrupt_slot_release;
-            let mut s = Seen::of(f, o, settled).gated(&health, o.active).protected(
-                f,
-                o.active,
-                self.inp.now,
-                release,
-            );
+            let mut s = Seen::of(f, o, settled)
+                .gated(&health, o.active)
+                .protected(f, o.active, self.inp.now, release)
+                .stalled(f, self.stalls.get(&f.name))
+                .drain_timed_out(f, o.active, self.inp.now)
+                .refused(o.active, self.inp.refused_nodes.contains(&f.name));
             s.unhealthy |= self.sick(f);
             if self.may_have_fresh_work(f, &s) {
                 let ahead = node.advance();
@@ -463,6 +471,40 @@ impl<'a> Planner<'a> {
         });
     }
 
+    /// A node whose drain is past its timeout, not judged this pass (its slot given back): it
+    /// reads as one judged, `erroring` with the reason.
+    fn parked_drain(&self, f: &NodeFacts, o: &mut NodeOutcome) {
+        let Some(start) = f.host.drain_started else {
+            return;
+        };
+        let drained = matches!(
+            drain::readiness(true, f.host.pods, false),
+            drain::Readiness::Ready
+        );
+        if !o.drain_timed_out && !o.active && !drained && f.block.is_none() {
+            stage::overdue(self.inp.now, start, f.host.drain_timeout, o);
+        }
+    }
+
+    /// A node that gave its slot back for its own fault (issue 51, item 3), for `NodeBlocked`.
+    fn bad_node(&self, f: &NodeFacts, tally: &mut Tally) {
+        if self.inp.refused_nodes.contains(&f.name) {
+            tally.released.push(format!(
+                "node {}: its writes are refused for good (see {}); its batch slot given back until one goes through",
+                f.name,
+                schema::WRITE_FAILED_CONDITION
+            ));
+        } else if let Some(s) = self.stalls.get(&f.name)
+            && f.block.is_none()
+            && !f.holds_cordon
+        {
+            let release = self.inp.config.stalled_node_slot_release;
+            tally
+                .released
+                .push(format!("node {}: {}", f.name, s.message(release)));
+        }
+    }
+
     /// The policy's alert gate and its verdict this pass (`None`: no alert gate).
     fn alert_hold(&self) -> Option<(&'a crate::crd::AlertGate, alerts::AlertHold)> {
         let Policy::Named(p) = self.policy else {
@@ -557,6 +599,7 @@ impl<'a> Planner<'a> {
             None => {}
         }
         let order = tally.node_orders.get(&f.name).copied().unwrap_or(0);
+        self.parked_drain(f, &mut o);
         let launched = launch::node_work(self.inp, f, &o, order, plan);
         // A start whose Job waits for the next pass is announced by the pass that creates it.
         let notes: Vec<NodeNote> = o
@@ -572,6 +615,7 @@ impl<'a> Planner<'a> {
         if let Some(why) = &o.blocked {
             tally.held.push(format!("node {}: {why}", f.name));
         }
+        self.bad_node(f, tally);
         self.drain(f, &o, plan);
         let (settled, verdict) = self.gate(f, &o);
         let status = match (
@@ -607,6 +651,16 @@ impl<'a> Planner<'a> {
             .iter()
             .any(|(_, e)| e.state == Some(State::InProgress));
         patch.starts = o.any_state(State::InProgress) && !was_working;
+        if self.inp.refused_nodes.contains(&f.name) {
+            // Written every pass, so the first that goes through brings the node back.
+            patch.probe = true;
+            if patch.is_empty() {
+                patch.annotations.insert(
+                    schema::status_annotation(&self.name),
+                    Some(status.to_string()),
+                );
+            }
+        }
         if !patch.is_empty() {
             plan.node_patches.push(patch);
         }
@@ -677,6 +731,7 @@ impl<'a> Planner<'a> {
             started: &tally.events.started,
             failures: &tally.events.failures,
             held: &tally.held,
+            released: &tally.released,
             blocked_nodes: std::mem::take(&mut tally.blocked_nodes),
             non_interrupt_nodes: std::mem::take(&mut tally.non_interrupt_nodes),
             protected_waits: tally.protected_waits.clone(),

@@ -26,6 +26,8 @@ pub struct SkyhookFacts<'a> {
     pub failures: &'a [String],
     /// Why interrupt work is held on some nodes (protected pods, drains), worded for humans.
     pub held: &'a [String],
+    /// Nodes that gave their batch slot back for a fault of their own, worded for humans.
+    pub released: &'a [String],
     pub blocked_nodes: Vec<String>,
     pub ignored_nodes: Vec<String>,
     /// Nodes whose interrupt waits for pods matching `podNonInterruptLabels`.
@@ -375,11 +377,14 @@ fn work_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, erroring: bool, 
 
 /// Conditions about nodes that cannot proceed: held back, untolerated taints, ignored.
 fn node_conditions(list: &mut Vec<Condition>, f: &SkyhookFacts, generation: i64) {
-    let (held, reason, message) = if f.held.is_empty() {
+    let all = || f.held.iter().chain(f.released).cloned().collect::<Vec<_>>();
+    let (held, reason, message) = if !f.held.is_empty() {
+        (true, schema::DRAIN_BLOCKED_REASON, all().join("; "))
+    } else if !f.released.is_empty() {
+        (true, schema::SLOT_RELEASED_REASON, all().join("; "))
+    } else {
         let message = "no node is held back".to_string();
         (false, schema::NOT_BLOCKED_REASON, message)
-    } else {
-        (true, schema::DRAIN_BLOCKED_REASON, f.held.join("; "))
     };
     set_condition(
         list,
@@ -574,6 +579,7 @@ mod tests {
             started: &[],
             failures: &[],
             held: &[],
+            released: &[],
             blocked_nodes: Vec::new(),
             ignored_nodes: Vec::new(),
             non_interrupt_nodes: Vec::new(),

@@ -58,6 +58,8 @@ struct World {
     status_budget: usize,
     /// Nodes whose auto-taint was refused.
     refused_taints: BTreeSet<String>,
+    /// Nodes whose patches were refused for good.
+    refused_nodes: BTreeSet<String>,
     checks: BTreeMap<String, Vec<crate::jobs::CheckRun>>,
     alerts: Option<alerts::AlertReading>,
 }
@@ -79,6 +81,7 @@ impl World {
             policies: Vec::new(),
             status_budget: crate::settings::DEFAULT_STATUS_NODE_BUDGET,
             refused_taints: BTreeSet::new(),
+            refused_nodes: BTreeSet::new(),
             checks: BTreeMap::new(),
             alerts: None,
         }
@@ -112,6 +115,7 @@ impl World {
             write_failures: &self.write_failures,
             drain_blocks: &[],
             refused_auto_taints: &self.refused_taints,
+            refused_nodes: &self.refused_nodes,
             health_checks: &self.checks,
             alerts: self.alerts.as_ref(),
             config: &cfg,
@@ -460,6 +464,73 @@ fn oldest_nodes_start_first_and_the_batch_is_kept_until_done() {
     assert_eq!(node_status(&plan, "young"), Some(Status::Waiting));
 }
 
+/// Issue 51, item 3 (upstream #382): in a batch of one, node `old`'s apply Job has run for 31
+/// minutes (past STALLED_NODE_SLOT_RELEASE, 30m by default) where it took 2 s on `peer`: `old`
+/// gives its slot back and `young` starts; `old` is named. Without the peer there is no
+/// evidence against the node and the batch holds. A node whose patches are refused holds no
+/// slot either, and its patch is a probe written each pass.
+#[test]
+fn a_stalled_node_and_a_node_refusing_writes_give_their_slots_back() {
+    let sk = one_package(false).set("interruptionBudget", json!({"count": 1}));
+    let mut done = go_state(PLAIN, "config", "complete");
+    done[schema::status_annotation("sh")] = json!("complete");
+    let world = |with_peer: bool| {
+        let mut nodes = vec![
+            node("old").created(1).arc(),
+            node("young").created(50).arc(),
+        ];
+        let mut jobs = vec![
+            job(&tuned(), Stage::Apply)
+                .on("old")
+                .created(t(-31 * 60))
+                .build(),
+        ];
+        if with_peer {
+            nodes.push(node("peer").created(2).annotations(done.clone()).arc());
+            let finished = Outcome::Complete { at: t(-3598) };
+            jobs.push(
+                job(&tuned(), Stage::Apply)
+                    .on("peer")
+                    .created(t(-3600))
+                    .outcome(finished)
+                    .build(),
+            );
+        }
+        let mut w = World::new(sk.clone().build(), nodes);
+        w.jobs = jobs;
+        w
+    };
+    let plan = world(true).plan();
+    assert_eq!(created(&plan), vec![("young".into(), "apply".into())]);
+    let blocked = plan
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == schema::NODE_BLOCKED_CONDITION)
+        })
+        .map(|c| (c.reason.clone(), c.message.clone()))
+        .unwrap_or_default();
+    assert_eq!(blocked.0, schema::SLOT_RELEASED_REASON);
+    assert!(
+        blocked.1.contains("node old: stalled: the apply Job"),
+        "{}",
+        blocked.1
+    );
+
+    let plan = world(false).plan();
+    assert!(created(&plan).is_empty(), "no peer: the batch holds");
+
+    let mut w = world(false);
+    w.jobs.clear();
+    w.refused_nodes.insert("old".into());
+    let plan = w.plan();
+    assert_eq!(created(&plan), vec![("young".into(), "apply".into())]);
+    let probe = plan.node_patches.iter().find(|p| p.node == "old");
+    assert!(probe.is_some_and(|p| p.probe && !p.is_empty()), "{probe:?}");
+}
+
 /// Upstream #587, its reproduction ported: in a batch of two, node `a` finished its interrupt
 /// (post-interrupt due, still cordoned) while node `b`'s stage runs. Upstream's batch returned
 /// only the nodes `in_progress`, so `a`, stored as `waiting`, got no post-interrupt until every
@@ -672,6 +743,87 @@ fn drain_cordons_then_evicts_then_runs() {
         assert_eq!(plan.evictions.len(), *evictions, "{case}: evictions");
         assert_eq!(plan.create_jobs.len(), *jobs, "{case}: Jobs");
     }
+}
+
+/// Issue 51, item 3: a node whose drain ran past `drainConfig.timeout` (a pod that cannot be
+/// evicted) stays cordoned and reads `erroring`, but gives its slot back in a batch of one: the
+/// next node starts. Once drained it is first at the next batch choice, not before (the budget
+/// holds while the other node works).
+#[test]
+fn a_node_whose_drain_timed_out_gives_its_slot_back() {
+    let sk = one_package(true)
+        .set("interruptionBudget", json!({"count": 1}))
+        .set("drainConfig", json!({"timeout": "5m"}));
+    let web = PodInfo {
+        namespace: "apps".into(),
+        name: "web".into(),
+        protected: false,
+        evictable: true,
+        terminating: false,
+        unmovable: None,
+        health: None,
+    };
+    let mut stuck = json!({});
+    stuck[schema::status_annotation("sh")] = json!("erroring");
+    stuck[schema::cordon_annotation("sh")] = json!("true");
+    stuck[schema::drain_start_annotation("sh")] = json!(t(-600).to_string());
+    let world = |pods: Vec<PodInfo>, next_busy: bool| {
+        let mut next = node("next").created(2);
+        if next_busy {
+            let mut a = go_state(REBOOT, "apply", "in_progress");
+            a[schema::status_annotation("sh")] = json!("in_progress");
+            next = next.annotations(a);
+        }
+        let nodes = vec![
+            node("stuck")
+                .created(1)
+                .annotations(stuck.clone())
+                .cordoned(true)
+                .arc(),
+            next.arc(),
+        ];
+        let mut w = World::new(sk.clone().build(), nodes);
+        w.pods.insert("stuck".into(), pods);
+        if next_busy {
+            w.jobs.push(
+                job(&package(REBOOT).reboot().build(), Stage::Apply)
+                    .on("next")
+                    .build(),
+            );
+        }
+        w
+    };
+    let plan = world(vec![web.clone()], false).plan();
+    assert!(
+        plan.evictions.is_empty(),
+        "past the timeout nothing is evicted"
+    );
+    let next_cordoned = plan
+        .node_patches
+        .iter()
+        .any(|p| p.node == "next" && p.unschedulable == Some(true));
+    assert!(next_cordoned, "the next node did not start");
+    assert_eq!(node_status(&plan, "stuck"), Some(Status::Erroring));
+    let uncordoned = plan
+        .node_patches
+        .iter()
+        .any(|p| p.node == "stuck" && p.unschedulable == Some(false));
+    assert!(!uncordoned, "the stuck node stays cordoned");
+
+    // Drained while the other node works: it waits for the batch choice.
+    let plan = world(vec![], true).plan();
+    assert!(
+        !created(&plan).iter().any(|(n, _)| n == "stuck"),
+        "{:?}",
+        created(&plan)
+    );
+    // Drained and the batch done: its work goes on.
+    let plan = world(vec![], false).plan();
+    assert!(
+        created(&plan).iter().any(|(n, _)| n == "stuck"),
+        "{:?}",
+        created(&plan)
+    );
 }
 
 #[test]

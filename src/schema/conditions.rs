@@ -322,6 +322,9 @@ pub const INVALID_SPEC_REASON: &str = "InvalidSpec";
 pub const PACKAGE_ERRORING_REASON: &str = "PackageErroring";
 pub const NO_PACKAGE_ERRORING_REASON: &str = "NoPackageErroring";
 pub const DRAIN_BLOCKED_REASON: &str = "DrainBlocked";
+/// `NodeBlocked` when only nodes that gave their batch slot back for a fault of their own (a
+/// stalled Job, writes refused for good) are named.
+pub const SLOT_RELEASED_REASON: &str = "SlotReleased";
 pub const NOT_BLOCKED_REASON: &str = "NotBlocked";
 pub const NODE_STATE_UNREADABLE_REASON: &str = "NodeStateUnreadable";
 pub const ROLLOUT_STOPPED_REASON: &str = "RolloutStopped";

@@ -133,6 +133,12 @@ pub struct Settings {
     /// the slot back at once.
     #[arg(long, env = "NON_INTERRUPT_SLOT_RELEASE", default_value = "10m")]
     pub non_interrupt_slot_release: String,
+    /// A node whose stage Job has run this long, and three times as long as that stage took on
+    /// the nodes that finished it, stalls: it gives its batch slot back and resumes, first in
+    /// line, at a batch choice after the Job ends. Never while it holds our cordon; `0` keeps
+    /// every node in its batch until its work ends (upstream's behaviour).
+    #[arg(long, env = "STALLED_NODE_SLOT_RELEASE", default_value = "30m")]
+    pub stalled_node_slot_release: String,
     /// How many failed Jobs to keep per (package, stage, node).
     #[arg(long, env = "FAILED_JOBS_KEPT", default_value_t = 3)]
     pub failed_jobs_kept: usize,
@@ -212,6 +218,9 @@ pub struct Config {
     pub reboot_confirm_timeout: Duration,
     /// NON_INTERRUPT_SLOT_RELEASE: how long a node waiting for protected pods holds its slot.
     pub non_interrupt_slot_release: Duration,
+    /// STALLED_NODE_SLOT_RELEASE: how long a stage Job runs before its node may stall (zero:
+    /// never).
+    pub stalled_node_slot_release: Duration,
     pub runtime_required_taint: TaintSpec,
     pub pause_image: String,
     pub agent_image: String,
@@ -272,6 +281,7 @@ struct Durations {
     default_interval: Duration,
     reboot_confirm_timeout: Duration,
     non_interrupt_slot_release: Duration,
+    stalled_node_slot_release: Duration,
     stage_deadline: Duration,
     completed_job_ttl: Duration,
     retry_base: Duration,
@@ -366,7 +376,7 @@ impl Settings {
         let [
             default_interval, stage_deadline, completed_job_ttl, retry_base, retry_max,
             lease_duration, renew_deadline, retry_period, reboot_confirm_timeout,
-            non_interrupt_slot_release,
+            non_interrupt_slot_release, stalled_node_slot_release,
         ] = [
             ("DEFAULT_INTERVAL", &self.default_interval, secs(60)),
             match &self.job_stage_timeout {
@@ -384,12 +394,14 @@ impl Settings {
             ("LEADER_ELECTION_RETRY_PERIOD", &self.leader_election_retry_period, millis(100)),
             ("REBOOT_CONFIRM_TIMEOUT", &self.reboot_confirm_timeout, Duration::ZERO),
             ("NON_INTERRUPT_SLOT_RELEASE", &self.non_interrupt_slot_release, Duration::ZERO),
+            ("STALLED_NODE_SLOT_RELEASE", &self.stalled_node_slot_release, Duration::ZERO),
         ]
         .map(|(name, value, min)| checked_duration(name, value, min, errs));
         Durations {
             default_interval,
             reboot_confirm_timeout,
             non_interrupt_slot_release,
+            stalled_node_slot_release,
             stage_deadline,
             completed_job_ttl,
             retry_base,
@@ -528,6 +540,7 @@ impl Settings {
             reapply_on_reboot: self.reapply_on_reboot,
             reboot_confirm_timeout: d.reboot_confirm_timeout,
             non_interrupt_slot_release: d.non_interrupt_slot_release,
+            stalled_node_slot_release: d.stalled_node_slot_release,
             runtime_required_taint,
             pause_image: self.pause_image.clone(),
             agent_image: self.agent_image.clone(),

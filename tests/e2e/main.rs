@@ -17,6 +17,7 @@ mod metrics_security;
 mod monitoring;
 mod node_release;
 mod nodewright;
+mod one_bad_node;
 mod operator;
 mod plan;
 mod plugin;

@@ -102,6 +102,8 @@ pub struct Executed {
     pub drain_blocks: Vec<crate::plan::inputs::DrainBlock>,
     /// Nodes whose auto-taint patch was refused for good, and nodes it tainted.
     pub auto_taints: (Vec<String>, Vec<String>),
+    /// Nodes whose patch was refused for good in this pass, and nodes patched.
+    pub node_writes: (BTreeSet<String>, BTreeSet<String>),
 }
 
 /// Where a pass writes: the API server, the Event queue, the operator's namespace, and the API
@@ -131,6 +133,7 @@ pub async fn execute(
             failures: Vec::new(),
             drain_blocks: Vec::new(),
             auto_taints: Default::default(),
+            node_writes: Default::default(),
         });
     };
     if plan.delete_owned {
@@ -177,6 +180,7 @@ pub async fn execute(
         failures,
         drain_blocks,
         auto_taints: w.met.take_auto_taints(),
+        node_writes: (w.met.failed_nodes(), w.patched_nodes()),
     })
 }
 
@@ -310,10 +314,18 @@ impl<'a> Writer<'a> {
     /// work of nodes whose patch met a 409 is dropped from the plan.
     async fn write_nodes(&self, plan: &mut Plan) -> Result<Written, Error> {
         let mut left_out = BTreeSet::new();
+        // A node refused before is left out of the batch already: its patch failing again
+        // holds no other node's start.
+        let probes: BTreeSet<&str> = plan
+            .node_patches
+            .iter()
+            .filter(|p| p.probe)
+            .map(|p| p.node.as_str())
+            .collect();
         for starting in [false, true] {
             let patches = plan.node_patches.iter().filter(|p| p.starts == starting);
             left_out.extend(self.met.take_conflicts());
-            let failed = !self.met.failed_nodes().is_empty();
+            let failed = (self.met.failed_nodes().iter()).any(|n| !probes.contains(n.as_str()));
             if starting && (failed || !left_out.is_empty()) {
                 let skipped: BTreeSet<String> = patches.map(|p| p.node.clone()).collect();
                 plan.drop_node_work(&skipped);
@@ -354,6 +366,15 @@ impl<'a> Writer<'a> {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The nodes this pass patched.
+    fn patched_nodes(&self) -> BTreeSet<String> {
+        let patched = self
+            .patched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        patched.keys().cloned().collect()
     }
 
     /// `job` with the resourceVersion its node's patch returned in this pass, when there was

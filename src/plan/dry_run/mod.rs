@@ -69,6 +69,7 @@ fn inputs<'a>(snap: &'a Snapshot, sim: &'a Sim, now: Timestamp) -> Inputs<'a> {
         write_failures: &[],
         drain_blocks: &[],
         refused_auto_taints: &super::inputs::NO_NODES,
+        refused_nodes: &super::inputs::NO_NODES,
         health_checks: &super::inputs::NO_CHECKS,
         alerts: None,
         config: &snap.config,

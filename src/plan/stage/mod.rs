@@ -312,6 +312,26 @@ fn run_work(
     }
 }
 
+/// A drain started at `start` is past `drainConfig.timeout`: the outcome says so (nothing more
+/// is evicted, the node reads `erroring`). Also for a node not judged this pass (its slot given
+/// back), so that it reads the same.
+pub fn overdue(
+    now: Timestamp,
+    start: Timestamp,
+    timeout: Option<std::time::Duration>,
+    out: &mut NodeOutcome,
+) -> bool {
+    let Some(limit) = timeout.filter(|l| now.duration_since(start).unsigned_abs() >= *l) else {
+        return false;
+    };
+    out.held = true;
+    out.drain_timed_out = true;
+    out.blocked = Some(format!(
+        "drain timed out after {limit:?} (drainConfig.timeout): nothing more is evicted; the node stays cordoned until its pods are gone"
+    ));
+    true
+}
+
 /// Applies the drain decision to the outcome; true when the node is ready for the interrupt.
 fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
     out.relies_on_cordon |= host.cordoned;
@@ -330,14 +350,7 @@ fn ready(now: Timestamp, host: Host, out: &mut NodeOutcome) -> bool {
         // before it, as upstream's timeout does not cover them.
         let start = host.drain_started.unwrap_or(now);
         out.drain_start = Some(Some(start));
-        if let Some(limit) = host.drain_timeout
-            && now.duration_since(start).unsigned_abs() >= limit
-        {
-            out.held = true;
-            out.drain_timed_out = true;
-            out.blocked = Some(format!(
-                "drain timed out after {limit:?} (drainConfig.timeout): nothing more is evicted; the node stays cordoned until its pods are gone"
-            ));
+        if overdue(now, start, host.drain_timeout, out) {
             return false;
         }
     }
