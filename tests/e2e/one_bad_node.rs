@@ -147,3 +147,71 @@ async fn a_hanging_job_and_a_node_refusing_writes_do_not_slow_the_other_eight() 
         );
     }
 }
+
+fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// The third kind of bad node: one whose pod cannot be evicted (a PodDisruptionBudget allowing
+/// no disruption), with `drainConfig.timeout` 5 s, in batches of one over three nodes. Past the
+/// timeout it reads `erroring` and stays cordoned (upstream's), but gives its slot back: the two
+/// other nodes reboot and complete one at a time. Once the pod is gone it goes on, first at the
+/// next batch choice, and completes.
+#[tokio::test]
+async fn a_node_whose_pod_cannot_be_evicted_gives_its_slot_back_after_the_drain_timeout() {
+    let env = setup("onebad-drain", 3, &[]).await;
+    let (stuck, others) = (env.nodes[0].clone(), env.nodes[1..].to_vec());
+    let web = env.ctx.name("web");
+    env.run_workload(&web, &stuck, json!({"labels": {"app": "guarded"}}))
+        .await;
+    let pdbs: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        kube::Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    let pdb = serde_json::from_value(json!({"metadata": {"name": "guarded"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}}))
+    .expect("pdb");
+    pdbs.create(&kube::api::PostParams::default(), &pdb)
+        .await
+        .expect("create the PodDisruptionBudget");
+    let name = env.ctx.name("sk");
+    env.create(&skyhook(
+        &env.ctx,
+        &name,
+        json!({
+            "interruptionBudget": {"count": 1},
+            "drainConfig": {"timeout": "5s"},
+            "packages": {"driver": crate::support::reboot_pkg("1.0.0")},
+        }),
+    ))
+    .await;
+    for node in &others {
+        env.ctx
+            .wait_for(
+                &format!("{node} complete while {stuck} cannot be drained"),
+                Duration::from_secs(120),
+                || async {
+                    (status_of(&env, node, &name).await.as_deref() == Some("complete"))
+                        .then_some(())
+                },
+            )
+            .await;
+    }
+    assert_eq!(
+        status_of(&env, &stuck, &name).await.as_deref(),
+        Some("erroring")
+    );
+    let n = env.node_api.get(&stuck).await.expect("node");
+    assert!(cordoned(&n), "the undrainable node was uncordoned");
+
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
+    pods.delete(&web, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete the guarded pod");
+    env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
+        .await;
+    let n = env.node_api.get(&stuck).await.expect("node");
+    assert!(!cordoned(&n), "still cordoned after it completed");
+}
