@@ -130,11 +130,12 @@ impl Seen {
         self
     }
 
-    /// As a node whose patches are refused for good: its running Job still counts against the
-    /// budget, but it starts nothing and holds no slot for work it cannot record.
-    pub fn refused(mut self, active: bool, refused: bool) -> Self {
+    /// As a node whose patches are refused for good: a Job it runs, or our cordon it holds,
+    /// still counts against the budget (`out_of_service`), but it starts nothing and holds no
+    /// slot for work it cannot record.
+    pub fn refused(mut self, out_of_service: bool, refused: bool) -> Self {
         if refused {
-            self.busy = active;
+            self.busy = out_of_service;
             self.eligible = false;
         }
         self

@@ -1,6 +1,7 @@
 mod admission;
 mod agent_v7;
 mod binaries;
+mod chaos;
 mod cluster;
 mod deploy;
 mod faults;

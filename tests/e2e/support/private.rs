@@ -2,7 +2,8 @@
 //! tests that must see a cluster from its first second or tear one down.
 
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -125,4 +126,62 @@ impl Drop for Owned {
 
 pub fn alive(child: &mut Child) -> bool {
     matches!(child.try_wait(), Ok(None))
+}
+
+/// Kills one component of the cluster whose state directory is `state` (a private one, or the
+/// shared one for a campaign that runs alone), checks that the API no longer answers (for the
+/// API server and etcd), waits out `outage`, and starts it again with the same command line, in a
+/// session of its own as `up` does (so `down` still stops it).
+pub fn restart_component(
+    state: &std::path::Path,
+    component: &str,
+    outage: Duration,
+    kubectl: &dyn Fn() -> Command,
+) {
+    let pid_file = state.join(format!("pids/{component}.pid"));
+    let pid = std::fs::read_to_string(&pid_file).expect("pid file");
+    let pid = pid.trim().to_string();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+    let argv: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    // A crash, not a graceful stop: the harder case, and the API server drains for a minute.
+    run(Command::new("kill").args(["-KILL", &pid]));
+    let down_at = Instant::now();
+    let deadline = down_at + Duration::from_secs(30);
+    // Gone, or a zombie nobody reaps (PID 1 here may not).
+    let running =
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    while running() {
+        assert!(Instant::now() < deadline, "{component} did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A quorum read, which needs both the API server and etcd (kwok is neither).
+    let answered = component != "kwok"
+        && kubectl()
+            .args([
+                "get",
+                "--raw",
+                "/api/v1/namespaces/skyhook",
+                "--request-timeout=1s",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("kubectl")
+            .success();
+    assert!(!answered, "the API still answered with {component} down");
+    std::thread::sleep(outage.saturating_sub(down_at.elapsed()));
+    let log = state.join(format!("logs/{component}.log"));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"log=$1; shift; setsid "$@" >>"$log" 2>&1 </dev/null & echo $!"#)
+        .arg("sh")
+        .arg(&log)
+        .args(&argv)
+        .output()
+        .expect("restart");
+    std::fs::write(&pid_file, &out.stdout).expect("write the pid file");
 }

@@ -1,0 +1,10 @@
+//! A fault campaign with an independent checker (issue 52). `tests/chaos` runs it; the checker
+//! and its planted violations run with the other tests.
+
+mod campaign;
+pub mod checker;
+#[cfg(test)]
+mod checker_tests;
+pub mod faults;
+pub mod history;
+mod recorder;
