@@ -59,6 +59,8 @@ struct Campaign {
     edits: u64,
     /// Replicas that exited by themselves and were started again.
     restarts: u64,
+    /// svc's `extra` package is in the spec (the edits remove and add it in turn).
+    extra_present: bool,
 }
 
 fn pkg(version: &str, sleep: &str) -> Value {
@@ -202,7 +204,7 @@ impl Campaign {
                                               "bravo": {"dependsOn": {"alpha": format!("1.{n}.0")}}}}}),
                 "base's alpha version bumped",
             ),
-            _ if n % 2 == 0 => (
+            _ if self.extra_present => (
                 self.nodewrights(),
                 self.ctx.name("svc"),
                 json!({"spec": {"packages": {"extra": null}}}),
@@ -219,6 +221,9 @@ impl Campaign {
                 )
             }
         };
+        if n.is_multiple_of(3) {
+            self.extra_present = !self.extra_present;
+        }
         let said = match api.patch(&name, &pp, &merge(patch)).await {
             Ok(_) => format!("spec edit: {what}"),
             Err(e) => format!("spec edit refused ({what}): {e}"),
@@ -520,6 +525,7 @@ async fn campaign() {
         selector,
         edits: 0,
         restarts: 0,
+        extra_present: true,
     };
     let rules = c.workload().await;
     let started = Instant::now();

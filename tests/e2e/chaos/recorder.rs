@@ -131,35 +131,57 @@ fn uid(v: &Value) -> String {
     super::history::str_at(v, "/metadata/uid").to_string()
 }
 
-/// Records one kind's events; a relist marks the objects it no longer lists as deleted.
-fn record_events(
+/// One watch's view of what it listed: a relist marks the objects it no longer lists as
+/// deleted.
+struct Relist {
     records: Arc<Mutex<Vec<Record>>>,
     kind: Kind,
-) -> impl FnMut(Event<Value>, &mut BTreeSet<String>, &mut Vec<(String, Value)>) {
-    move |ev, relisted, known| match ev {
-        Event::Init => relisted.clear(),
-        Event::InitApply(v) => {
-            relisted.insert(uid(&v));
-            known.retain(|(u, _)| *u != uid(&v));
-            known.push((uid(&v), v.clone()));
-            push(&records, kind, false, v);
+    relisted: BTreeSet<String>,
+    known: Vec<(String, Value)>,
+}
+
+impl Relist {
+    fn new(records: Arc<Mutex<Vec<Record>>>, kind: Kind) -> Relist {
+        Relist {
+            records,
+            kind,
+            relisted: BTreeSet::new(),
+            known: Vec::new(),
         }
-        Event::InitDone => {
-            let (gone, kept): (Vec<_>, Vec<_>) =
-                known.drain(..).partition(|(u, _)| !relisted.contains(u));
-            *known = kept;
-            for (_, v) in gone {
-                push(&records, kind, true, v);
+    }
+
+    fn seen(&mut self, v: &Value) {
+        let u = uid(v);
+        self.known.retain(|(k, _)| *k != u);
+        self.known.push((u, v.clone()));
+    }
+
+    fn on(&mut self, ev: Event<Value>) {
+        match ev {
+            Event::Init => self.relisted.clear(),
+            Event::InitApply(v) => {
+                self.relisted.insert(uid(&v));
+                self.seen(&v);
+                push(&self.records, self.kind, false, v);
             }
-        }
-        Event::Apply(v) => {
-            known.retain(|(u, _)| *u != uid(&v));
-            known.push((uid(&v), v.clone()));
-            push(&records, kind, false, v);
-        }
-        Event::Delete(v) => {
-            known.retain(|(u, _)| *u != uid(&v));
-            push(&records, kind, true, v);
+            Event::InitDone => {
+                let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.known)
+                    .into_iter()
+                    .partition(|(u, _)| !self.relisted.contains(u));
+                self.known = kept;
+                for (_, v) in gone {
+                    push(&self.records, self.kind, true, v);
+                }
+            }
+            Event::Apply(v) => {
+                self.seen(&v);
+                push(&self.records, self.kind, false, v);
+            }
+            Event::Delete(v) => {
+                let u = uid(&v);
+                self.known.retain(|(k, _)| *k != u);
+                push(&self.records, self.kind, true, v);
+            }
         }
     }
 }
@@ -175,12 +197,11 @@ where
     K::DynamicType: Default,
 {
     tokio::spawn(async move {
-        let mut on = record_events(records, kind);
-        let (mut relisted, mut known) = (BTreeSet::new(), Vec::new());
+        let mut relist = Relist::new(records, kind);
         let mut stream = watcher(api, cfg).default_backoff().boxed();
         while let Some(ev) = stream.next().await {
             let Ok(ev) = ev else { continue };
-            on(as_values(ev), &mut relisted, &mut known);
+            relist.on(as_values(ev));
         }
     })
 }
@@ -191,12 +212,11 @@ fn watch_dynamic(
     records: Arc<Mutex<Vec<Record>>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut on = record_events(records, Kind::Object);
-        let (mut relisted, mut known) = (BTreeSet::new(), Vec::new());
+        let mut relist = Relist::new(records, Kind::Object);
         let mut stream = watcher(api, cfg).default_backoff().boxed();
         while let Some(ev) = stream.next().await {
             let Ok(ev) = ev else { continue };
-            on(as_values(ev), &mut relisted, &mut known);
+            relist.on(as_values(ev));
         }
     })
 }
