@@ -87,52 +87,6 @@ impl<'a> SpecView<'a> {
         SpecView { serial, ..self }
     }
 
-    /// The recorded config updates as one node owes them, when they differ (`None`: as
-    /// recorded). A config change recorded while a node still installs a package at its version
-    /// (it never completed it, by its state and its record) is no config-only change there: the
-    /// node owes the package's own interrupt, not only the matching configInterrupts. Found by
-    /// the fault campaign (issue 52): a driver's config edited mid-rollout let nodes that had
-    /// only run apply finish at config, never rebooted.
-    pub fn updates_for(
-        &self,
-        state: &NodeState,
-        applied: &BTreeMap<String, String>,
-    ) -> Option<BTreeMap<String, Vec<String>>> {
-        let installing = |name: &String| {
-            self.packages.get(name).is_some_and(|p| {
-                let key = schema::package_key(&p.name, &p.version);
-                !applied.contains_key(&key)
-                    && !state.get(&p.name, &p.version).is_some_and(|e| {
-                        e.state == Some(State::Complete)
-                            && e.stage == Stage::terminal(p.interrupt.is_some())
-                    })
-            })
-        };
-        let owed = |(name, keys): (&String, &Vec<String>)| !keys.is_empty() && installing(name);
-        if !self.config_updates.iter().any(owed) {
-            return None;
-        }
-        let mut updates = self.config_updates.clone();
-        updates.retain(|name, _| !installing(name));
-        Some(updates)
-    }
-
-    /// This view with `config_updates` replaced (one node's, from [`SpecView::updates_for`]).
-    pub fn with_updates<'b>(
-        &self,
-        config_updates: &'b BTreeMap<String, Vec<String>>,
-    ) -> SpecView<'b>
-    where
-        'a: 'b,
-    {
-        SpecView {
-            packages: self.packages,
-            spec_hashes: self.spec_hashes.clone(),
-            config_updates,
-            serial: self.serial,
-        }
-    }
-
     /// The current hash of spec package `name` (empty for packages not in the spec).
     pub fn hash_of(&self, name: &str) -> &str {
         self.spec_hashes.get(name).map_or("", String::as_str)
