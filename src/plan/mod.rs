@@ -98,6 +98,8 @@ struct Planner<'a> {
     inp: &'a Inputs<'a>,
     name: String,
     spec: &'a SpecView<'a>,
+    /// The spec as nodes whose config updates differ see it ([`SpecView::updates_for`]).
+    node_specs: &'a BTreeMap<String, SpecView<'a>>,
     policy: Policy<'a>,
     switches: Switches,
     by_node: BTreeMap<&'a str, Vec<&'a JobView>>,
@@ -183,12 +185,21 @@ fn plan_live(inp: &Inputs) -> Plan {
     let updates = config::config_updates(sk, inp.configmaps, prior, &facts);
     let spec = SpecView::new(&sk.spec.packages, &sk.spec.additional_tolerations, &updates)
         .serial(sk.spec.serial);
+    let node_updates: BTreeMap<String, BTreeMap<String, Vec<String>>> = facts
+        .iter()
+        .filter_map(|f| Some((f.name.clone(), spec.updates_for(&f.prior, &f.applied)?)))
+        .collect();
+    let node_specs: BTreeMap<String, SpecView> = node_updates
+        .iter()
+        .map(|(n, u)| (n.clone(), spec.with_updates(u)))
+        .collect();
     let by_node = jobs_by_node(inp.jobs);
     let stalls = stall::stalled(&by_node, inp.now, cfg.stalled_node_slot_release);
     let planner = Planner {
         inp,
         name: sk.name_any(),
         spec: &spec,
+        node_specs: &node_specs,
         policy: Policy::of(sk, inp.policies),
         switches: Switches::of(sk, inp.invalid.is_empty()),
         by_node,
@@ -300,10 +311,15 @@ fn plan_live(inp: &Inputs) -> Plan {
 }
 
 impl<'a> Planner<'a> {
+    /// The spec as node `name` sees it.
+    fn spec_of(&self, name: &str) -> &'a SpecView<'a> {
+        self.node_specs.get(name).unwrap_or(self.spec)
+    }
+
     fn fold(&self, f: &NodeFacts<'a>) -> FoldedNode<'_> {
         let cfg = self.inp.config;
         stage::fold(NodeInput {
-            spec: self.spec,
+            spec: self.spec_of(&f.name),
             state: f.prior.clone(),
             applied: f.applied.clone(),
             folded: f.folded.clone(),
@@ -520,7 +536,7 @@ impl<'a> Planner<'a> {
 
     /// Whether the node is settled once its health gate has spoken, and the gate's verdict.
     fn gate(&self, f: &NodeFacts, o: &NodeOutcome) -> (bool, health::Health) {
-        let raw = self.spec.settled(&o.state, &o.applied);
+        let raw = self.spec_of(&f.name).settled(&o.state, &o.applied);
         let verdict = health::judge(&health::GateInput {
             skyhook: &self.name,
             gate: self.inp.skyhook.spec.health_gate.as_ref(),
@@ -642,7 +658,7 @@ impl<'a> Planner<'a> {
         }
         self.health_check(f, &verdict, plan);
         let passed = matches!(verdict, health::Health::Passed { .. });
-        if settled && (passed || !self.spec.node_complete(&f.prior)) {
+        if settled && (passed || !self.spec_of(&f.name).node_complete(&f.prior)) {
             let msg = schema::node_complete_message(&self.name);
             plan.events
                 .push(Note::node(&f.name, schema::STATE_REASON, msg));
@@ -699,7 +715,8 @@ impl<'a> Planner<'a> {
                 grace_seconds: rules.grace_seconds,
             }));
         let packages = self.inp.skyhook.spec.packages.values();
-        if let Some(pkg) = packages.into_iter().find(|p| self.spec.has_interrupt(p)) {
+        let spec = self.spec_of(&f.name);
+        if let Some(pkg) = packages.into_iter().find(|p| spec.has_interrupt(p)) {
             let msg = schema::node_drain_message(&f.name, &pkg.name, &pkg.version, &self.name);
             plan.events
                 .push(Note::node(&f.name, schema::INTERRUPT_REASON, msg));

@@ -52,6 +52,16 @@ pub fn install_part(hash: &str) -> &str {
 }
 
 /// The config part of a hash (after the dot).
+/// Whether the node completed package `p` at its version at least once, by the package's own
+/// interrupt rule: its state says so now, or its `applied_` record kept the mark
+/// ([`schema::installed_key`]) through a config re-run since.
+pub fn installed(state: &NodeState, applied: &BTreeMap<String, String>, p: &Package) -> bool {
+    applied.contains_key(&schema::installed_key(&p.name, &p.version))
+        || state.get(&p.name, &p.version).is_some_and(|e| {
+            e.state == Some(State::Complete) && e.stage == Stage::terminal(p.interrupt.is_some())
+        })
+}
+
 pub fn config_part(hash: &str) -> &str {
     hash.split('.').nth(1).unwrap_or_default()
 }
@@ -85,6 +95,47 @@ impl<'a> SpecView<'a> {
     /// With `spec.serial` as given.
     pub fn serial(self, serial: bool) -> Self {
         SpecView { serial, ..self }
+    }
+
+    /// The recorded config updates as one node owes them, when they differ (`None`: as
+    /// recorded). A config change recorded while a node still installs a package at its version
+    /// (it never completed it, by its state and its record) is no config-only change there: the
+    /// node owes the package's own interrupt, not only the matching configInterrupts. Found by
+    /// the fault campaign (issue 52): a driver's config edited mid-rollout let nodes that had
+    /// only run apply finish at config, never rebooted.
+    pub fn updates_for(
+        &self,
+        state: &NodeState,
+        applied: &BTreeMap<String, String>,
+    ) -> Option<BTreeMap<String, Vec<String>>> {
+        let installing = |name: &String| {
+            self.packages
+                .get(name)
+                .is_some_and(|p| !installed(state, applied, p))
+        };
+        let owed = |(name, keys): (&String, &Vec<String>)| !keys.is_empty() && installing(name);
+        if !self.config_updates.iter().any(owed) {
+            return None;
+        }
+        let mut updates = self.config_updates.clone();
+        updates.retain(|name, _| !installing(name));
+        Some(updates)
+    }
+
+    /// This view with `config_updates` replaced (one node's, from [`SpecView::updates_for`]).
+    pub fn with_updates<'b>(
+        &self,
+        config_updates: &'b BTreeMap<String, Vec<String>>,
+    ) -> SpecView<'b>
+    where
+        'a: 'b,
+    {
+        SpecView {
+            packages: self.packages,
+            spec_hashes: self.spec_hashes.clone(),
+            config_updates,
+            serial: self.serial,
+        }
     }
 
     /// The current hash of spec package `name` (empty for packages not in the spec).

@@ -533,6 +533,59 @@ fn a_stalled_node_and_a_node_refusing_writes_give_their_slots_back() {
     assert!(probe.is_some_and(|p| p.probe && !p.is_empty()), "{probe:?}");
 }
 
+/// Found by the fault campaign (issue 52, seed 1): the driver's config was edited while node
+/// `mid` had only run apply. The change is recorded as a config update (other nodes had
+/// completed the package), but `mid` never completed this version: it still owes the package's
+/// reboot, so after its config it is cordoned for the interrupt, not reported complete. `done`
+/// had completed it (its `applied_` record keeps the installed mark): it re-ran config for the
+/// change alone and takes no reboot (no configInterrupt matches).
+#[test]
+fn a_config_edit_mid_install_keeps_the_install_interrupt() {
+    let driver = package(REBOOT)
+        .reboot()
+        .with(json!({"configMap": {"driver.conf": "edit=1"}}));
+    let mut sk = one_package(true).build();
+    sk.spec.packages.insert(REBOOT.into(), driver.build());
+    sk.status
+        .get_or_insert_with(Default::default)
+        .config_updates
+        .insert(REBOOT.into(), vec!["driver.conf".into()]);
+    // Both ran config for the new data; only `done` had completed the package before.
+    let hash = crate::plan::spec::spec_hash(&sk.spec.packages[REBOOT], &[]);
+    let at_config = |installed: bool| {
+        let mut a = go_state(REBOOT, "config", "complete");
+        a[schema::status_annotation("sh")] = json!("in_progress");
+        let mut applied = json!({schema::package_key(REBOOT, "1.0.0"): hash});
+        if installed {
+            applied[schema::installed_key(REBOOT, "1.0.0")] = json!("true");
+        }
+        a[schema::applied_annotation("sh")] = json!(applied.to_string());
+        a
+    };
+    let nodes = vec![
+        node("mid").created(1).annotations(at_config(false)).arc(),
+        node("done").created(2).annotations(at_config(true)).arc(),
+    ];
+    let mut w = World::new(sk, nodes);
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": schema::package_configmap_name("sh", REBOOT, "1.0.0")},
+        "data": {"driver.conf": "edit=1"}}))
+    .expect("configmap");
+    w.configmaps.push(Arc::new(cm));
+    let plan = w.plan();
+    assert_ne!(node_status(&plan, "mid"), Some(Status::Complete));
+    let cordoned = plan
+        .node_patches
+        .iter()
+        .any(|p| p.node == "mid" && p.unschedulable == Some(true));
+    assert!(
+        cordoned,
+        "mid is not cordoned for its reboot: {:?}",
+        plan.node_patches
+    );
+    assert_eq!(node_status(&plan, "done"), Some(Status::Complete));
+}
+
 /// Upstream #587, its reproduction ported: in a batch of two, node `a` finished its interrupt
 /// (post-interrupt due, still cordoned) while node `b`'s stage runs. Upstream's batch returned
 /// only the nodes `in_progress`, so `a`, stored as `waiting`, got no post-interrupt until every

@@ -61,7 +61,9 @@ pub use node_metadata::{
     NodeMetadataPackage, NodeMetadataPackages, agent_version, string_map_json,
 };
 pub use node_pattern::NodePattern;
-pub use node_state::{NodeState, PackageStatus, is_legacy_key, package_key, split_package_key};
+pub use node_state::{
+    NodeState, PackageStatus, installed_key, is_legacy_key, package_key, split_package_key,
+};
 pub use package_annotation::PackageAnnotation;
 pub use protected_wait::{NON_INTERRUPT_CORDON_ANNOTATION, ProtectedCordon, ProtectedWait};
 pub use semver::{is_valid_semver, major_minor, semver_compare};

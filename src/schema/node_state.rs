@@ -16,6 +16,13 @@ pub fn package_key(name: &str, version: &str) -> String {
     format!("{name}|{version}")
 }
 
+/// The mark in a node's `applied_<sh>` record that it completed `name` at `version` once (by
+/// the package's own interrupt): a config change recorded later is config-only there, while a
+/// node still installing owes the package's interrupt too.
+pub fn installed_key(name: &str, version: &str) -> String {
+    format!("{name}|{version}|installed")
+}
+
 /// Splits a `<pkg>|<ver>` key; `None` for a legacy unversioned key.
 pub fn split_package_key(key: &str) -> Option<(&str, &str)> {
     key.split_once('|')

@@ -206,15 +206,22 @@ fn overlay<'j>(jobs: &[&'j JobView], over: &'j [JobView]) -> Vec<&'j JobView> {
 }
 
 /// Complete packages with no record (state written by the Go operator, or before this
-/// bookkeeping existed) are taken as current rather than re-run.
+/// bookkeeping existed) are taken as current rather than re-run. A package completed by its own
+/// interrupt rule gets the installed mark, kept while its state entry is.
 fn adopt_unrecorded(spec: &SpecView, state: &NodeState, applied: &mut BTreeMap<String, String>) {
     for p in spec.packages.values() {
         let key = schema::package_key(&p.name, &p.version);
         if spec.package_complete(state, p) && !applied.contains_key(&key) {
             applied.insert(key, spec.hash_of(&p.name).to_string());
         }
+        if super::spec::installed(state, applied, p) {
+            applied.insert(schema::installed_key(&p.name, &p.version), "true".into());
+        }
     }
-    applied.retain(|k, _| state.contains_key(k));
+    applied.retain(|k, _| {
+        let base = k.strip_suffix("|installed").unwrap_or(k);
+        state.contains_key(base)
+    });
 }
 
 fn run_work(
