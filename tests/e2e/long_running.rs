@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use skyhook::schema::{self, Status};
@@ -19,21 +19,6 @@ use crate::support::{Env, label, reboot_pkg, setup, skyhook};
 
 /// How long the protected pod runs.
 const WORKLOAD: Duration = Duration::from_secs(120);
-
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
-async fn status_of(env: &Env, node: &str, sk: &str) -> Option<String> {
-    let n = env.node_api.get(node).await.ok()?;
-    n.metadata
-        .annotations?
-        .get(&schema::status_annotation(sk))
-        .cloned()
-}
 
 /// The condition's message once it names `node`, `pod` and the words `want`.
 async fn waiting_condition(env: &Env, sk: &str, node: &str, pod: &str, want: &str) -> String {
@@ -118,8 +103,14 @@ async fn long_running(test: &str, cordon: Option<&str>) {
     );
     let n = env.node_api.get(&held).await.expect("node");
     match cordon {
-        None => assert!(cordoned(&n), "not cordoned at the start of the wait"),
-        Some(_) => assert!(!cordoned(&n), "cordoned while the protected pod runs"),
+        None => assert!(
+            crate::support::cordoned(&n),
+            "not cordoned at the start of the wait"
+        ),
+        Some(_) => assert!(
+            !crate::support::cordoned(&n),
+            "cordoned while the protected pod runs"
+        ),
     }
 
     // Past the slot release the third node goes ahead: both others complete while the pod
@@ -131,7 +122,7 @@ async fn long_running(test: &str, cordon: Option<&str>) {
             WORKLOAD.saturating_sub(pod_started.elapsed()),
             || async {
                 for n in &others {
-                    if status_of(&env, n, &name).await.as_deref() != Some(Status::Complete.as_str())
+                    if env.node_status(n, &name).await.as_deref() != Some(Status::Complete.as_str())
                     {
                         return None;
                     }
@@ -152,7 +143,7 @@ async fn long_running(test: &str, cordon: Option<&str>) {
     );
     let n = env.node_api.get(&held).await.expect("node");
     assert_eq!(
-        cordoned(&n),
+        crate::support::cordoned(&n),
         cordon.is_none(),
         "the cordon choice {cordon:?} while waiting"
     );
@@ -207,7 +198,10 @@ async fn long_running(test: &str, cordon: Option<&str>) {
         "the condition stays once nothing waits"
     );
     let n = env.node_api.get(&held).await.expect("node");
-    assert!(!cordoned(&n), "the node is still cordoned at the end");
+    assert!(
+        !crate::support::cordoned(&n),
+        "the node is still cordoned at the end"
+    );
     assert!(
         !n.metadata
             .annotations

@@ -20,14 +20,6 @@ use crate::support::{Env, pkg, setup, skyhook};
 const NODES: usize = 10;
 const BUDGET: i64 = 3;
 
-async fn status_of(env: &Env, node: &str, sk: &str) -> Option<String> {
-    let n = env.node_api.get(node).await.ok()?;
-    n.metadata
-        .annotations?
-        .get(&schema::status_annotation(sk))
-        .cloned()
-}
-
 /// Creates the Skyhook and returns, per node, how long after the creation it read `complete`,
 /// once every node of `watched` has (or panics past `limit`).
 async fn roll_out(
@@ -60,7 +52,7 @@ async fn roll_out(
         );
         for node in watched {
             if !done.contains_key(node)
-                && status_of(env, node, name).await.as_deref() == Some("complete")
+                && env.node_status(node, name).await.as_deref() == Some("complete")
             {
                 done.insert(node.clone(), start.elapsed());
             }
@@ -141,18 +133,11 @@ async fn a_hanging_job_and_a_node_refusing_writes_do_not_slow_the_other_eight() 
     }
     for bad in [&hanging, &refusing] {
         assert_ne!(
-            status_of(&env, bad, &name).await.as_deref(),
+            env.node_status(bad, &name).await.as_deref(),
             Some("complete"),
             "{bad} reads complete"
         );
     }
-}
-
-fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 /// The third kind of bad node: one whose pod cannot be evicted (a PodDisruptionBudget allowing
@@ -192,18 +177,21 @@ async fn a_node_whose_pod_cannot_be_evicted_gives_its_slot_back_after_the_drain_
                 &format!("{node} complete while {stuck} cannot be drained"),
                 Duration::from_secs(120),
                 || async {
-                    (status_of(&env, node, &name).await.as_deref() == Some("complete"))
+                    (env.node_status(node, &name).await.as_deref() == Some("complete"))
                         .then_some(())
                 },
             )
             .await;
     }
     assert_eq!(
-        status_of(&env, &stuck, &name).await.as_deref(),
+        env.node_status(&stuck, &name).await.as_deref(),
         Some("erroring")
     );
     let n = env.node_api.get(&stuck).await.expect("node");
-    assert!(cordoned(&n), "the undrainable node was uncordoned");
+    assert!(
+        crate::support::cordoned(&n),
+        "the undrainable node was uncordoned"
+    );
 
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(env.ctx.client.clone(), &env.ctx.ns);
@@ -213,5 +201,8 @@ async fn a_node_whose_pod_cannot_be_evicted_gives_its_slot_back_after_the_drain_
     env.wait_status(&name, schema::Status::Complete, Duration::from_secs(120))
         .await;
     let n = env.node_api.get(&stuck).await.expect("node");
-    assert!(!cordoned(&n), "still cordoned after it completed");
+    assert!(
+        !crate::support::cordoned(&n),
+        "still cordoned after it completed"
+    );
 }

@@ -214,14 +214,6 @@ async fn a_config_map_too_large_to_write_is_refused_at_admission_naming_the_fiel
 }
 
 /// The node's status for `sk` as stored on it.
-async fn node_status(env: &crate::support::Env, node: &str, sk: &str) -> Option<String> {
-    let n = env.node_api.get(node).await.ok()?;
-    n.metadata
-        .annotations?
-        .get(&schema::status_annotation(sk))
-        .cloned()
-}
-
 /// Issue 50, item 1: an eviction the API server refuses for good (a pod covered by two
 /// PodDisruptionBudgets: the eviction API answers 500) is recorded against its node, with the
 /// pod and the API server's words, and a Warning Event; the other node completes. Before, the
@@ -284,12 +276,12 @@ async fn a_refused_eviction_is_recorded_on_its_node_and_the_other_node_completes
             "the other node completes",
             Duration::from_secs(90),
             || async {
-                (node_status(&env, &free, &sk).await.as_deref() == Some("complete")).then_some(())
+                (env.node_status(&free, &sk).await.as_deref() == Some("complete")).then_some(())
             },
         )
         .await;
     assert_ne!(
-        node_status(&env, &stuck, &sk).await.as_deref(),
+        env.node_status(&stuck, &sk).await.as_deref(),
         Some("complete"),
         "the guarded node waits"
     );

@@ -63,13 +63,6 @@ fn annotation<'a>(n: &'a Node, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
 /// Waits until `node` waits for its health gate: in progress, cordoned, its clock started, and
 /// the Skyhook's HealthGate condition set.
 async fn wait_holding(env: &Env, sk: &str, node: &str) {
@@ -84,7 +77,7 @@ async fn wait_holding(env: &Env, sk: &str, node: &str) {
                 let got = (
                     annotation(&n, &status).map(str::to_owned),
                     annotation(&n, &clock).is_some(),
-                    cordoned(&n),
+                    crate::support::cordoned(&n),
                 );
                 // The node's keys are written before the status in a pass: wait for the
                 // condition too, or a read between the two writes finds none.
@@ -201,7 +194,7 @@ async fn a_pod_that_stays_not_ready_fails_the_node_and_stops_the_rollout() {
     );
     let n = node_of(&env, &first).await;
     assert!(
-        cordoned(&n),
+        crate::support::cordoned(&n),
         "a node that failed its health gate stays cordoned"
     );
     let other = env
@@ -241,7 +234,7 @@ async fn a_pod_that_stays_not_ready_fails_the_node_and_stops_the_rollout() {
                 let n = node_of(&env, &first).await;
                 let status = annotation(&n, &schema::status_annotation(&sk)).map(str::to_owned);
                 let clock = annotation(&n, &schema::health_gate_annotation(&sk)).map(str::to_owned);
-                match (status.as_deref(), clock, cordoned(&n)) {
+                match (status.as_deref(), clock, crate::support::cordoned(&n)) {
                     (Some("complete"), None, false) => Ok(()),
                     other => Err(format!("(status, clock, cordoned) = {other:?}")),
                 }
@@ -295,7 +288,7 @@ async fn a_node_passes_once_its_condition_holds_and_its_pod_is_ready() {
         )
         .await;
     assert!(
-        cordoned(&node_of(&env, &node).await),
+        crate::support::cordoned(&node_of(&env, &node).await),
         "held nodes stay cordoned"
     );
     // The pod comes and is Ready: the node completes, uncordoned, and the condition goes.
@@ -303,7 +296,10 @@ async fn a_node_passes_once_its_condition_holds_and_its_pod_is_ready() {
     env.wait_status(&sk, Status::Complete, Duration::from_secs(60))
         .await;
     let n = node_of(&env, &node).await;
-    assert!(!cordoned(&n), "a node that passed is uncordoned");
+    assert!(
+        !crate::support::cordoned(&n),
+        "a node that passed is uncordoned"
+    );
     assert_eq!(annotation(&n, &schema::health_gate_annotation(&sk)), None);
     assert_eq!(
         env.condition(&sk, schema::HEALTH_GATE_CONDITION).await,

@@ -39,11 +39,6 @@ fn ordered(
     sk
 }
 
-async fn node_status(env: &Env, node: &str, sk: &str) -> Option<String> {
-    let n = env.node_api.get(node).await.ok()?;
-    n.annotations().get(&schema::status_annotation(sk)).cloned()
-}
-
 async fn sk_status(env: &Env, sk: &str) -> Option<String> {
     let s = env.skyhooks.get(sk).await.ok()?;
     Some(s.status?.status?.as_str().to_string())
@@ -120,9 +115,9 @@ pub(crate) async fn scenario_strict_order() {
             "phase 3: worker at b (paused), worker2 blocked",
             Duration::from_secs(60),
             || async {
-                let w_zzz = node_status(&env, &worker, &zzz).await?;
-                let w_b = node_status(&env, &worker, &b).await?;
-                let w2_zzz = node_status(&env, &worker2, &zzz).await?;
+                let w_zzz = env.node_status(&worker, &zzz).await?;
+                let w_b = env.node_status(&worker, &b).await?;
+                let w2_zzz = env.node_status(&worker2, &zzz).await?;
                 (w_zzz == "complete" && w_b == "paused" && w2_zzz == "blocked").then_some(())
             },
         )
@@ -144,7 +139,7 @@ pub(crate) async fn scenario_strict_order() {
         );
     }
     assert_eq!(
-        node_status(&env, &worker2, &b).await.as_deref(),
+        env.node_status(&worker2, &b).await.as_deref(),
         Some("waiting"),
         "phase 3: worker2 waits for zzz before b, so it is not counted as paused"
     );
@@ -194,9 +189,9 @@ pub(crate) async fn scenario_strict_order() {
             "phase 5: b runs on worker while zzz runs on worker2",
             Duration::from_secs(90),
             || async {
-                let w_zzz = node_status(&env, &worker, &zzz).await?;
-                let w_b = node_status(&env, &worker, &b).await?;
-                let w2_zzz = node_status(&env, &worker2, &zzz).await?;
+                let w_zzz = env.node_status(&worker, &zzz).await?;
+                let w_b = env.node_status(&worker, &b).await?;
+                let w2_zzz = env.node_status(&worker2, &zzz).await?;
                 let zzz_s = sk_status(&env, &zzz).await?;
                 let c_s = sk_status(&env, &c).await?;
                 let d_s = sk_status(&env, &d).await?;
@@ -237,11 +232,11 @@ pub(crate) async fn scenario_strict_order() {
             || async {
                 for node in [&worker, &worker2] {
                     for sk in [&zzz, &b, &c] {
-                        if node_status(&env, node, sk).await? != "complete" {
+                        if env.node_status(node, sk).await? != "complete" {
                             return None;
                         }
                     }
-                    if node_status(&env, node, &d).await? != "disabled" {
+                    if env.node_status(node, &d).await? != "disabled" {
                         return None;
                     }
                 }

@@ -172,6 +172,15 @@ impl Env {
             .await
     }
 
+    /// The node's `status_<sk>` annotation.
+    pub async fn node_status(&self, node: &str, sk: &str) -> Option<String> {
+        let n = self.node_api.get(node).await.ok()?;
+        n.metadata
+            .annotations?
+            .get(&schema::status_annotation(sk))
+            .cloned()
+    }
+
     /// Whether Skyhook `sk`'s status is `complete`.
     pub async fn is_complete(&self, sk: &str) -> bool {
         let status = self
@@ -211,4 +220,12 @@ pub async fn create_policy(ctx: &TestCtx, spec: Value) -> String {
         .await
         .expect("create the DeploymentPolicy");
     name
+}
+
+/// The node is unschedulable.
+pub fn cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }

@@ -57,7 +57,7 @@ pub mod roles;
 pub mod translate;
 pub mod wait;
 
-pub use env::{Env, create_policy, label, setup};
+pub use env::{Env, cordoned, create_policy, label, setup};
 pub use expect::{NodeExpect, PackageExpect, SkyhookExpect, wait_node, wait_skyhook};
 pub use objects::{pkg, reboot_pkg, skyhook, sleep};
 pub use wait::{Complete, wait_complete, wait_metric};
