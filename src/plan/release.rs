@@ -73,6 +73,18 @@ pub fn release(
         if m.skyhook.spec.runtime_required && n.annotations.contains_key(&touched) {
             lift_runtime_taint(m, n, &mut patch);
         }
+        // No longer at work here: if it comes back it waits for a batch choice, as any node,
+        // rather than rejoining the batch at work beside a full budget (found by the fault
+        // campaign, issue 52). Its package state stays, so it resumes where it was.
+        let at_work = matches!(
+            schema::Status::from_annotation(n.annotation(&touched)),
+            schema::Status::InProgress | schema::Status::Erroring
+        ) && n.annotations.contains_key(&touched);
+        if at_work {
+            let waiting = Some(schema::Status::Waiting.to_string());
+            patch.annotations.insert(touched.clone(), waiting.clone());
+            patch.labels.insert(touched.clone(), waiting);
+        }
         if !patch.is_empty() {
             let msg = schema::node_released_message(&name, &n.name);
             r.notes

@@ -586,6 +586,65 @@ fn a_config_edit_mid_install_keeps_the_install_interrupt() {
     assert_eq!(node_status(&plan, "done"), Some(Status::Complete));
 }
 
+/// Found by the fault campaign (issue 52, seed 1, second run): in a batch of one, node `back`
+/// left the selector between two stages (its apply done) and was released; another node took
+/// the slot. When `back` returned, it rejoined the batch at work (stored `in_progress`) and its
+/// config ran beside the other node: two at work with a budget of one. Released, it now reads
+/// `waiting`, so it comes back as a candidate for the next batch choice.
+#[test]
+fn a_node_back_in_the_selector_waits_for_a_batch_choice() {
+    let sk = one_package(false)
+        .set("interruptionBudget", json!({"count": 1}))
+        .set("nodeSelectors", json!({"matchLabels": {"pool": "a"}}));
+    let pool = json!({"pool": "a"});
+    let mut busy = go_state(PLAIN, "apply", "in_progress");
+    busy[schema::status_annotation("sh")] = json!("in_progress");
+    let mut back = go_state(PLAIN, "apply", "complete");
+    back[schema::status_annotation("sh")] = json!("in_progress");
+    let busy_node = || {
+        node("busy")
+            .created(2)
+            .labels(pool.clone())
+            .annotations(busy.clone())
+            .arc()
+    };
+    let world = |back_node: Arc<NodeView>| {
+        let mut w = World::new(sk.clone().build(), vec![back_node, busy_node()]);
+        w.jobs.push(job(&tuned(), Stage::Apply).on("busy").build());
+        w
+    };
+    // Away: released, and no longer at work.
+    let plan = world(node("back").created(1).annotations(back.clone()).arc()).plan();
+    let release = plan.node_patches.iter().find(|p| p.node == "back");
+    let status = schema::status_annotation("sh");
+    let written = release.and_then(|p| p.annotations.get(&status).cloned().flatten());
+    assert_eq!(written.as_deref(), Some("waiting"), "{release:?}");
+
+    // Back as the release used to leave it (`in_progress`): its config ran beside the busy node.
+    let stale = node("back")
+        .created(1)
+        .labels(pool.clone())
+        .annotations(back.clone());
+    let plan = world(stale.arc()).plan();
+    assert_eq!(
+        created(&plan),
+        vec![("back".to_string(), "config".to_string())]
+    );
+
+    // Back, as the release leaves it now: nothing starts beside the busy node.
+    let mut returned = back.clone();
+    returned[&status] = json!("waiting");
+    let plan = world(
+        node("back")
+            .created(1)
+            .labels(pool.clone())
+            .annotations(returned)
+            .arc(),
+    )
+    .plan();
+    assert!(created(&plan).is_empty(), "{:?}", created(&plan));
+}
+
 /// Upstream #587, its reproduction ported: in a batch of two, node `a` finished its interrupt
 /// (post-interrupt due, still cordoned) while node `b`'s stage runs. Upstream's batch returned
 /// only the nodes `in_progress`, so `a`, stored as `waiting`, got no post-interrupt until every
