@@ -167,6 +167,12 @@ fn man_pages(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = args.settings.validate()?;
     skyhook::controller::process::startup::init_tracing(&config);
+    if config.planted.skip_cordon {
+        tracing::warn!(
+            "{}=skip-cordon: interrupts run on schedulable nodes (a planted bug for the fault campaign's checker)",
+            skyhook::settings::Planted::VARIABLE
+        );
+    }
     // One thread: a pass is a few milliseconds of planning between watch events, and with a
     // worker per core, waking the other worker (futexes, context switches) was a fifth of the
     // operator's CPU at 300 nodes.

@@ -30,8 +30,11 @@ pub struct Seen {
     /// condition fail: a node of a soaking batch in this state fails the batch.
     pub unhealthy: bool,
     /// Gave its batch slot back while waiting for protected pods, which are gone now: it is
-    /// picked first at the next batch choice, and not before (the budget holds).
+    /// picked first at the next batch choice, or for a slot a released node left free.
     pub resuming: bool,
+    /// Not busy for its own fault (protected pods past their wait, a stalled Job, refused
+    /// writes): the slot it held in the batch at work may be refilled.
+    pub released: bool,
 }
 
 impl Seen {
@@ -48,6 +51,7 @@ impl Seen {
             eligible: f.eligible(),
             unhealthy: f.node.not_ready,
             resuming: false,
+            released: false,
         }
     }
 
@@ -73,6 +77,7 @@ impl Seen {
             return self;
         }
         self.busy = active;
+        self.released = !active;
         let running = f
             .host
             .pods
@@ -97,6 +102,7 @@ impl Seen {
             return self;
         }
         self.busy = false;
+        self.released = true;
         if stall.running {
             self.eligible = false;
         } else {
@@ -136,6 +142,7 @@ impl Seen {
     pub fn refused(mut self, out_of_service: bool, refused: bool) -> Self {
         if refused {
             self.busy = out_of_service;
+            self.released = !out_of_service;
             self.eligible = false;
         }
         self
@@ -171,7 +178,8 @@ pub struct BatchPass<'a> {
 /// updated in place, its soak (issue 38) started, checked or ended.
 pub fn select(c: &mut Compartment, members: &[&Seen], pass: &BatchPass) -> BTreeSet<String> {
     if members.iter().any(|s| s.busy) {
-        return allowed(members, 0, false);
+        let free = if pass.can_run { refill(c, members) } else { 0 };
+        return at_work(members, free);
     }
     let (can_run, evaluate) = (pass.can_run, pass.evaluate);
     let batch_before = c.batch.current_batch;
@@ -255,30 +263,56 @@ fn check_soak(c: &mut Compartment, members: &[&Seen], now: Timestamp, total: i64
     false
 }
 
-/// The nodes that may start new work this pass.
-pub fn allowed(seen: &[&Seen], size: usize, can_run: bool) -> BTreeSet<String> {
-    let busy: BTreeSet<String> = seen
+/// How many fresh nodes may join the batch at work (issue 51, item 3): the slots its released
+/// nodes left, and only those. A node that finished in this batch (counted against the batch
+/// state's tallies of the last choice) keeps its slot until the batch is judged, as §6.4's
+/// sticky batch wants; so one bad node costs its batch one slot, not the batch's time.
+fn refill(c: &Compartment, members: &[&Seen]) -> usize {
+    let released = members.iter().filter(|s| s.released).count();
+    if released == 0 || (c.strategy.is_some() && c.batch.should_stop) {
+        return 0;
+    }
+    let count = |f: &dyn Fn(&Seen) -> bool| members.iter().filter(|s| f(s)).count() as i64;
+    let total = members.len() as i64;
+    let size = strategy::batch_size(c.strategy.as_ref(), &c.batch, total, c.ceiling()).max(0);
+    let busy = count(&|s| s.busy);
+    let completed = (count(&|s| s.settled) - c.batch.completed_nodes).max(0);
+    let failed = (count(&|s| s.erroring && !s.settled && !s.busy) - c.batch.failed_nodes).max(0);
+    let free = size.saturating_sub(busy + completed + failed).max(0);
+    (free as usize).min(released)
+}
+
+/// The batch at work, with `free` fresh nodes joining it.
+fn at_work(seen: &[&Seen], free: usize) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = seen
         .iter()
         .filter(|s| s.busy)
         .map(|s| s.name.clone())
         .collect();
-    if !can_run || !busy.is_empty() {
-        return busy;
+    out.extend(candidates(seen, free));
+    out
+}
+
+/// The nodes that may start new work this pass.
+pub fn allowed(seen: &[&Seen], size: usize, can_run: bool) -> BTreeSet<String> {
+    if !can_run || seen.iter().any(|s| s.busy) {
+        return at_work(seen, 0);
     }
+    candidates(seen, size).collect()
+}
+
+/// The first `n` nodes that may start, busy ones aside.
+fn candidates<'a>(seen: &[&'a Seen], n: usize) -> impl Iterator<Item = String> + use<'a> {
     let mut candidates: Vec<&Seen> = seen
         .iter()
         .copied()
-        .filter(|s| !s.settled && s.eligible)
+        .filter(|s| !s.busy && !s.settled && s.eligible)
         .collect();
     // Stable sort: oldest node first within each group (§6.4's waiting/unknown before erroring),
     // a node that gave its slot back (protected pods, a stalled Job, a drain past its timeout)
     // and may go on first of all.
     candidates.sort_by_key(|s| (!s.resuming, s.erroring));
-    candidates
-        .into_iter()
-        .take(size)
-        .map(|s| s.name.clone())
-        .collect()
+    candidates.into_iter().take(n).map(|s| s.name.clone())
 }
 
 #[cfg(test)]
@@ -294,6 +328,7 @@ mod tests {
         rows.iter()
             .map(|&(name, busy, settled, erroring, eligible)| Seen {
                 resuming: false,
+                released: false,
                 name: name.to_string(),
                 busy,
                 settled,
@@ -556,7 +591,8 @@ mod tests {
 
     /// Issue 51 (upstream #543): a node waiting for protected pods holds its slot for the
     /// release wait, then gives it back and is no candidate while they run; once they are gone
-    /// it is picked first at the next batch choice, never joining a batch at work.
+    /// it is picked first at the next batch choice, joining a batch at work only for a slot a
+    /// released node left.
     #[test]
     fn a_node_waiting_for_protected_pods_gives_its_slot_back() {
         use crate::plan::drain::PodInfo;
@@ -640,7 +676,132 @@ mod tests {
             eligible: true,
             unhealthy: false,
             resuming: false,
+            released: false,
         }
+    }
+
+    /// Issue 51, item 3: a slot a released node left in the batch at work goes to the next
+    /// candidate; a slot of a node that finished in the batch does not (§6.4's sticky batch).
+    #[test]
+    fn a_released_slot_is_refilled_within_the_batch_at_work() {
+        use crate::crd::policy::{EffectiveStrategy, StrategyParams};
+        use crate::plan::fixtures::t;
+        let compartment =
+            |completed: i64, should_stop: bool| crate::plan::compartments::Compartment {
+                name: "__default__".into(),
+                budget: serde_json::from_value(serde_json::json!({"count": 3})).unwrap(),
+                strategy: Some(EffectiveStrategy::Fixed(StrategyParams {
+                    initial_batch: 3,
+                    batch_threshold: 100,
+                    failure_threshold: None,
+                    safety_limit: 50,
+                })),
+                batch: crate::crd::BatchState {
+                    current_batch: 1,
+                    completed_nodes: completed,
+                    should_stop,
+                    ..Default::default()
+                },
+                nodes: ["done", "n0", "n1", "n2", "n3", "n4"]
+                    .map(String::from)
+                    .to_vec(),
+                was_running: true,
+                gate: crate::crd::window::Gate::Open,
+                windowed: false,
+                soak: None,
+                soaking: None,
+                soak_failed: Vec::new(),
+            };
+        let row = |name: &str, busy: bool, settled: bool, released: bool| Seen {
+            released,
+            eligible: !released,
+            ..seen_row(name, busy, settled)
+        };
+        let at_work = BTreeSet::new();
+        let pass = |can_run| BatchPass {
+            can_run,
+            evaluate: true,
+            now: t(0),
+            at_work_before: &at_work,
+        };
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        // "done" finished before this batch (the last choice's tally: 1 complete).
+        let before = row("done", false, true, false);
+        // (case, n0..n2 as (busy, settled, released), can_run, should_stop, allowed)
+        type Row = (bool, bool, bool);
+        const BUSY: Row = (true, false, false);
+        const SETTLED: Row = (false, true, false);
+        const RELEASED: Row = (false, false, true);
+        let cases: [(&str, [Row; 3], bool, bool, &[&str]); 6] = [
+            ("all at work", [BUSY; 3], true, false, &["n0", "n1", "n2"]),
+            (
+                "one released: the next candidate takes its slot",
+                [BUSY, RELEASED, BUSY],
+                true,
+                false,
+                &["n0", "n2", "n3"],
+            ),
+            (
+                "one released, one finished: one slot, not two",
+                [BUSY, RELEASED, SETTLED],
+                true,
+                false,
+                &["n0", "n3"],
+            ),
+            (
+                "none released, one finished: the batch keeps its size",
+                [BUSY, BUSY, SETTLED],
+                true,
+                false,
+                &["n0", "n1"],
+            ),
+            (
+                "paused, or a window closed: no refill",
+                [BUSY, RELEASED, BUSY],
+                false,
+                false,
+                &["n0", "n2"],
+            ),
+            (
+                "the rollout stopped: no refill",
+                [BUSY, RELEASED, BUSY],
+                true,
+                true,
+                &["n0", "n2"],
+            ),
+        ];
+        for (case, rows, can_run, stop, want) in cases {
+            let batch: Vec<Seen> = ["n0", "n1", "n2"]
+                .iter()
+                .zip(rows)
+                .map(|(n, (b, s, r))| row(n, b, s, r))
+                .collect();
+            let fresh = [
+                row("n3", false, false, false),
+                row("n4", false, false, false),
+            ];
+            let mut members: Vec<&Seen> = vec![&before];
+            members.extend(batch.iter().chain(&fresh));
+            let mut c = compartment(1, stop);
+            assert_eq!(
+                select(&mut c, &members, &pass(can_run)),
+                names(want),
+                "case: {case}"
+            );
+        }
+        // Once the refill is at work the slot is taken: no second refill.
+        let (n0, n1, n2, n3) = (
+            row("n0", true, false, false),
+            row("n1", false, false, true),
+            row("n2", false, true, false),
+            row("n3", true, false, false),
+        );
+        let n4 = row("n4", false, false, false);
+        let mut c = compartment(1, false);
+        assert_eq!(
+            select(&mut c, &[&before, &n0, &n1, &n2, &n3, &n4], &pass(true)),
+            names(&["n0", "n3"])
+        );
     }
 
     /// Issue 38: a finished batch soaks before the next starts; a node of it going NotReady

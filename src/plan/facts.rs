@@ -121,8 +121,13 @@ fn read<'a>(
     };
     NodeFacts {
         host: Host {
-            cordoned: node.unschedulable,
-            pods: inp.pods_on_nodes.get(&name).map(Vec::as_slice),
+            cordoned: node.unschedulable || inp.config.planted.skip_cordon,
+            // The planted bug's node was never listed (it is not cordoned): nothing to drain.
+            pods: (inp.pods_on_nodes.get(&name).map(Vec::as_slice)).or(inp
+                .config
+                .planted
+                .skip_cordon
+                .then_some(&[])),
             other_busy: inp.busy_nodes.contains(&name),
             other_interrupting: inp.interrupting_nodes.contains(&name),
             go_pods: inp.go_pods.get(&name).map_or(&[], Vec::as_slice),

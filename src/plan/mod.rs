@@ -390,6 +390,7 @@ impl<'a> Planner<'a> {
                 eligible: false,
                 unhealthy: f.node.not_ready,
                 resuming: false,
+                released: false,
             }
         }));
         let members: Vec<Member> = facts

@@ -255,6 +255,30 @@ pub struct Config {
     pub log_level: String,
     /// `None` when leader election is off.
     pub leader: Option<LeaderTimings>,
+    /// A bug planted on purpose (see [`Planted`]); none in a release build.
+    pub planted: Planted,
+}
+
+/// A bug planted on purpose, for the fault campaign's proof that its checker can fail (issue
+/// 52, docs/testing.md). Only a debug build (the test suite's) reads `SKYHOOK_PLANTED_FAULT`:
+/// the release build, the image and the archives cannot plant one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Planted {
+    /// `skip-cordon`: the planner takes every node for cordoned, so an interrupt runs on a
+    /// schedulable node.
+    pub skip_cordon: bool,
+}
+
+impl Planted {
+    pub const VARIABLE: &'static str = "SKYHOOK_PLANTED_FAULT";
+
+    fn from_env() -> Planted {
+        #[cfg(debug_assertions)]
+        if std::env::var(Self::VARIABLE).as_deref() == Ok("skip-cordon") {
+            return Planted { skip_cordon: true };
+        }
+        Planted::default()
+    }
 }
 
 /// Where alert gates may send their requests (`ALERT_GATE_*`).
@@ -573,6 +597,7 @@ impl Settings {
             log_json,
             log_level: self.log_level.clone(),
             leader: self.leader_election.then_some(d.leader),
+            planted: Planted::from_env(),
         }
     }
 }

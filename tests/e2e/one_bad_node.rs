@@ -111,7 +111,9 @@ async fn a_hanging_job_and_a_node_refusing_writes_do_not_slow_the_other_eight() 
         faulty_time.as_secs_f64()
     );
     assert!(
-        faulty_time <= clean_time + clean_time / 2 + Duration::from_secs(15),
+        // Within a fifth: without the refill of a released slot the eight took 48.8 s against
+        // 38.1 s (the stall wait itself); with it, 40.1 s against 37.7 s.
+        faulty_time <= clean_time + clean_time / 5,
         "the eight good nodes took {faulty_time:?}, ten good ones {clean_time:?}"
     );
     let sk = env.skyhooks.get(&name).await.expect("the Skyhook");

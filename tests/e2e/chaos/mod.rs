@@ -7,4 +7,5 @@ pub mod checker;
 mod checker_tests;
 pub mod faults;
 pub mod history;
+mod planted;
 mod recorder;
