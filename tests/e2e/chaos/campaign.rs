@@ -14,12 +14,14 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::checker::{self, Rule};
-use super::faults::{Fault, Injected, MENU, Rng};
+use super::faults::{Fault, Injected, MENU, REAL_ONLY, Rng};
 use super::history;
+use super::host::{self, Host};
 use super::recorder::Recorder;
 use crate::support::private::restart_component;
+use crate::support::real::{images, package_image};
 use crate::support::refusal::Refusal;
-use crate::support::{Operator, TestCtx, install_nodewright_crds, run};
+use crate::support::{Operator, TestCtx, cluster_dir, install_nodewright_crds, run};
 
 const LEASE: &[(&str, &str)] = &[
     ("LEADER_ELECTION", "true"),
@@ -46,11 +48,19 @@ enum Open {
     Pdb(String),
     Cordon(String),
     Refused(Refusal),
+    Cut(String),
 }
 
 struct Campaign {
     ctx: TestCtx,
+    /// Every node of the campaign, the real ones too.
     nodes: Vec<String>,
+    real: Vec<String>,
+    /// The packages' image: the shellscript package from the cluster's registry when real nodes
+    /// run it (kwok runs no image).
+    image: String,
+    /// An image a real node can run for a guard pod (kwok nodes run anything).
+    guard_image: String,
     ops: Vec<Operator>,
     rng: Rng,
     log: Vec<Injected>,
@@ -63,12 +73,18 @@ struct Campaign {
     extra_present: bool,
 }
 
-fn pkg(version: &str, sleep: &str) -> Value {
-    json!({"version": version, "image": "ghcr.io/nvidia/skyhook-packages/shellscript",
-           "env": [{"name": "SLEEP_LEN", "value": sleep}]})
-}
-
 impl Campaign {
+    /// A package of the workload: on a real node every script appends to the node's own
+    /// record ([`host::script`]); on kwok `SLEEP_LEN` sets how long each stage takes.
+    fn pkg(&self, version: &str, sleep: &str) -> Value {
+        let scripts: serde_json::Map<String, Value> = host::STEPS
+            .iter()
+            .map(|s| (format!("{s}.sh"), Value::String(host::script(s))))
+            .collect();
+        json!({"version": version, "image": self.image, "configMap": scripts,
+               "env": [{"name": "SLEEP_LEN", "value": sleep}]})
+    }
+
     fn kubectl(&self, args: &[&str]) -> bool {
         self.ctx
             .cluster
@@ -126,14 +142,14 @@ impl Campaign {
             json!({"default": {"budget": {"count": 4}, "strategy": {"fixed": {"initialBatch": 4}}}}),
         )
         .await;
-        let mut driver = pkg("1.0.0", "1");
+        let mut driver = self.pkg("1.0.0", "1");
         driver["interrupt"] = json!({"type": "reboot"});
-        driver["configMap"] = json!({"driver.conf": "edit=0"});
-        let mut bravo = pkg("1.0.0", "1");
+        driver["configMap"]["driver.conf"] = json!("edit=0");
+        let mut bravo = self.pkg("1.0.0", "1");
         bravo["dependsOn"] = json!({"alpha": "1.0.0"});
-        let mut svc = pkg("1.0.0", "1");
+        let mut svc = self.pkg("1.0.0", "1");
         svc["interrupt"] = json!({"type": "service", "services": ["containerd"]});
-        let mut extra = pkg("1.0.0", "1");
+        let mut extra = self.pkg("1.0.0", "1");
         extra["uninstall"] = json!({"enabled": true, "apply": false});
         let objects = [
             (
@@ -142,7 +158,7 @@ impl Campaign {
                 "skyhook.nvidia.com/v1alpha1",
                 self.ctx.name("base"),
                 json!({"priority": 100, "interruptionBudget": {"count": 8},
-                       "packages": {"alpha": pkg("1.0.0", "2"), "bravo": bravo}}),
+                       "packages": {"alpha": self.pkg("1.0.0", "2"), "bravo": bravo}}),
                 8,
             ),
             (
@@ -211,7 +227,7 @@ impl Campaign {
                 "svc's extra removed (uninstall)",
             ),
             _ => {
-                let mut extra = pkg("1.0.0", "1");
+                let mut extra = self.pkg("1.0.0", "1");
                 extra["uninstall"] = json!({"enabled": true, "apply": false});
                 (
                     self.nodewrights(),
@@ -248,9 +264,52 @@ impl Campaign {
         self.rng.pick(&self.nodes).cloned().unwrap_or_default()
     }
 
+    fn real_node(&mut self) -> Option<String> {
+        self.rng.pick(&self.real).cloned()
+    }
+
+    fn real_node_cmd(&self, args: &[&str]) -> bool {
+        Command::new(cluster_dir().join("real-node"))
+            .args(args)
+            .env("KUBECONFIG", &self.ctx.cluster.kubeconfig)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     async fn inject(&mut self, fault: Fault) {
+        if REAL_ONLY.contains(&fault) && self.real.is_empty() {
+            return;
+        }
         let lasting = Instant::now() + Duration::from_secs(self.rng.between(10, 40));
         match fault {
+            Fault::RealReboot => {
+                let Some(node) = self.real_node() else { return };
+                if self.real_node_cmd(&["reboot", &node]) {
+                    self.logged(Some(fault), format!("{node} rebooted out of band"));
+                }
+            }
+            Fault::RuntimeKill => {
+                let Some(node) = self.real_node() else { return };
+                let held = self.rng.between(5, 20).to_string();
+                if self.real_node_cmd(&["kill-runtime", &node, &held]) {
+                    self.logged(
+                        Some(fault),
+                        format!("{node}: containerd and kubelet killed, down for {held} s"),
+                    );
+                }
+            }
+            Fault::NetworkCut => {
+                let Some(node) = self.real_node() else { return };
+                let cut =
+                    (self.open.iter()).any(|(_, _, o)| matches!(o, Open::Cut(n) if *n == node));
+                if cut || !self.real_node_cmd(&["cut", &node]) {
+                    return;
+                }
+                let at = self.logged(Some(fault), format!("{node} cut from the API server"));
+                let back = Instant::now() + Duration::from_secs(self.rng.between(20, 60));
+                self.open.push((back, at, Open::Cut(node)));
+            }
             Fault::KillReplica => {
                 let i = self.rng.between(0, 1) as usize;
                 if !self.ops[i].running() {
@@ -329,11 +388,16 @@ impl Campaign {
             }
             Fault::RefusingPdb => {
                 let node = self.random_node();
+                let image = if self.real.contains(&node) {
+                    self.guard_image.clone()
+                } else {
+                    "example.com/app:1".to_string()
+                };
                 let app = format!("guard-{}", self.log.len());
                 let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ctx.ns);
                 let pod: Pod = serde_json::from_value(json!({
                     "metadata": {"name": app, "labels": {"app": app}},
-                    "spec": {"nodeName": node, "containers": [{"name": "app", "image": "example.com/app:1"}]}
+                    "spec": {"nodeName": node, "containers": [{"name": "app", "image": image}]}
                 }))
                 .expect("pod");
                 let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
@@ -457,6 +521,7 @@ impl Campaign {
                     r.remove();
                     true
                 }
+                Open::Cut(node) => self.real_node_cmd(&["uncut", node]),
             };
             if lifted {
                 if let Some(entry) = self.log.get_mut(index) {
@@ -536,13 +601,40 @@ async fn campaign() {
     let seed = env_or("CHAOS_SEED", 1);
     let minutes = env_or("CHAOS_MINUTES", 5);
     let kwok = env_or("CHAOS_KWOK", 40) as usize;
+    let real_count = env_or("CHAOS_REAL", 3) as usize;
     let out_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target/chaos")
         .join(seed.to_string());
     std::fs::create_dir_all(&out_dir).expect("report directory");
     install_nodewright_crds();
     let mut ctx = TestCtx::new("chaos").await;
-    let nodes = ctx.add_test_nodes(kwok);
+    let mut nodes = ctx.add_test_nodes(kwok);
+    let real: Vec<String> = (0..real_count)
+        .map(|i| ctx.add_real_node_as(&format!("rn{i}")))
+        .collect();
+    nodes.extend(real.iter().cloned());
+    let (image, guard_image, agent) = if real.is_empty() {
+        let image = "ghcr.io/nvidia/skyhook-packages/shellscript".to_string();
+        (image, String::new(), None)
+    } else {
+        let imgs = images(&ctx);
+        let source = std::env::var_os("SKYHOOK_SHARED")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
+            .join("reference/upstream-packages/shellscript");
+        // Every version the workload may name: 1.0.0 and each bump of `Campaign::edit`.
+        let most_edits = (minutes * 60).saturating_sub(45) / 40 + 2;
+        let mut repo = String::new();
+        for n in (0..=most_edits).filter(|n| *n == 0 || n % 3 == 2) {
+            let tag = if n == 0 {
+                "1.0.0".to_string()
+            } else {
+                format!("1.{n}.0")
+            };
+            repo = package_image(&ctx, "chaos-shellscript", &tag, &source);
+        }
+        (repo, imgs.pause, Some(imgs.agent))
+    };
     let selector = ("chaos-pool".to_string(), "yes".to_string());
     let on = format!("{}={}", selector.0, selector.1);
     let mut args = vec!["label", "node", "--overwrite"];
@@ -551,13 +643,20 @@ async fn campaign() {
     run(ctx.cluster.kubectl().args(&args));
     let (k, v) = ctx.test_label();
     let recorder = Recorder::start(&ctx.client, &ctx.ns, &format!("{k}={v}"));
+    let mut op_env: Vec<(&str, &str)> = LEASE.to_vec();
+    if let Some(agent) = &agent {
+        op_env.push(("AGENT_IMAGE", agent));
+    }
     let ops = vec![
-        Operator::start_named(&ctx, "a", LEASE),
-        Operator::start_named(&ctx, "b", LEASE),
+        Operator::start_named(&ctx, "a", &op_env),
+        Operator::start_named(&ctx, "b", &op_env),
     ];
     let mut c = Campaign {
         ctx,
         nodes,
+        real,
+        image,
+        guard_image,
         ops,
         rng: Rng::new(seed),
         log: Vec::new(),
@@ -609,18 +708,48 @@ async fn campaign() {
     std::fs::write(&path, lines.join("\n")).expect("write the history");
     // The checker reads the file, not the harness's memory.
     let history = history::read(&path).expect("read the history");
-    let verdict = checker::check(&history, &rules);
+    let mut verdict = checker::check(&history, &rules);
+    // Each real node's own record, copied out before the node goes, then read back.
+    let mut hosts = Vec::new();
+    for node in &c.real {
+        let dir = out_dir.join("hosts").join(node);
+        std::fs::create_dir_all(&dir).expect("host record directory");
+        let state = c.ctx.cluster.state_dir.join("real").join(node);
+        let files = [
+            (c.ctx.node_root(node).join(host::STEPS_FILE), "steps.log"),
+            (
+                c.ctx
+                    .node_root(node)
+                    .join("var/log/skyhook-node/reboot.log"),
+                "reboot.log",
+            ),
+            (state.join("boots.log"), "boots.log"),
+        ];
+        for (from, to) in &files {
+            let text = std::fs::read_to_string(from).unwrap_or_default();
+            std::fs::write(dir.join(to), text).expect("copy a host record");
+        }
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        hosts.push(Host::parse(
+            node,
+            &read("steps.log"),
+            &read("reboot.log"),
+            &read("boots.log"),
+        ));
+    }
+    host::check(&mut verdict, &history, &hosts);
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
     for f in &c.log {
         *by_kind.entry(format!("{:?}", f.fault)).or_default() += 1;
     }
     let report = json!({
-        "seed": seed, "minutes": minutes, "kwok_nodes": kwok, "real_nodes": 0,
+        "seed": seed, "minutes": minutes, "kwok_nodes": kwok, "real_nodes": c.real.len(),
         "settled_in_s": settled_in.as_secs(),
         "faults_by_kind": by_kind, "faults": c.log,
         "spec_edits": c.edits, "replica_restarts": c.restarts,
         "records": history.len(),
         "stages_run": verdict.stages_run, "interrupts": verdict.interrupts,
+        "host_steps": verdict.host_steps, "host_reboots": verdict.host_reboots,
         "checks": verdict.checks, "violations": verdict.violations,
     });
     std::fs::write(
@@ -630,15 +759,19 @@ async fn campaign() {
     .expect("write the report");
     let checks: u64 = verdict.checks.values().sum();
     eprintln!(
-        "\n[chaos] seed {seed}, {minutes} min, {kwok} kwok nodes: {} faults {by_kind:?}, {} spec edits, {} replica restarts;\n\
-         [chaos] {} stages run, {} interrupts, {} history records; {checks} invariant checks, {} violations; settled in {} s\n\
+        "\n[chaos] seed {seed}, {minutes} min, {kwok} kwok and {} real nodes: {} faults {by_kind:?}, {} spec edits, {} replica restarts;\n\
+         [chaos] {} stages run, {} interrupts, {} history records, {} script runs and {} reboots on the real nodes;\n\
+         [chaos] {checks} invariant checks, {} violations; settled in {} s\n\
          [chaos] report: {}",
+        c.real.len(),
         c.log.len(),
         c.edits,
         c.restarts,
         verdict.stages_run,
         verdict.interrupts,
         history.len(),
+        verdict.host_steps,
+        verdict.host_reboots,
         verdict.violations.len(),
         settled_in.as_secs(),
         out_dir.join("report.json").display()

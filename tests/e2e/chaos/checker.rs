@@ -17,7 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::history::{Kind, PREFIXES, Record, RunKey, job_finished, ours, run_key, str_at};
+use super::history::{
+    Kind, PREFIXES, Record, RunKey, job_finished, ours, pod_active, run_key, str_at,
+};
 
 /// What the workload promises per object.
 #[derive(Debug, Clone)]
@@ -41,10 +43,18 @@ pub struct Verdict {
     /// Stage Jobs that completed, and interrupt pods that started.
     pub stages_run: u64,
     pub interrupts: u64,
+    /// Script runs the real nodes recorded, and the reboots their interrupts asked for.
+    pub host_steps: u64,
+    pub host_reboots: u64,
 }
 
 impl Verdict {
-    fn check(&mut self, invariant: &'static str, ok: bool, evidence: impl FnOnce() -> String) {
+    pub(super) fn check(
+        &mut self,
+        invariant: &'static str,
+        ok: bool,
+        evidence: impl FnOnce() -> String,
+    ) {
         *self.checks.entry(invariant).or_default() += 1;
         if !ok {
             self.violations.push(Violation {
@@ -151,7 +161,7 @@ pub fn check(history: &[Record], rules: &[Rule]) -> Verdict {
             }
             Kind::Pod => {
                 let Some(key) = run_key(&r.obj) else { continue };
-                let running = !r.deleted && str_at(&r.obj, "/status/phase") == "Running";
+                let running = !r.deleted && pod_active(&r.obj);
                 let was = pods.get(r.uid()).is_some_and(|p| p.running);
                 pods.insert(
                     r.uid().to_string(),

@@ -45,6 +45,9 @@ pub enum Fault {
     RefusingPdb,
     AdminCordon,
     WriteRefusal,
+    RealReboot,
+    RuntimeKill,
+    NetworkCut,
 }
 
 /// Every fault and what it does, for `--help` and the docs.
@@ -85,7 +88,22 @@ pub const MENU: &[(Fault, &str)] = &[
         Fault::WriteRefusal,
         "an admission policy refuses every write to one node for 10-40 s",
     ),
+    (
+        Fault::RealReboot,
+        "a real node rebooted out of band (its init ends, as a power cycle would)",
+    ),
+    (
+        Fault::RuntimeKill,
+        "SIGKILL a real node's containerd and kubelet, both held down 5-20 s, then started again",
+    ),
+    (
+        Fault::NetworkCut,
+        "a real node cut from the API server for 30-90 s (the kubelet's and its bridge's traffic dropped)",
+    ),
 ];
+
+/// The faults that need a real node.
+pub const REAL_ONLY: [Fault; 3] = [Fault::RealReboot, Fault::RuntimeKill, Fault::NetworkCut];
 
 /// One injected fault, as the report lists it.
 #[derive(Debug, Clone, Serialize)]
@@ -109,6 +127,6 @@ mod tests {
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
         assert!(draw(3).iter().all(|x| *x <= 8));
-        assert_eq!(MENU.len(), 9, "every fault has its line");
+        assert_eq!(MENU.len(), 12, "every fault has its line");
     }
 }

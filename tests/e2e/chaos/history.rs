@@ -97,6 +97,26 @@ pub fn job_finished(obj: &Value) -> Option<bool> {
     })
 }
 
+/// A pod that has started and not finished: running, or (on a real node, where an interrupt
+/// runs in an init container while the phase still reads Pending) with a container that runs or
+/// ran.
+pub fn pod_active(pod: &Value) -> bool {
+    let phase = str_at(pod, "/status/phase");
+    if phase == "Succeeded" || phase == "Failed" {
+        return false;
+    }
+    let began = |list: &str| {
+        pod.pointer(&format!("/status/{list}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.pointer("/state/running").is_some() || c.pointer("/state/terminated").is_some()
+            })
+    };
+    phase == "Running" || began("initContainerStatuses") || began("containerStatuses")
+}
+
 /// Reads a history file: one [`Record`] a line.
 pub fn read(path: &std::path::Path) -> std::io::Result<Vec<Record>> {
     let text = std::fs::read_to_string(path)?;

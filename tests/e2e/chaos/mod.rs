@@ -7,5 +7,8 @@ pub mod checker;
 mod checker_tests;
 pub mod faults;
 pub mod history;
+pub mod host;
+#[cfg(test)]
+mod host_tests;
 mod planted;
 mod recorder;

@@ -76,7 +76,12 @@ pub fn package_image(ctx: &TestCtx, repo: &str, tag: &str, dir: &std::path::Path
 impl TestCtx {
     /// A real node of this test's own, labelled like its kwok nodes, removed when the test ends.
     pub fn add_real_node(&mut self) -> String {
-        let name = format!("{}-rn", self.prefix);
+        self.add_real_node_as("rn")
+    }
+
+    /// [`TestCtx::add_real_node`] named `<prefix>-<suffix>`, for a test with several.
+    pub fn add_real_node_as(&mut self, suffix: &str) -> String {
+        let name = format!("{}-{suffix}", self.prefix);
         run(Command::new(cluster_dir().join("nodes"))
             .args(["add-real", &name])
             .env("KUBECONFIG", &self.cluster.kubeconfig));
