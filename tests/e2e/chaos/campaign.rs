@@ -13,6 +13,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use super::audit;
 use super::checker::{self, Rule};
 use super::faults::{Fault, Injected, MENU, REAL_ONLY, Rng};
 use super::history;
@@ -738,6 +739,24 @@ async fn campaign() {
         ));
     }
     host::check(&mut verdict, &history, &hosts);
+    // The API server's audit log, this campaign's namespace only, copied out and read back.
+    let audit_path = c.ctx.cluster.state_dir.join("logs/audit.log");
+    let audit_text = std::fs::read_to_string(&audit_path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: the campaign reads the audit log; run it with tests/chaos, which starts \
+             the cluster under tests/e2e/chaos/audit-policy.yaml",
+            audit_path.display()
+        )
+    });
+    let quoted_ns = format!("\"{}\"", c.ctx.ns);
+    let ours: Vec<&str> = audit_text
+        .lines()
+        .filter(|l| l.contains(&quoted_ns))
+        .collect();
+    std::fs::write(out_dir.join("audit.log"), ours.join("\n")).expect("write the audit log");
+    let events = audit::read(&std::fs::read_to_string(out_dir.join("audit.log")).expect("audit"));
+    let operator = crate::support::rights::operator_user(&c.ctx);
+    audit::check(&mut verdict, &history, &events, &c.ctx.ns, &operator);
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
     for f in &c.log {
         *by_kind.entry(format!("{:?}", f.fault)).or_default() += 1;
@@ -750,6 +769,7 @@ async fn campaign() {
         "records": history.len(),
         "stages_run": verdict.stages_run, "interrupts": verdict.interrupts,
         "host_steps": verdict.host_steps, "host_reboots": verdict.host_reboots,
+        "audit_events": verdict.audit_events,
         "checks": verdict.checks, "violations": verdict.violations,
     });
     std::fs::write(
@@ -760,7 +780,7 @@ async fn campaign() {
     let checks: u64 = verdict.checks.values().sum();
     eprintln!(
         "\n[chaos] seed {seed}, {minutes} min, {kwok} kwok and {} real nodes: {} faults {by_kind:?}, {} spec edits, {} replica restarts;\n\
-         [chaos] {} stages run, {} interrupts, {} history records, {} script runs and {} reboots on the real nodes;\n\
+         [chaos] {} stages run, {} interrupts, {} history records, {} audit events, {} script runs and {} reboots on the real nodes;\n\
          [chaos] {checks} invariant checks, {} violations; settled in {} s\n\
          [chaos] report: {}",
         c.real.len(),
@@ -770,6 +790,7 @@ async fn campaign() {
         verdict.stages_run,
         verdict.interrupts,
         history.len(),
+        verdict.audit_events,
         verdict.host_steps,
         verdict.host_reboots,
         verdict.violations.len(),

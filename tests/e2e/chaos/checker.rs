@@ -46,6 +46,8 @@ pub struct Verdict {
     /// Script runs the real nodes recorded, and the reboots their interrupts asked for.
     pub host_steps: u64,
     pub host_reboots: u64,
+    /// Audit events the audit checks read (successful writes in the campaign's namespace).
+    pub audit_events: u64,
 }
 
 impl Verdict {

@@ -23,7 +23,8 @@ use super::history::{Kind, Record, RunKey, run_key, str_at};
 /// The file each test package appends a line to, in the node's root.
 pub const STEPS_FILE: &str = "var/log/chaos-steps.log";
 
-/// One line of [`STEPS_FILE`]: `node package version step boot-id epoch start|end object`.
+/// One line of [`STEPS_FILE`]:
+/// `node package version step boot-id epoch start|end object generation`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     pub t: Timestamp,
@@ -33,6 +34,8 @@ pub struct Step {
     pub boot: String,
     pub end: bool,
     pub object: String,
+    /// The object's generation the agent ran it for (a spec edit runs a stage again).
+    pub generation: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +75,18 @@ impl Host {
             .lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                let [_node, package, version, step, boot, t, edge, object] = f.as_slice() else {
+                let [
+                    _node,
+                    package,
+                    version,
+                    step,
+                    boot,
+                    t,
+                    edge,
+                    object,
+                    generation,
+                ] = f.as_slice()
+                else {
                     return None;
                 };
                 Some(Step {
@@ -83,6 +97,7 @@ impl Host {
                     boot: boot.to_string(),
                     end: *edge == "end",
                     object: object.to_string(),
+                    generation: generation.to_string(),
                 })
             })
             .collect();
@@ -169,7 +184,7 @@ fn windows(history: &[&Record]) -> Vec<Window> {
 }
 
 /// Whether `node` was cordoned at `t`, by the last Node record at or before it.
-fn cordoned_at(history: &[&Record], node: &str, t: Timestamp) -> bool {
+pub(super) fn cordoned_at(history: &[&Record], node: &str, t: Timestamp) -> bool {
     history
         .iter()
         .rfind(|r| r.kind == Kind::Node && r.name() == node && r.t <= t)
@@ -229,13 +244,14 @@ pub fn check(v: &mut Verdict, history: &[Record], hosts: &[Host]) {
 
 fn once(v: &mut Verdict, host: &Host, starts: &[&Step], mine: &[&Window]) {
     let node = host.node.as_str();
-    let mut runs: BTreeMap<(&str, &str, &str, &str), Vec<&Step>> = BTreeMap::new();
+    type Run<'a> = (&'a str, &'a str, &'a str, &'a str, &'a str);
+    let mut runs: BTreeMap<Run, Vec<&Step>> = BTreeMap::new();
     for s in starts {
-        runs.entry((&s.object, &s.package, &s.version, &s.step))
+        runs.entry((&s.object, &s.package, &s.version, &s.generation, &s.step))
             .or_default()
             .push(s);
     }
-    for ((object, package, version, step), runs) in runs {
+    for ((object, package, version, generation, step), runs) in runs {
         if runs.len() == 1 {
             v.check("host-once", true, String::new);
         }
@@ -247,6 +263,7 @@ fn once(v: &mut Verdict, host: &Host, starts: &[&Step], mine: &[&Window]) {
                     && e.package == before.package
                     && e.version == before.version
                     && e.step == before.step
+                    && e.generation == before.generation
                     && e.boot == before.boot
                     && e.t >= before.t
                     && e.t <= after.t
@@ -255,14 +272,16 @@ fn once(v: &mut Verdict, host: &Host, starts: &[&Step], mine: &[&Window]) {
             let pod_failed = mine.iter().any(|w| {
                 w.key.object == object
                     && w.key.package == package
+                    && stages_of(step).contains(&w.key.stage.as_str())
                     && !w.succeeded
                     && w.end
                         .is_some_and(|e| e + SLACK >= before.t && e - SLACK <= after.t)
             });
             v.check("host-once", !ended || rebooted || pod_failed, || {
                 format!(
-                    "{node}: {step} of {package}@{version} ({object}) ran at {} and again at {} \
-                     with no failure between (it ended, same boot, no pod of ours failed)",
+                    "{node}: {step} of {package}@{version} ({object}, generation {generation}) ran \
+                     at {} and again at {} with no failure between (it ended, same boot, no pod \
+                     of ours for it failed)",
                     before.t, after.t
                 )
             });
@@ -305,9 +324,10 @@ fn post_interrupt(
         if interrupt_type(sorted, &s.object, &s.package) != "reboot" {
             continue;
         }
-        // The interrupt pod before it: on a real node the agent reboots inside an init
-        // container, often before the kubelet reported it running, so its creation counts.
-        let interrupt = mine
+        // The first pod of the last interrupt run before it: the reboot kills that pod and
+        // its Job's next pod finds the reboot done. On a real node the agent reboots inside an
+        // init container, often before the kubelet reported it running, so creation counts.
+        let interrupts: Vec<&&Window> = mine
             .iter()
             .filter(|w| {
                 w.key.object == s.object
@@ -315,7 +335,12 @@ fn post_interrupt(
                     && w.key.stage == "interrupt"
                     && w.first <= s.t
             })
-            .max_by_key(|w| w.first);
+            .collect();
+        let last = interrupts.iter().max_by_key(|w| w.first).map(|w| &w.key);
+        let interrupt = interrupts
+            .iter()
+            .filter(|w| Some(&w.key) == last)
+            .min_by_key(|w| w.first);
         let reboot = interrupt.and_then(|w| {
             host.reboots
                 .iter()
@@ -348,9 +373,9 @@ fn post_interrupt(
 /// root for the unit test.
 pub fn script(step: &str) -> String {
     format!(
-        r#"b=${{SKYHOOK_DIR##*/}}; o=${{SKYHOOK_DIR%/*}}; o=${{o##*/}}; p=${{b%%-*}}; v=${{b#*-}}; v=${{v%%-*}}
+        r#"b=${{SKYHOOK_DIR##*/}}; o=${{SKYHOOK_DIR%/*}}; o=${{o##*/}}; p=${{b%%-*}}; v=${{b#*-}}; v=${{v%%-*}}; g=${{b##*-}}
 r=${{CHAOS_ROOT:-}}
-rec() {{ echo "$(cat $r/etc/hostname) $p $v {step} $(cat /proc/sys/kernel/random/boot_id) $(date +%s.%N) $1 $o" >>$r/{STEPS_FILE}; }}
+rec() {{ echo "$(cat $r/etc/hostname) $p $v {step} $(cat /proc/sys/kernel/random/boot_id) $(date +%s.%N) $1 $o $g" >>$r/{STEPS_FILE}; }}
 rec start
 sleep 1
 rec end

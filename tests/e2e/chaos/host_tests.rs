@@ -68,7 +68,10 @@ fn history() -> Vec<Record> {
         node(30, true),
         pod(31, "i", "interrupt", "Pending"),
         pod(32, "i", "interrupt", "Running"),
-        pod(60, "i", "interrupt", "Succeeded"),
+        // The reboot kills the first interrupt pod; the Job's next one finds it done.
+        pod(40, "i", "interrupt", "Failed"),
+        pod(41, "i2", "interrupt", "Running"),
+        pod(60, "i2", "interrupt", "Succeeded"),
         pod(61, "p", "post-interrupt", "Pending"),
         pod(62, "p", "post-interrupt", "Running"),
         pod(70, "p", "post-interrupt", "Succeeded"),
@@ -78,7 +81,7 @@ fn history() -> Vec<Record> {
 
 fn line(s: i64, step: &str, boot: &str, edge: &str) -> String {
     format!(
-        "rn drv 1.0.0 {step} {boot} {}.250000000 {edge} sk\n",
+        "rn drv 1.0.0 {step} {boot} {}.250000000 {edge} sk 1\n",
         T0 + s
     )
 }
@@ -163,6 +166,11 @@ fn a_script_run_twice_after_it_ended_is_named_unless_something_failed() {
     // A failed pod between the two runs explains the retry.
     h.insert(5, pod(21, "x", "apply", "Failed"));
     let v = verdict(&h, &same_boot, &reboots());
+    assert!(v.violations.is_empty(), "{:#?}", v.violations);
+    // A run for a later generation (a spec edit) is a new run, not a retry.
+    let h = history_with_second_apply();
+    let edited = steps() + &line(81, "apply", "b1", "start").replace(" sk 1", " sk 2");
+    let v = verdict(&h, &edited, &reboots());
     assert!(v.violations.is_empty(), "{:#?}", v.violations);
     // So does a first run that never ended (killed mid-script).
     let cut = same_boot.replace(&line(13, "apply", "b1", "end"), "");

@@ -201,9 +201,14 @@ fn bind(ctx: &TestCtx, cluster_role: &str) -> PathBuf {
     path
 }
 
+/// The user name the test's operator ServiceAccount acts as.
+pub fn operator_user(ctx: &TestCtx) -> String {
+    format!("system:serviceaccount:{}:{ACCOUNT}", ctx.ns)
+}
+
 /// RBAC is served from informers: waits until the new bindings apply.
 fn wait_bound(ctx: &TestCtx) {
-    let user = format!("system:serviceaccount:{}:{ACCOUNT}", ctx.ns);
+    let user = operator_user(ctx);
     let deadline = Instant::now() + Duration::from_secs(30);
     for (verb, resource, ns) in [
         ("list", "nodes", None),
