@@ -32,7 +32,7 @@ const LEASE: &[(&str, &str)] = &[
 ];
 
 /// How long every object has to complete once the faults stop.
-const SETTLE: Duration = Duration::from_secs(300);
+const SETTLE: Duration = Duration::from_secs(600);
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
