@@ -91,8 +91,9 @@ pub fn check(v: &mut Verdict, history: &[Record], events: &[Event], ns: &str, op
         if e.resource == "pods" && e.subresource == "eviction" && e.user == operator {
             let node = sorted
                 .iter()
-                .find(|r| r.kind == Kind::Pod && r.name() == e.name)
+                .filter(|r| r.kind == Kind::Pod && r.name() == e.name)
                 .map(|r| str_at(&r.obj, "/spec/nodeName"))
+                .find(|n| !n.is_empty())
                 .unwrap_or("");
             let cordoned =
                 cordoned_at(&sorted, node, e.t) || cordoned_at(&sorted, node, e.t + SLACK);

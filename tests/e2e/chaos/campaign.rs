@@ -308,7 +308,7 @@ impl Campaign {
                     return;
                 }
                 let at = self.logged(Some(fault), format!("{node} cut from the API server"));
-                let back = Instant::now() + Duration::from_secs(self.rng.between(20, 60));
+                let back = Instant::now() + Duration::from_secs(self.rng.between(30, 90));
                 self.open.push((back, at, Open::Cut(node)));
             }
             Fault::KillReplica => {

@@ -142,7 +142,9 @@ fn stages_of(step: &str) -> &'static [&'static str] {
     }
 }
 
-/// A stage pod of ours, from its first record to its end (terminal phase or deletion).
+/// A stage pod of ours, from its creation to its end (terminal phase or deletion). The API
+/// server's own times where the pod has them: a watch that lists again after an API server
+/// restart records a pod late.
 struct Window {
     key: RunKey,
     name: String,
@@ -164,10 +166,11 @@ fn windows(history: &[&Record]) -> Vec<Window> {
     let mut by_uid: BTreeMap<&str, Window> = BTreeMap::new();
     for r in history.iter().filter(|r| r.kind == Kind::Pod) {
         let Some(key) = run_key(&r.obj) else { continue };
+        let created = server_time(&r.obj, "/metadata/creationTimestamp").unwrap_or(r.t);
         let w = by_uid.entry(r.uid()).or_insert(Window {
             key,
             name: r.name().to_string(),
-            first: r.t,
+            first: created.min(r.t),
             end: None,
             succeeded: false,
         });
@@ -176,11 +179,30 @@ fn windows(history: &[&Record]) -> Vec<Window> {
         }
         let phase = str_at(&r.obj, "/status/phase");
         if r.deleted || phase == "Succeeded" || phase == "Failed" {
-            w.end = Some(r.t);
+            let server =
+                server_time(&r.obj, "/metadata/deletionTimestamp").or_else(|| finished_at(&r.obj));
+            w.end = Some(server.map_or(r.t, |t| t.min(r.t)));
             w.succeeded = phase == "Succeeded" && !r.deleted;
         }
     }
     by_uid.into_values().collect()
+}
+
+fn server_time(obj: &Value, pointer: &str) -> Option<Timestamp> {
+    str_at(obj, pointer).parse().ok()
+}
+
+/// When the pod's last container ended, by the kubelet's account.
+fn finished_at(pod: &Value) -> Option<Timestamp> {
+    ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .filter_map(|list| {
+            pod.pointer(&format!("/status/{list}"))
+                .and_then(Value::as_array)
+        })
+        .flatten()
+        .filter_map(|c| server_time(c, "/state/terminated/finishedAt"))
+        .max()
 }
 
 /// Whether `node` was cordoned at `t`, by the last Node record at or before it.
@@ -268,16 +290,33 @@ fn once(v: &mut Verdict, host: &Host, starts: &[&Step], mine: &[&Window]) {
                     && e.t >= before.t
                     && e.t <= after.t
             });
+            // Both runs ended, the first after the second began: two at once.
+            let ends_after = host
+                .steps
+                .iter()
+                .filter(|e| {
+                    e.end
+                        && e.object == before.object
+                        && e.package == before.package
+                        && e.step == before.step
+                        && e.generation == before.generation
+                        && e.boot == before.boot
+                        && e.boot == after.boot
+                        && e.t > after.t
+                })
+                .count();
+            let overlapped = !ended && ends_after >= 2;
             let rebooted = before.boot != after.boot;
+            // A pod of ours for this stage that failed or went unfinished while these ran.
             let pod_failed = mine.iter().any(|w| {
                 w.key.object == object
                     && w.key.package == package
                     && stages_of(step).contains(&w.key.stage.as_str())
                     && !w.succeeded
-                    && w.end
-                        .is_some_and(|e| e + SLACK >= before.t && e - SLACK <= after.t)
+                    && w.first - SLACK <= after.t
+                    && w.end.is_some_and(|e| e + SLACK >= before.t)
             });
-            v.check("host-once", !ended || rebooted || pod_failed, || {
+            v.check("host-once", !(ended || overlapped) || rebooted || pod_failed, || {
                 format!(
                     "{node}: {step} of {package}@{version} ({object}, generation {generation}) ran \
                      at {} and again at {} with no failure between (it ended, same boot, no pod \

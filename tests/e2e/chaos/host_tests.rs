@@ -265,3 +265,19 @@ fn the_test_package_script_writes_what_the_checker_reads() {
     }
     assert!(host.steps[1].t > host.steps[0].t);
 }
+
+#[test]
+fn two_runs_of_a_script_at_once_are_named() {
+    // Run 1 starts, run 2 starts, both end: no run failed, so nothing explains the second.
+    let at_once = line(13, "apply", "b1", "start")
+        + &line(14, "apply", "b1", "end")
+        + &line(15, "apply", "b1", "end");
+    let s = steps().replace(&line(13, "apply", "b1", "end"), &at_once);
+    let v = verdict(&history(), &s, &reboots());
+    assert_eq!(named(&v), ["host-once"], "{:#?}", v.violations);
+    // The first one's pod deleted meanwhile (its script outlives the deletion's grace): allowed.
+    let mut h = history();
+    h.insert(4, pod(13, "gone", "apply", "Failed"));
+    let v = verdict(&h, &s, &reboots());
+    assert!(v.violations.is_empty(), "{:#?}", v.violations);
+}
