@@ -264,7 +264,59 @@ pub(super) fn outcome(
     Outcome::Running
 }
 
+/// The reason a pod whose sandbox is gone for good is failed under.
+pub const SANDBOX_LOST_REASON: &str = "PodSandboxLost";
+
+/// A pod whose init containers ran, whose sandbox is gone (the node rebooted, or its runtime lost
+/// it) and whose main container never started: the kubelet does not make a new sandbox for a
+/// `restartPolicy: Never` pod that already ran containers, so it stays Pending for good and its
+/// Job never ends (the fault campaign found a node held so for 20 minutes). The waiting
+/// container, to fail the Job under [`SANDBOX_LOST_REASON`].
+fn sandbox_lost(pod: &Pod) -> Option<(String, String, String)> {
+    let status = pod.status.as_ref()?;
+    let never = pod.spec.as_ref()?.restart_policy.as_deref() == Some("Never");
+    let condition = |kind: &str| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status.as_str())
+    };
+    let lost = never
+        && status.phase.as_deref() == Some("Pending")
+        && condition("Initialized") == Some("True")
+        && condition("PodReadyToStartContainers") == Some("False");
+    if !lost {
+        return None;
+    }
+    let containers = status.container_statuses.iter().flatten();
+    let started = containers.clone().any(|c| {
+        c.state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+    });
+    if started {
+        return None;
+    }
+    let waiting = containers
+        .map(|c| c.name.clone())
+        .next()
+        .unwrap_or_default();
+    Some((
+        waiting,
+        SANDBOX_LOST_REASON.to_owned(),
+        "its pod's sandbox is gone (the node rebooted or its runtime lost it) after the init \
+         containers ran, and the kubelet makes no new one for a restartPolicy Never pod: failed \
+         so that the stage runs again"
+            .to_owned(),
+    ))
+}
+
 fn stuck_container(pod: &Pod) -> Option<(String, String, String)> {
+    if let Some(lost) = sandbox_lost(pod) {
+        return Some(lost);
+    }
     let status = pod.status.as_ref()?;
     let all = status
         .init_container_statuses
@@ -296,6 +348,59 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).expect("pod")
+    }
+
+    #[test]
+    fn a_pod_whose_sandbox_is_gone_after_its_init_containers_is_stuck() {
+        // As the fault campaign's real node left it after a reboot (seed 2).
+        let lost = |policy: &str, phase: &str, ready: &str, main: serde_json::Value| {
+            pod(json!({
+                "spec": {"containers": [], "restartPolicy": policy},
+                "status": {"phase": phase, "conditions": [
+                    {"type": "PodReadyToStartContainers", "status": ready},
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "PodScheduled", "status": "True"}],
+                  "initContainerStatuses": [{"name": "bravo-init", "image": "a", "imageID": "",
+                    "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0}}}],
+                  "containerStatuses": [{"name": "bravo-applycheck", "image": "a", "imageID": "",
+                    "ready": false, "restartCount": 0, "state": main}]},
+            }))
+        };
+        let waiting = json!({"waiting": {"reason": "PodInitializing"}});
+        let (container, reason, message) =
+            stuck_container(&lost("Never", "Pending", "False", waiting.clone())).expect("stuck");
+        assert_eq!(
+            (&*container, &*reason),
+            ("bravo-applycheck", SANDBOX_LOST_REASON)
+        );
+        assert!(message.contains("sandbox is gone"), "{message}");
+        // (case, pod) that are not lost.
+        for (case, p) in [
+            (
+                "sandbox ready",
+                lost("Never", "Pending", "True", waiting.clone()),
+            ),
+            (
+                "the kubelet makes a new sandbox",
+                lost("OnFailure", "Pending", "False", waiting.clone()),
+            ),
+            (
+                "already failed",
+                lost("Never", "Failed", "False", waiting.clone()),
+            ),
+            (
+                "main container ran",
+                lost(
+                    "Never",
+                    "Pending",
+                    "False",
+                    json!({"terminated": {"exitCode": 0}}),
+                ),
+            ),
+        ] {
+            assert_eq!(stuck_container(&p), None, "{case}");
+        }
     }
 
     #[test]

@@ -69,14 +69,19 @@ pub fn stalled(
     if release.is_zero() {
         return out;
     }
-    // Each node's newest Job: the stage it is at.
+    // Each node's Job that holds it: its newest running one, else its newest. A running Job is
+    // never history, even with a newer Job of another package beside it (the fault campaign
+    // found a node whose hung Job of one package sat under a newer, finished Job of another,
+    // and the node held its whole batch).
     let newest: Vec<(&str, &JobView)> = by_node
         .iter()
         .filter_map(|(n, jobs)| {
-            let j = jobs
-                .iter()
-                .filter(|j| !j.deleting)
-                .max_by_key(|j| j.created)?;
+            let live = jobs.iter().filter(|j| !j.deleting);
+            let running = live
+                .clone()
+                .filter(|j| matches!(j.outcome, Outcome::Running))
+                .max_by_key(|j| j.created);
+            let j = running.or_else(|| live.max_by_key(|j| j.created))?;
             Some((*n, *j))
         })
         .collect();
@@ -144,6 +149,31 @@ mod tests {
         j.created = Some(t(created));
         j.outcome = outcome;
         j
+    }
+
+    fn view_of(pkg: &str, node: &str, stage: Stage, created: i64, outcome: Outcome) -> JobView {
+        let mut j = job(&package(pkg).build(), stage).on(node).build();
+        j.created = Some(t(created));
+        j.outcome = outcome;
+        j
+    }
+
+    #[test]
+    fn a_hung_job_under_a_newer_job_of_another_package_stalls_its_node() {
+        // Found by the fault campaign (seed 2): bravo's apply hung on a real node whose pod
+        // sandbox was lost, and a later upgrade of alpha finished beside it; the node held its
+        // batch for good.
+        let jobs = vec![
+            view_of("bravo", "slow", Stage::Apply, 0, Outcome::Running),
+            view_of("alpha", "slow", Stage::Upgrade, 10, done(12)),
+            view_of("alpha", "slow", Stage::Config, 12, done(14)),
+            view_of("bravo", "a", Stage::Apply, 0, done(4)),
+            view_of("bravo", "b", Stage::Apply, 0, done(5)),
+        ];
+        let s = run(&jobs, 60, 15);
+        let stall = s.get("slow").expect("stalled");
+        assert!(stall.running);
+        assert_eq!((&*stall.package, stall.stage), ("bravo", Stage::Apply));
     }
 
     fn done(at: i64) -> Outcome {
