@@ -72,12 +72,6 @@ fn verdict(log: &str) -> Verdict {
     v
 }
 
-fn named(v: &Verdict) -> Vec<&'static str> {
-    let mut out: Vec<&str> = v.violations.iter().map(|x| x.invariant).collect();
-    out.dedup();
-    out
-}
-
 #[test]
 fn a_clean_audit_log_passes_every_audit_invariant() {
     let v = verdict(&log());
@@ -94,20 +88,20 @@ fn a_clean_audit_log_passes_every_audit_invariant() {
 #[test]
 fn a_job_no_watch_saw_is_named() {
     let v = verdict(&(log() + &event(6, OP, "create", "jobs", "", "job-b")));
-    assert_eq!(named(&v), ["audit-complete"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["audit-complete"], "{:#?}", v.violations);
 }
 
 #[test]
 fn a_job_created_by_someone_else_is_named() {
     let v = verdict(&log().replacen(OP, "admin", 1));
-    assert_eq!(named(&v), ["audit-writer"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["audit-writer"], "{:#?}", v.violations);
 }
 
 #[test]
 fn an_eviction_from_a_schedulable_node_is_named() {
     let early = event(3, OP, "create", "pods", "eviction", "guard");
     let v = verdict(&(log() + &early));
-    assert_eq!(named(&v), ["audit-drain-cordoned"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["audit-drain-cordoned"], "{:#?}", v.violations);
     // A refused write and another namespace are not the campaign's.
     let refused = early.replace("201", "429");
     let elsewhere = early.replace("\"ns\"", "\"other\"");

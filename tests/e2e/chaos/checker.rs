@@ -51,6 +51,14 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The invariants the violations name, in order, each once per run of them.
+    #[cfg(test)]
+    pub fn named(&self) -> Vec<&'static str> {
+        let mut out: Vec<&str> = self.violations.iter().map(|x| x.invariant).collect();
+        out.dedup();
+        out
+    }
+
     pub(super) fn check(
         &mut self,
         invariant: &'static str,

@@ -123,13 +123,6 @@ fn clean() -> History {
     h
 }
 
-/// The invariants `v` names.
-fn named(v: &Verdict) -> Vec<&'static str> {
-    let mut out: Vec<&str> = v.violations.iter().map(|x| x.invariant).collect();
-    out.dedup();
-    out
-}
-
 #[test]
 fn a_clean_history_passes_every_invariant() {
     let v = clean().verdict(1);
@@ -154,7 +147,7 @@ fn a_stage_run_twice_is_caught() {
     let mut h = clean();
     h.stage("again", "n1", "apply");
     let v = h.verdict(1);
-    assert_eq!(named(&v), ["once"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["once"], "{:#?}", v.violations);
     assert!(v.violations[0].evidence.contains("without a failure"));
 }
 
@@ -218,7 +211,7 @@ fn two_unfinished_jobs_for_one_run_are_caught() {
         .job("two", "n1", "apply", None);
     let v = h.verdict(1);
     assert!(
-        named(&v).contains(&"no-duplicate-jobs"),
+        v.named().contains(&"no-duplicate-jobs"),
         "{:#?}",
         v.violations
     );

@@ -67,6 +67,19 @@ fn epoch(s: &str) -> Option<Timestamp> {
     Timestamp::from_nanosecond(total).ok()
 }
 
+impl Step {
+    /// An end line of `run`'s script: same object, package, version, generation, step, boot.
+    fn ends(&self, run: &Step) -> bool {
+        self.end
+            && self.object == run.object
+            && self.package == run.package
+            && self.version == run.version
+            && self.generation == run.generation
+            && self.step == run.step
+            && self.boot == run.boot
+    }
+}
+
 impl Host {
     /// Parses the three files' texts; lines that do not parse (a write cut by a reboot) are
     /// skipped.
@@ -279,31 +292,13 @@ fn once(v: &mut Verdict, host: &Host, starts: &[&Step], mine: &[&Window]) {
         }
         for pair in runs.windows(2) {
             let (before, after) = (pair[0], pair[1]);
-            let ended = host.steps.iter().any(|e| {
-                e.end
-                    && e.object == before.object
-                    && e.package == before.package
-                    && e.version == before.version
-                    && e.step == before.step
-                    && e.generation == before.generation
-                    && e.boot == before.boot
-                    && e.t >= before.t
-                    && e.t <= after.t
-            });
+            let ended =
+                (host.steps.iter()).any(|e| e.ends(before) && e.t >= before.t && e.t <= after.t);
             // Both runs ended, the first after the second began: two at once.
             let ends_after = host
                 .steps
                 .iter()
-                .filter(|e| {
-                    e.end
-                        && e.object == before.object
-                        && e.package == before.package
-                        && e.step == before.step
-                        && e.generation == before.generation
-                        && e.boot == before.boot
-                        && e.boot == after.boot
-                        && e.t > after.t
-                })
+                .filter(|e| e.ends(before) && e.boot == after.boot && e.t > after.t)
                 .count();
             let overlapped = !ended && ends_after >= 2;
             let rebooted = before.boot != after.boot;

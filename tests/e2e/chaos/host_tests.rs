@@ -119,12 +119,6 @@ fn verdict(history: &[Record], steps: &str, reboots: &str) -> Verdict {
     v
 }
 
-fn named(v: &Verdict) -> Vec<&'static str> {
-    let mut out: Vec<&str> = v.violations.iter().map(|x| x.invariant).collect();
-    out.dedup();
-    out
-}
-
 #[test]
 fn a_clean_host_record_passes_every_host_invariant() {
     let v = verdict(&history(), &steps(), &reboots());
@@ -147,7 +141,7 @@ fn a_clean_host_record_passes_every_host_invariant() {
 fn a_script_run_with_no_pod_of_ours_is_named() {
     let s = steps() + &line(100, "config", "b2", "start");
     let v = verdict(&history(), &s, &reboots());
-    assert_eq!(named(&v), ["host-in-a-pod"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-in-a-pod"], "{:#?}", v.violations);
 }
 
 #[test]
@@ -162,7 +156,7 @@ fn a_script_run_twice_after_it_ended_is_named_unless_something_failed() {
     // In the same boot as the first run: no reboot explains it either.
     let same_boot = twice.replace("apply b2 ", "apply b1 ");
     let v = verdict(&h, &same_boot, &reboots());
-    assert_eq!(named(&v), ["host-once"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-once"], "{:#?}", v.violations);
     // A failed pod between the two runs explains the retry.
     h.insert(5, pod(21, "x", "apply", "Failed"));
     let v = verdict(&h, &same_boot, &reboots());
@@ -192,7 +186,7 @@ fn a_reboot_on_a_schedulable_node_is_named() {
     let mut h = history();
     h.retain(|r| !(r.kind == Kind::Node && r.t == at(30)));
     let v = verdict(&h, &steps(), &reboots());
-    assert_eq!(named(&v), ["host-reboot"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-reboot"], "{:#?}", v.violations);
     // An out-of-band reboot of a schedulable node is the campaign's, not the operator's.
     let oob = reboots() + &format!("{} reboot out-of-band\n", at(100));
     let v = verdict(&history(), &steps(), &oob);
@@ -203,21 +197,21 @@ fn a_reboot_on_a_schedulable_node_is_named() {
 fn a_reboot_outside_an_interrupt_pod_is_named() {
     let late = reboots() + &format!("{} reboot\n", at(200));
     let v = verdict(&history(), &steps(), &late);
-    assert_eq!(named(&v), ["host-reboot"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-reboot"], "{:#?}", v.violations);
 }
 
 #[test]
 fn post_interrupt_in_the_boot_its_reboot_ended_is_named() {
     let s = steps().replace("post_interrupt b2", "post_interrupt b1");
     let v = verdict(&history(), &s, &reboots());
-    assert_eq!(named(&v), ["host-post-interrupt"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-post-interrupt"], "{:#?}", v.violations);
     // With no reboot asked for at all (an out-of-band one does not count).
     let v = verdict(
         &history(),
         &steps(),
         &format!("{} reboot out-of-band\n", at(33)),
     );
-    assert_eq!(named(&v), ["host-post-interrupt"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-post-interrupt"], "{:#?}", v.violations);
 }
 
 #[test]
@@ -274,7 +268,7 @@ fn two_runs_of_a_script_at_once_are_named() {
         + &line(15, "apply", "b1", "end");
     let s = steps().replace(&line(13, "apply", "b1", "end"), &at_once);
     let v = verdict(&history(), &s, &reboots());
-    assert_eq!(named(&v), ["host-once"], "{:#?}", v.violations);
+    assert_eq!(v.named(), ["host-once"], "{:#?}", v.violations);
     // The first one's pod deleted meanwhile (its script outlives the deletion's grace): allowed.
     let mut h = history();
     h.insert(4, pod(13, "gone", "apply", "Failed"));
