@@ -425,7 +425,9 @@ impl Campaign {
                 if n.spec.and_then(|s| s.unschedulable).unwrap_or(false) {
                     return;
                 }
-                if self.kubectl(&["cordon", &node]) {
+                // kubectl cordon exits 0 when its patch is refused (a WriteRefusal window):
+                // the node itself says whether it took.
+                if self.kubectl(&["cordon", &node]) && self.cordoned(&node).await == Some(true) {
                     let at =
                         self.logged(Some(fault), format!("{node} cordoned by an administrator"));
                     self.open.push((lasting, at, Open::Cordon(node)));
@@ -516,7 +518,9 @@ impl Campaign {
                 ]),
                 Open::Cordon(node) => {
                     let ours = self.our_cordon(node).await;
-                    !ours && self.kubectl(&["uncordon", node])
+                    !ours
+                        && self.kubectl(&["uncordon", node])
+                        && self.cordoned(node).await == Some(false)
                 }
                 Open::Refused(r) => {
                     r.remove();
@@ -533,6 +537,13 @@ impl Campaign {
             }
         }
         self.open = keep;
+    }
+
+    /// `spec.unschedulable` of `node`, read back.
+    async fn cordoned(&self, node: &str) -> Option<bool> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.ctx.client.clone());
+        let n = nodes.get(node).await.ok()?;
+        Some(n.spec.and_then(|s| s.unschedulable).unwrap_or(false))
     }
 
     async fn our_cordon(&self, node: &str) -> bool {
@@ -725,6 +736,12 @@ async fn campaign() {
                 "reboot.log",
             ),
             (state.join("boots.log"), "boots.log"),
+            (
+                c.ctx
+                    .node_root(node)
+                    .join("var/log/skyhook-node/systemctl.log"),
+                "systemctl.log",
+            ),
         ];
         for (from, to) in &files {
             let text = std::fs::read_to_string(from).unwrap_or_default();
@@ -736,6 +753,7 @@ async fn campaign() {
             &read("steps.log"),
             &read("reboot.log"),
             &read("boots.log"),
+            &read("systemctl.log"),
         ));
     }
     host::check(&mut verdict, &history, &hosts);
@@ -769,6 +787,7 @@ async fn campaign() {
         "records": history.len(),
         "stages_run": verdict.stages_run, "interrupts": verdict.interrupts,
         "host_steps": verdict.host_steps, "host_reboots": verdict.host_reboots,
+        "host_service_calls": verdict.host_service_calls,
         "audit_events": verdict.audit_events,
         "checks": verdict.checks, "violations": verdict.violations,
     });
@@ -780,7 +799,7 @@ async fn campaign() {
     let checks: u64 = verdict.checks.values().sum();
     eprintln!(
         "\n[chaos] seed {seed}, {minutes} min, {kwok} kwok and {} real nodes: {} faults {by_kind:?}, {} spec edits, {} replica restarts;\n\
-         [chaos] {} stages run, {} interrupts, {} history records, {} audit events, {} script runs and {} reboots on the real nodes;\n\
+         [chaos] {} stages run, {} interrupts, {} history records, {} audit events, {} script runs, {} reboots and {} service manager calls on the real nodes;\n\
          [chaos] {checks} invariant checks, {} violations; settled in {} s\n\
          [chaos] report: {}",
         c.real.len(),
@@ -793,6 +812,7 @@ async fn campaign() {
         verdict.audit_events,
         verdict.host_steps,
         verdict.host_reboots,
+        verdict.host_service_calls,
         verdict.violations.len(),
         settled_in.as_secs(),
         out_dir.join("report.json").display()

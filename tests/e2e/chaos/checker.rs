@@ -43,9 +43,11 @@ pub struct Verdict {
     /// Stage Jobs that completed, and interrupt pods that started.
     pub stages_run: u64,
     pub interrupts: u64,
-    /// Script runs the real nodes recorded, and the reboots their interrupts asked for.
+    /// Script runs the real nodes recorded, the reboots their interrupts asked for, and their
+    /// service manager's calls (a service interrupt's restarts).
     pub host_steps: u64,
     pub host_reboots: u64,
+    pub host_service_calls: u64,
     /// Audit events the audit checks read (successful writes in the campaign's namespace).
     pub audit_events: u64,
 }
@@ -288,10 +290,15 @@ fn once(v: &mut Verdict, jobs: &BTreeMap<String, JobSeen>) {
             v.stages_run += 1;
         }
     }
-    // Completed uninstalls, by (object, node, package): a later apply of the same run is new.
-    let uninstalls: Vec<(&RunKey, jiff::Timestamp)> = jobs
+    // Completed uninstalls and installs, by (object, node, package): a package removed and
+    // installed again runs each stage again, so a run after a completed uninstall (an uninstall
+    // after a completed install) is new.
+    let cycles: Vec<(&RunKey, jiff::Timestamp)> = jobs
         .values()
-        .filter(|j| j.key.stage == "uninstall" && j.finished == Some(true))
+        .filter(|j| {
+            matches!(j.key.stage.as_str(), "uninstall" | "apply" | "upgrade")
+                && j.finished == Some(true)
+        })
         .map(|j| (&j.key, j.first))
         .collect();
     for (key, mut runs) in by_key {
@@ -301,8 +308,14 @@ fn once(v: &mut Verdict, jobs: &BTreeMap<String, JobSeen>) {
         }
         for pair in runs.windows(2) {
             let (before, after) = (pair[0], pair[1]);
-            let uninstalled = uninstalls.iter().any(|(u, t)| {
-                u.object == key.object
+            let cycled = cycles.iter().any(|(u, t)| {
+                let opposite = if key.stage == "uninstall" {
+                    u.stage != "uninstall"
+                } else {
+                    u.stage == "uninstall"
+                };
+                opposite
+                    && u.object == key.object
                     && u.node == key.node
                     && u.package == key.package
                     && *t > before.first
@@ -310,7 +323,7 @@ fn once(v: &mut Verdict, jobs: &BTreeMap<String, JobSeen>) {
             });
             let retry_ok = before.finished == Some(false)
                 || (before.deleted && before.finished.is_none())
-                || uninstalled;
+                || cycled;
             v.check("once", retry_ok, || {
                 format!(
                     "{key}: Job {} ({}) followed by {} without a failure",

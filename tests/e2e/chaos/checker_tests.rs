@@ -152,6 +152,30 @@ fn a_stage_run_twice_is_caught() {
 }
 
 #[test]
+fn an_uninstall_again_after_a_reinstall_is_allowed_and_twice_in_a_row_is_caught() {
+    // Removed, installed again, removed again (seed 2's spec edits): two uninstall runs of one
+    // package on one node, each after the package was installed.
+    let mut h = clean();
+    h.stage("u1", "n1", "uninstall")
+        .stage("again-a", "n1", "apply")
+        .stage("again-c", "n1", "config")
+        .stage("u2", "n1", "uninstall");
+    let v = h.verdict(1);
+    assert!(v.violations.is_empty(), "{:#?}", v.violations);
+    // With no install between, the second uninstall is a stage run twice.
+    let mut h = clean();
+    h.stage("u1", "n1", "uninstall")
+        .stage("u2", "n1", "uninstall");
+    let v = h.verdict(1);
+    assert_eq!(v.named(), ["once"], "{:#?}", v.violations);
+    assert!(
+        v.violations[0].evidence.contains("u1-uninstall"),
+        "{:#?}",
+        v.violations
+    );
+}
+
+#[test]
 fn a_retry_after_a_failure_is_allowed() {
     let mut h = History::new();
     h.object("in_progress", json!({}))

@@ -11,6 +11,9 @@
 //!   interrupt pod of ours ran on it.
 //! - `host-post-interrupt`: a reboot package's post-interrupt script ran after its interrupt pod
 //!   asked for a reboot, in a later boot than the one that reboot ended.
+//! - `host-service`: every call the node's service manager got (a service interrupt's
+//!   `daemon-reload` and restarts) came while the node was cordoned and an interrupt pod of ours
+//!   ran on it.
 
 use std::collections::BTreeMap;
 
@@ -45,6 +48,13 @@ pub struct Reboot {
     pub requested: bool,
 }
 
+/// One call of the node's `systemctl`, which only logs (`time args…`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceCall {
+    pub t: Timestamp,
+    pub args: String,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Boot {
     pub t: Timestamp,
@@ -58,6 +68,7 @@ pub struct Host {
     pub steps: Vec<Step>,
     pub reboots: Vec<Reboot>,
     pub boots: Vec<Boot>,
+    pub services: Vec<ServiceCall>,
 }
 
 fn epoch(s: &str) -> Option<Timestamp> {
@@ -81,9 +92,9 @@ impl Step {
 }
 
 impl Host {
-    /// Parses the three files' texts; lines that do not parse (a write cut by a reboot) are
+    /// Parses the four files' texts; lines that do not parse (a write cut by a reboot) are
     /// skipped.
-    pub fn parse(node: &str, steps: &str, reboots: &str, boots: &str) -> Host {
+    pub fn parse(node: &str, steps: &str, reboots: &str, boots: &str, systemctl: &str) -> Host {
         let steps = steps
             .lines()
             .filter_map(|l| {
@@ -135,11 +146,22 @@ impl Host {
                 })
             })
             .collect();
+        let services = systemctl
+            .lines()
+            .filter_map(|l| {
+                let (t, args) = l.split_once(' ')?;
+                Some(ServiceCall {
+                    t: t.parse().ok()?,
+                    args: args.to_string(),
+                })
+            })
+            .collect();
         Host {
             node: node.to_string(),
             steps,
             reboots,
             boots,
+            services,
         }
     }
 }
@@ -273,6 +295,7 @@ pub fn check(v: &mut Verdict, history: &[Record], hosts: &[Host]) {
         }
         once(v, host, &starts, &mine);
         reboots(v, host, &sorted, &mine);
+        services(v, host, &sorted, &mine);
         post_interrupt(v, host, &sorted, &starts, &mine);
     }
 }
@@ -341,6 +364,29 @@ fn reboots(v: &mut Verdict, host: &Host, sorted: &[&Record], mine: &[&Window]) {
             format!(
                 "at {}: {node} rebooted for an interrupt with no interrupt pod of ours there",
                 r.t
+            )
+        });
+    }
+}
+
+fn services(v: &mut Verdict, host: &Host, sorted: &[&Record], mine: &[&Window]) {
+    let node = host.node.as_str();
+    for call in &host.services {
+        v.host_service_calls += 1;
+        let cordoned = cordoned_at(sorted, node, call.t);
+        let interrupt = mine
+            .iter()
+            .any(|w| w.key.stage == "interrupt" && w.holds(call.t));
+        v.check("host-service", cordoned && interrupt, || {
+            format!(
+                "at {}: {node}'s service manager got `systemctl {}` {}",
+                call.t,
+                call.args,
+                match (cordoned, interrupt) {
+                    (false, false) => "while schedulable, with no interrupt pod of ours there",
+                    (false, true) => "while schedulable",
+                    _ => "with no interrupt pod of ours there",
+                }
             )
         });
     }

@@ -112,9 +112,18 @@ fn reboots() -> String {
     format!("{} reboot\n", at(33))
 }
 
+/// The service manager's calls of a service interrupt in the interrupt pod's run.
+fn systemctl() -> String {
+    format!("{} daemon-reload\n{} restart containerd\n", at(45), at(46))
+}
+
 fn verdict(history: &[Record], steps: &str, reboots: &str) -> Verdict {
+    verdict_with(history, steps, reboots, &systemctl())
+}
+
+fn verdict_with(history: &[Record], steps: &str, reboots: &str, systemctl: &str) -> Verdict {
     let mut v = Verdict::default();
-    let host = Host::parse("rn", steps, reboots, &boots());
+    let host = Host::parse("rn", steps, reboots, &boots(), systemctl);
     check(&mut v, history, &[host]);
     v
 }
@@ -128,13 +137,39 @@ fn a_clean_host_record_passes_every_host_invariant() {
         "host-once",
         "host-reboot",
         "host-post-interrupt",
+        "host-service",
     ] {
         assert!(
             v.checks.get(inv).copied().unwrap_or(0) > 0,
             "{inv} not checked"
         );
     }
-    assert_eq!((v.host_steps, v.host_reboots), (3, 1));
+    assert_eq!(
+        (v.host_steps, v.host_reboots, v.host_service_calls),
+        (3, 1, 2)
+    );
+}
+
+#[test]
+fn a_service_restart_on_a_schedulable_node_or_outside_an_interrupt_is_named() {
+    // After the node was uncordoned and every interrupt pod had ended.
+    let late = systemctl() + &format!("{} restart containerd\n", at(100));
+    let v = verdict_with(&history(), &steps(), &reboots(), &late);
+    assert_eq!(v.named(), ["host-service"], "{:#?}", v.violations);
+    assert!(
+        v.violations[0]
+            .evidence
+            .contains("while schedulable, with no interrupt pod"),
+        "{:#?}",
+        v.violations
+    );
+    // In the interrupt pod's run, but the cordon gone.
+    let mut h = history();
+    h.insert(9, node(44, false));
+    h.insert(10, node(47, true));
+    let v = verdict(&h, &steps(), &reboots());
+    assert_eq!(v.named(), ["host-service"], "{:#?}", v.violations);
+    assert_eq!(v.violations.len(), 2, "{:#?}", v.violations);
 }
 
 #[test]
@@ -217,9 +252,10 @@ fn post_interrupt_in_the_boot_its_reboot_ended_is_named() {
 #[test]
 fn a_line_cut_by_a_reboot_is_skipped() {
     let s = steps() + "rn drv 1.0.0 app";
-    let host = Host::parse("rn", &s, "", &boots());
+    let host = Host::parse("rn", &s, "", &boots(), &(systemctl() + "2026-12-07T1"));
     assert_eq!(host.steps.len(), 6);
     assert_eq!(host.boots.len(), 2);
+    assert_eq!(host.services.len(), 2);
 }
 
 #[test]
@@ -241,7 +277,7 @@ fn the_test_package_script_writes_what_the_checker_reads() {
     );
     let text = std::fs::read_to_string(root.join(super::host::STEPS_FILE)).expect("record");
     let _ = std::fs::remove_dir_all(&root);
-    let host = Host::parse("rn", &text, "", "");
+    let host = Host::parse("rn", &text, "", "", "");
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
     assert_eq!(host.steps.len(), 2, "{text}");
     for (s, end) in host.steps.iter().zip([false, true]) {

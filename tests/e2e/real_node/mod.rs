@@ -9,6 +9,7 @@ mod lifecycle;
 mod logs;
 mod operator_pod;
 mod pull;
+mod sandbox;
 
 use std::time::Duration;
 
