@@ -9,7 +9,6 @@ mod lifecycle;
 mod logs;
 mod operator_pod;
 mod pull;
-mod sandbox;
 
 use std::time::Duration;
 
