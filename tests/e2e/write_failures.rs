@@ -138,7 +138,7 @@ async fn a_refused_configmap_is_reported_and_the_rest_goes_on() {
         .await;
 
     // The cause goes: the rollout completes and the condition clears.
-    refuse.remove();
+    assert!(refuse.remove(), "removing the admission policy failed");
     let done = env
         .wait_status(&sk, schema::Status::Complete, Duration::from_secs(120))
         .await;

@@ -522,10 +522,8 @@ impl Campaign {
                         && self.kubectl(&["uncordon", node])
                         && self.cordoned(node).await == Some(false)
                 }
-                Open::Refused(r) => {
-                    r.remove();
-                    true
-                }
+                // Tried again until the API server takes it (it may be down right now).
+                Open::Refused(r) => r.remove(),
                 Open::Cut(node) => self.real_node_cmd(&["uncut", node]),
             };
             if lifted {

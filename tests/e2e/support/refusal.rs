@@ -32,7 +32,11 @@ impl Refusal {
         F: FnMut() -> Fut,
         Fut: Future<Output = bool>,
     {
-        let name = ctx.name("refuse");
+        // One name per policy: a test (the fault campaign) may hold two at once, or install one
+        // while the last one's removal has not reached the API server.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = ctx.name(&format!("refuse-{n}"));
         let (group, version, plural) = match resource.splitn(3, '/').collect::<Vec<_>>()[..] {
             [g, v, p] => (g, v, p),
             _ => ("", "v1", resource),
@@ -89,9 +93,10 @@ impl Refusal {
         Refusal { name }
     }
 
-    /// Removes the policy (also done on drop).
-    pub fn remove(&self) {
-        let _ = cluster()
+    /// Removes the policy (also done on drop); whether the API server took the deletes (false
+    /// while it is down, so that a caller can try again).
+    pub fn remove(&self) -> bool {
+        cluster()
             .kubectl()
             .args([
                 "delete",
@@ -99,7 +104,8 @@ impl Refusal {
                 &format!("validatingadmissionpolicy/{}", self.name),
                 "--ignore-not-found",
             ])
-            .output();
+            .output()
+            .is_ok_and(|o| o.status.success())
     }
 }
 

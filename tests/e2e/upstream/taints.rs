@@ -170,7 +170,7 @@ async fn a_node_whose_auto_taint_is_refused_is_left_out_until_it_can_be_tainted(
     assert!(env.node_state(&refused_node, &name).await.is_none());
     assert!(env.node_state(&other, &name).await.is_some());
 
-    refusal.remove();
+    assert!(refusal.remove(), "removing the admission policy failed");
     env.ctx
         .wait_for(
             "the left-out node rolled out",
