@@ -78,6 +78,15 @@ fn epoch(s: &str) -> Option<Timestamp> {
     Timestamp::from_nanosecond(total).ok()
 }
 
+/// The lines of a node log written as `<RFC 3339 time> <rest>`, with their times; a line cut by
+/// a reboot is skipped.
+fn timed(text: &str) -> impl Iterator<Item = (Timestamp, &str)> {
+    text.lines().filter_map(|l| {
+        let (t, rest) = l.split_once(' ')?;
+        Some((t.parse().ok()?, rest))
+    })
+}
+
 impl Step {
     /// An end line of `run`'s script: same object, package, version, generation, step, boot.
     fn ends(&self, run: &Step) -> bool {
@@ -125,35 +134,25 @@ impl Host {
                 })
             })
             .collect();
-        let reboots = reboots
-            .lines()
-            .filter_map(|l| {
-                let (t, rest) = l.split_once(' ')?;
-                Some(Reboot {
-                    t: t.parse().ok()?,
-                    requested: !rest.contains("out-of-band"),
-                })
+        let reboots = timed(reboots)
+            .map(|(t, rest)| Reboot {
+                t,
+                requested: !rest.contains("out-of-band"),
             })
             .collect();
-        let boots = boots
-            .lines()
-            .filter_map(|l| {
-                let (t, rest) = l.split_once(' ')?;
+        let boots = timed(boots)
+            .filter_map(|(t, rest)| {
                 let id = rest.split_once("boot id ")?.1.trim_end_matches(')');
                 Some(Boot {
-                    t: t.parse().ok()?,
+                    t,
                     id: id.to_string(),
                 })
             })
             .collect();
-        let services = systemctl
-            .lines()
-            .filter_map(|l| {
-                let (t, args) = l.split_once(' ')?;
-                Some(ServiceCall {
-                    t: t.parse().ok()?,
-                    args: args.to_string(),
-                })
+        let services = timed(systemctl)
+            .map(|(t, args)| ServiceCall {
+                t,
+                args: args.to_string(),
             })
             .collect();
         Host {
